@@ -1,0 +1,138 @@
+package builtin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// Status is what checkpoint_status reports.
+type Status struct {
+	Version  string       `json:"version"`
+	Protocol string       `json:"protocol"`
+	Conf     ConfStatus   `json:"conf"`
+	Sandbox  SandboxState `json:"sandbox"`
+	Tools    []ToolStatus `json:"tools"`
+}
+
+// ConfStatus is the tools.conf load outcome.
+type ConfStatus struct {
+	Path   string      `json:"path"`
+	SHA256 string      `json:"sha256,omitempty"`
+	State  string      `json:"state"`
+	Reason string      `json:"reason,omitempty"`
+	Errors []ConfError `json:"errors,omitempty"`
+}
+
+// ConfError is one refused line.
+type ConfError struct {
+	Line   int    `json:"line"`
+	Text   string `json:"text,omitempty"`
+	Field  string `json:"field,omitempty"`
+	Reason string `json:"reason"`
+}
+
+// SandboxState says which backend runs test-class tools and whether it can.
+type SandboxState struct {
+	Backend   string `json:"backend"`
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// ToolStatus is one served tool.
+type ToolStatus struct {
+	Name    string `json:"name"`
+	Kind    string `json:"kind"` // builtin, external, downstream
+	Class   string `json:"class,omitempty"`
+	Backend string `json:"backend"`
+}
+
+var noArgsSchema = json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`)
+
+var statusOutputSchema = json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "version": {"type": "string"},
+    "protocol": {"type": "string"},
+    "conf": {"type": "object"},
+    "sandbox": {"type": "object"},
+    "tools": {"type": "array", "items": {"type": "object"}}
+  },
+  "required": ["version", "protocol", "conf", "sandbox", "tools"]
+}`)
+
+// CheckpointStatus returns the checkpoint_status tool; status supplies the
+// server's state at call time.
+func CheckpointStatus(status func(ctx context.Context) Status) Tool {
+	return Tool{
+		Name:  "checkpoint_status",
+		Group: GroupStatus,
+		Description: "Report toolgate's state: version, negotiated MCP protocol, the tools.conf path, " +
+			"sha256 and load state (absent, loaded, or refused with the line number and reason), " +
+			"the sandbox backend, and every tool served with the backend it uses. Takes no arguments.",
+		InputSchema:  noArgsSchema,
+		OutputSchema: statusOutputSchema,
+		Handler: func(ctx context.Context, args json.RawMessage) (Result, error) {
+			if err := NoArgs(args); err != nil {
+				return Errorf("checkpoint_status: %v", err), nil
+			}
+			st := status(ctx)
+			return Result{Text: st.Text(), Structured: st}, nil
+		},
+	}
+}
+
+// Text renders the status for humans.
+func (s Status) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "toolgate %s, protocol %s\n", s.Version, s.Protocol)
+	fmt.Fprintf(&b, "tools.conf %s: %s", s.Conf.Path, s.Conf.State)
+	if s.Conf.SHA256 != "" {
+		fmt.Fprintf(&b, " (sha256 %s)", s.Conf.SHA256)
+	}
+	b.WriteString("\n")
+	if s.Conf.Reason != "" {
+		fmt.Fprintf(&b, "  %s\n", s.Conf.Reason)
+	}
+	for _, e := range s.Conf.Errors {
+		if e.Line > 0 {
+			fmt.Fprintf(&b, "  refused line %d: %s: %s\n    %s\n", e.Line, e.Field, e.Reason, e.Text)
+		} else {
+			fmt.Fprintf(&b, "  refused: %s: %s\n", e.Field, e.Reason)
+		}
+	}
+	if s.Conf.State == "refused" {
+		b.WriteString("  every external tool and expose subtraction is disabled; built-ins stay on\n")
+	}
+	fmt.Fprintf(&b, "sandbox: %s", s.Sandbox.Backend)
+	if s.Sandbox.Available {
+		b.WriteString(" (available)\n")
+	} else {
+		fmt.Fprintf(&b, " (unavailable: %s)\n", s.Sandbox.Reason)
+	}
+	fmt.Fprintf(&b, "tools (%d):\n", len(s.Tools))
+	for _, t := range s.Tools {
+		fmt.Fprintf(&b, "  %-32s %-10s %-5s %s\n", t.Name, t.Kind, t.Class, t.Backend)
+	}
+	return b.String()
+}
+
+// NoArgs accepts only an absent, null or empty-object argument payload.
+func NoArgs(args json.RawMessage) error {
+	if len(args) == 0 {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(args, &m); err != nil {
+		return fmt.Errorf("arguments must be an object: %v", err)
+	}
+	if len(m) > 0 {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		return fmt.Errorf("takes no arguments, got %s", strings.Join(sortedQuoted(keys), ", "))
+	}
+	return nil
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/server"
+)
+
+// check prints what serve would serve, or the refused lines and why. It
+// exits 1 when tools.conf is refused.
+func check(args []string, stdout, stderr io.Writer) int {
+	var s settings
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	s.register(fs)
+	if !parse(fs, args, stderr) {
+		return 2
+	}
+	s.logLevel = "panic" // check reports on stdout; nothing to log
+	a, err := s.build(io.Discard, false)
+	if err != nil {
+		fmt.Fprintf(stderr, "toolgate check: %v\n", err)
+		return 2
+	}
+	srv := server.New(a.opts)
+	writeCheck(stdout, a.conf, srv)
+	if a.conf.State == conf.StateRefused {
+		return 1
+	}
+	return 0
+}
+
+// writeCheck renders the check report: the conf state, then every tool in
+// tools/list order.
+func writeCheck(w io.Writer, c *conf.Config, srv *server.Server) {
+	cs := server.ConfStatus(c)
+	fmt.Fprintf(w, "tools.conf %s: %s\n", cs.Path, cs.State)
+	if cs.Reason != "" {
+		fmt.Fprintf(w, "  %s\n", cs.Reason)
+	}
+	for _, e := range cs.Errors {
+		if e.Line > 0 {
+			fmt.Fprintf(w, "  line %d: %s: %s\n    | %s\n", e.Line, e.Field, e.Reason, e.Text)
+		} else {
+			fmt.Fprintf(w, "  %s: %s\n", e.Field, e.Reason)
+		}
+	}
+	if c.State == conf.StateRefused {
+		fmt.Fprintf(w, "  refused: every external tool and expose subtraction is disabled; built-ins stay on\n")
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tKIND\tCLASS\tSANDBOX\tBACKEND\tTIMEOUT\tMAX-BYTES\tDIR\tARGV")
+	for _, st := range srv.Served() {
+		if st.Kind != "external" {
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t%s\t-\t-\t-\t-\n", st.Name, st.Kind, st.Backend)
+			continue
+		}
+		t, _ := c.Tool(st.Name)
+		sandbox := "off"
+		if t.Sandbox {
+			sandbox = "on"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%ds\t%d\t%s\t%s\n", t.Name, st.Kind, t.Class, sandbox, st.Backend,
+			int(t.Timeout/time.Second), t.MaxBytes, t.Dir, quoteArgv(t.Argv()))
+	}
+	tw.Flush()
+}
+
+// quoteArgv renders argv unambiguously: words with spaces or quotes are
+// quoted Go-style.
+func quoteArgv(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\"'\\") {
+			a = fmt.Sprintf("%q", a)
+		}
+		out[i] = a
+	}
+	return strings.Join(out, " ")
+}

@@ -1,0 +1,88 @@
+// Command toolgate is an MCP server over stdio that turns the fixed-argv
+// executables named in tools.conf into MCP tools, running test-class tools
+// sandboxed.
+//
+//	toolgate [serve] [flags]        serve MCP on stdin/stdout (the default)
+//	toolgate check [flags]          print the tools serve would serve, or the refused line; exit 1 when refused
+//	toolgate --list-tools [flags]   the same as check
+//	toolgate doctor [flags]         what backends and helpers work here, and how to fix what does not
+//	toolgate version                print the version
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	rt.MaybeShim()
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	if i := slices.Index(args, "--list-tools"); i >= 0 {
+		cmd = "check"
+		args = slices.Delete(slices.Clone(args), i, i+1)
+	}
+	switch cmd {
+	case "serve":
+		return serve(args, stdin, stdout, stderr)
+	case "check":
+		return check(args, stdout, stderr)
+	case "doctor":
+		return doctor(args, stdout, stderr)
+	case "version":
+		fmt.Fprintf(stdout, "toolgate %s\n", version)
+		return 0
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
+	}
+	fmt.Fprintf(stderr, "toolgate: unknown command %q\n", cmd)
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
+  toolgate [serve] [flags]        serve MCP over stdio (default)
+  toolgate check [flags]          print what serve would serve, or the refused line and why (exit 1)
+  toolgate --list-tools [flags]   same as check
+  toolgate doctor [flags]         report which backends and helpers work here
+  toolgate version                print the version
+run "toolgate serve -h" for the flags
+`)
+}
+
+// signalContext is cancelled by SIGTERM, SIGINT or SIGHUP.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+}
+
+// parse parses flags, printing errors to stderr; it returns false on error.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) bool {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "toolgate %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return false
+	}
+	return true
+}

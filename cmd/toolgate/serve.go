@@ -1,0 +1,44 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/toolgate/toolgate/server"
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var s settings
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	s.register(fs)
+	if !parse(fs, args, stderr) {
+		return 2
+	}
+	a, err := s.build(stderr, true)
+	if err != nil {
+		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
+		return 2
+	}
+	defer a.close()
+	ctx, cancel := signalContext()
+	defer cancel()
+	rt.StartReaper(ctx)
+
+	srv := server.New(a.opts)
+	a.log.WithField("tools", len(srv.Served())).Info("serving MCP on stdio")
+	err = srv.ServeStdio(ctx, stdin, stdout)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		a.log.WithError(err).Error("stdio")
+		return 1
+	}
+	if ctx.Err() != nil {
+		a.log.Info("signal: in-flight calls killed, exiting")
+	} else {
+		a.log.Info("stdin closed: exiting")
+	}
+	return 0
+}

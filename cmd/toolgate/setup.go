@@ -1,0 +1,129 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/toolgate/toolgate/builtin"
+	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/server"
+	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/direct"
+)
+
+// settings are the flags shared by serve, check and doctor.
+type settings struct {
+	confPath      string
+	root          string
+	maxConcurrent int
+	backend       string
+	logLevel      string
+	logFormat     string
+}
+
+func (s *settings) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.confPath, "conf", conf.PathFromEnv(os.Getenv), "tools.conf path (default: $"+conf.EnvPath+", else "+conf.DefaultPath+")")
+	fs.StringVar(&s.root, "root", ".", "workspace root of the built-in tools")
+	fs.IntVar(&s.maxConcurrent, "max-concurrent", goruntime.NumCPU()*4, "external calls run at once; the excess queues")
+	fs.StringVar(&s.backend, "backend", string(rt.BackendBwrap), "sandbox backend of test-class tools: bwrap or oci")
+	fs.StringVar(&s.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&s.logFormat, "log-format", "text", "log format on stderr: text or json")
+}
+
+func (s *settings) logger(stderr io.Writer) (*logrus.Logger, error) {
+	l := logrus.New()
+	l.SetOutput(stderr)
+	lvl, err := logrus.ParseLevel(s.logLevel)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	l.SetLevel(lvl)
+	switch s.logFormat {
+	case "text":
+		l.SetFormatter(&logrus.TextFormatter{DisableColors: true, FullTimestamp: true})
+	case "json":
+		l.SetFormatter(&logrus.JSONFormatter{})
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", s.logFormat)
+	}
+	return l, nil
+}
+
+// app is everything serve needs, built from settings.
+type app struct {
+	log     *logrus.Logger
+	conf    *conf.Config
+	cgroups *rt.Cgroups
+	opts    server.Options
+}
+
+// build loads the conf and sets up the backends. live is false for check,
+// which must not touch the host (no cgroup directories).
+func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
+	log, err := s.logger(stderr)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := rt.ParseBackend(s.backend); err != nil {
+		return nil, fmt.Errorf("--backend: %w", err)
+	}
+	self, err := selfPath()
+	if err != nil {
+		return nil, err
+	}
+	a := &app{log: log}
+	if live {
+		a.cgroups = rt.DetectCgroups()
+		for _, d := range a.cgroups.Sweep() {
+			log.WithField("dir", d).Info("removed the cgroup of a server that did not exit cleanly")
+		}
+		log.WithField("cgroups", a.cgroups.String()).Debug("cgroups detected")
+	}
+	a.conf = conf.Load(s.confPath, conf.Options{Builtins: builtin.Names()})
+	logConf(log, a.conf)
+
+	a.opts = server.Options{
+		Version:       version,
+		Conf:          a.conf,
+		Direct:        &direct.Runner{Cgroups: a.cgroups, Self: self},
+		SandboxName:   s.backend,
+		SandboxErr:    fmt.Errorf("no sandbox backend is implemented yet in this build"),
+		MaxConcurrent: s.maxConcurrent,
+		Log:           log,
+	}
+	return a, nil
+}
+
+func (a *app) close() {
+	a.cgroups.Close()
+}
+
+// selfPath is the toolgate binary, which also provides the exec shims.
+func selfPath() (string, error) {
+	p, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("locate the toolgate binary: %w", err)
+	}
+	return filepath.EvalSymlinks(p)
+}
+
+func logConf(log *logrus.Logger, c *conf.Config) {
+	e := log.WithFields(logrus.Fields{"conf": c.Path, "state": c.State})
+	switch c.State {
+	case conf.StateAbsent:
+		e.WithField("reason", c.Reason).Info("tools.conf absent: built-in tools only")
+	case conf.StateLoaded:
+		e.WithFields(logrus.Fields{"tools": len(c.Tools), "sha256": c.SHA256}).Info("tools.conf loaded")
+	case conf.StateRefused:
+		for _, err := range c.Errors {
+			e.WithField("reason", err.Error()).Error("tools.conf refused")
+		}
+		e.Error("tools.conf refused: every external tool and expose subtraction is disabled; built-ins stay on")
+	}
+}

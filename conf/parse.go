@@ -1,0 +1,224 @@
+package conf
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// line is one non-empty, comment-stripped line of tools.conf.
+type line struct {
+	num    int
+	text   string
+	tokens []string
+}
+
+// Parse validates the bytes of a tools.conf named path. It is Load without
+// the file access, for tests and fuzzing; it still stats the executables and
+// directories the lines name.
+func Parse(path string, data []byte, opts Options) *Config {
+	cfg := &Config{Path: path}
+	lines, errs := decode(path, data)
+	if len(errs) > 0 {
+		cfg.refuse(errs)
+		return cfg
+	}
+	builtins := make(map[string]bool, len(opts.Builtins))
+	for _, b := range opts.Builtins {
+		builtins[b] = true
+	}
+
+	var (
+		tools    []Tool
+		exposes  []Expose
+		declared = map[string]int{} // external name → line
+	)
+	for _, l := range lines {
+		switch l.tokens[0] {
+		case "tool":
+			t, lerrs := validateTool(l, builtins, declared)
+			if len(lerrs) == 0 && opts.Check != nil {
+				if err := opts.Check(t); err != nil {
+					lerrs = append(lerrs, fieldErr("tool", err))
+				}
+			}
+			errs = append(errs, lineErrors(path, l, lerrs)...)
+			tools = append(tools, t)
+		case "expose":
+			e, err := decodeExpose(l)
+			if err != nil {
+				errs = append(errs, lineErrors(path, l, []error{err})...)
+				continue
+			}
+			exposes = append(exposes, e)
+		default:
+			errs = append(errs, &Error{File: path, Line: l.num, Text: l.text, Field: "directive",
+				Err: fmt.Errorf("unknown directive %q: want tool or expose", l.tokens[0])})
+		}
+	}
+	errs = append(errs, validateExposes(path, lines, exposes, builtins, declared)...)
+	if len(errs) > 0 {
+		slices.SortStableFunc(errs, func(a, b error) int { return errLine(a) - errLine(b) })
+		cfg.refuse(errs)
+		return cfg
+	}
+	cfg.State = StateLoaded
+	cfg.Tools = tools
+	cfg.Exposes = exposes
+	return cfg
+}
+
+// decode checks the file as a whole (size, encoding, line endings, control
+// characters) and splits it into tokenized lines.
+func decode(path string, data []byte) ([]line, []error) {
+	fileErr := func(n int, text, format string, a ...any) error {
+		return &Error{File: path, Line: n, Text: text, Field: "file", Err: fmt.Errorf(format, a...)}
+	}
+	if len(data) > MaxFileSize {
+		return nil, []error{fileErr(0, "", "larger than %d bytes", MaxFileSize)}
+	}
+	var (
+		lines []line
+		errs  []error
+	)
+	for i, raw := range bytes.Split(data, []byte("\n")) {
+		n := i + 1
+		switch {
+		case bytes.IndexByte(raw, 0) >= 0:
+			errs = append(errs, fileErr(n, "", "NUL byte at column %d", bytes.IndexByte(raw, 0)+1))
+			continue
+		case !utf8.Valid(raw):
+			errs = append(errs, fileErr(n, "", "invalid UTF-8"))
+			continue
+		case bytes.IndexByte(raw, '\r') >= 0:
+			errs = append(errs, fileErr(n, string(raw), "CR (\\r) in line: tools.conf uses LF line endings only; convert with dos2unix"))
+			continue
+		}
+		text := string(raw)
+		if c, col, ok := controlChar(text); ok {
+			errs = append(errs, fileErr(n, text, "control character %U at column %d", c, col))
+			continue
+		}
+		toks := tokenize(text)
+		if len(toks) == 0 {
+			continue
+		}
+		lines = append(lines, line{num: n, text: text, tokens: toks})
+	}
+	return lines, errs
+}
+
+// controlChar finds a control character other than tab.
+func controlChar(s string) (rune, int, bool) {
+	col := 0
+	for _, r := range s {
+		col++
+		if r == '\t' {
+			continue
+		}
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return r, col, true
+		}
+	}
+	return 0, 0, false
+}
+
+// tokenize splits a line on spaces and tabs. A token that starts with '#'
+// starts a comment: it and the rest of the line are dropped. So "#" at the
+// start of a line or after whitespace starts a comment, and "a#b" is one
+// token.
+func tokenize(s string) []string {
+	var toks []string
+	for tok := range strings.FieldsFuncSeq(s, func(r rune) bool { return r == ' ' || r == '\t' }) {
+		if strings.HasPrefix(tok, "#") {
+			break
+		}
+		toks = append(toks, tok)
+	}
+	return toks
+}
+
+// fieldError is a reason tied to one field of a line.
+type fieldError struct {
+	field string
+	err   error
+}
+
+func (e *fieldError) Error() string { return e.field + ": " + e.err.Error() }
+func (e *fieldError) Unwrap() error { return e.err }
+
+func fieldErr(field string, err error) error { return &fieldError{field: field, err: err} }
+
+func fieldErrf(field, format string, a ...any) error {
+	return &fieldError{field: field, err: fmt.Errorf(format, a...)}
+}
+
+// lineErrors wraps reasons in *Error values carrying the line.
+func lineErrors(path string, l line, errs []error) []error {
+	out := make([]error, 0, len(errs))
+	for _, err := range errs {
+		e := &Error{File: path, Line: l.num, Text: l.text, Err: err}
+		var fe *fieldError
+		if errors.As(err, &fe) {
+			e.Field, e.Err = fe.field, fe.err
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func decodeExpose(l line) (Expose, error) {
+	if len(l.tokens) != 3 {
+		return Expose{}, fieldErrf("expose", "want `expose <name> on|off`, got %d fields", len(l.tokens))
+	}
+	e := Expose{Name: l.tokens[1], Line: l.num}
+	switch l.tokens[2] {
+	case "on":
+		e.On = true
+	case "off":
+	default:
+		return Expose{}, fieldErrf("expose", "state %q: want on or off", l.tokens[2])
+	}
+	return e, nil
+}
+
+// validateExposes checks the expose directives against every name the file
+// and the built-ins define: unknown names, duplicates and protected built-ins
+// are refused.
+func validateExposes(path string, lines []line, exposes []Expose, builtins map[string]bool, declared map[string]int) []error {
+	byNum := make(map[int]line, len(lines))
+	for _, l := range lines {
+		byNum[l.num] = l
+	}
+	seen := map[string]int{}
+	var errs []error
+	for _, e := range exposes {
+		var err error
+		switch {
+		case seen[e.Name] != 0:
+			err = fieldErrf("expose", "%q already exposed on line %d", e.Name, seen[e.Name])
+		case !builtins[e.Name] && declared[e.Name] == 0:
+			err = fieldErrf("expose", "unknown tool %q: not a built-in and not declared by a tool line", e.Name)
+		case !e.On && strings.HasPrefix(e.Name, ProtectedPrefix):
+			err = fieldErrf("expose", "%q can never be switched off (%s* tools are always on)", e.Name, ProtectedPrefix)
+		}
+		if seen[e.Name] == 0 {
+			seen[e.Name] = e.Line
+		}
+		if err != nil {
+			errs = append(errs, lineErrors(path, byNum[e.Line], []error{err})...)
+		}
+	}
+	return errs
+}
+
+func errLine(err error) int {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Line
+	}
+	return 0
+}

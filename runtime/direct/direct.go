@@ -1,0 +1,60 @@
+// Package direct runs read-class tools unsandboxed: execve of the
+// configured absolute path with the fixed argv, the four-variable
+// environment, stdin /dev/null, one pipe for stdout and stderr, in the
+// tool's dir. Nothing the call starts outlives it: the call's processes are
+// tracked by a cgroup2 group (killed as one) where the host offers one, and
+// otherwise by the reap shim, a child subreaper that kills and reaps what
+// the tool left when it exits.
+package direct
+
+import (
+	"context"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+// Runner is the direct backend.
+type Runner struct {
+	// Cgroups is the host's cgroup support; without a cgroup2 part the
+	// reap shim tracks the call instead.
+	Cgroups *rt.Cgroups
+	// Self is the toolgate binary, which provides the reap shim.
+	Self string
+}
+
+// Tracking names how a call's processes are tracked: "cgroup2" or "reap".
+func (r *Runner) Tracking() string {
+	if r.Cgroups != nil && r.Cgroups.V2 != "" {
+		return "cgroup2"
+	}
+	return "reap"
+}
+
+// Run runs inv directly.
+func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
+	c := rt.Cmd{
+		Path:     inv.Path,
+		Args:     inv.Argv,
+		Env:      rt.Env,
+		Dir:      inv.Dir,
+		Timeout:  inv.Timeout,
+		MaxBytes: inv.MaxBytes,
+	}
+	if r.Tracking() == "cgroup2" {
+		g, err := r.Cgroups.NewGroup(inv.ID, rt.Limits{})
+		if err == nil {
+			defer g.Close()
+			c.Group = g
+			return rt.Exec(ctx, c)
+		}
+		// Tracking by the reap shim is as complete; only slower.
+	}
+	spec := rt.ShimSpec{Mode: rt.ShimReap, UID: -1, GID: -1, Path: inv.Path, Argv: inv.Argv}
+	c.Path = r.Self
+	c.Args = append([]string{r.Self}, spec.Args()...)
+	c.Stop = func(pid int) { _ = unix.Kill(pid, syscall.SIGTERM) }
+	return rt.Exec(ctx, c)
+}

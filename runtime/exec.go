@@ -1,0 +1,270 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DrainGrace is how long Exec waits for the output pipe to reach EOF after
+// the direct child exited and the call's process tree was killed. A process
+// that escaped every kill and still holds the pipe is cut off after it.
+const DrainGrace = 200 * time.Millisecond
+
+// stopEscalation is how long a Stop hook gets before Exec SIGKILLs the
+// process group itself.
+const stopEscalation = 2 * time.Second
+
+// Cmd is one process to run with the call's limits. It is the common
+// ground of every backend: the backend decides what to run (the tool, the
+// reap shim, bwrap, runc), Exec owns how it runs.
+type Cmd struct {
+	// Path is the absolute executable; Args is the full argv.
+	Path string
+	Args []string
+	// Env is the exact environment. It must not be nil: a nil Env would
+	// make os/exec inherit the server's environment.
+	Env []string
+	// Dir is the working directory of the started process.
+	Dir string
+	// SysProcAttr is extended by Exec with Setpgid, Pdeathsig and, when
+	// Group is set, the cgroup to start in.
+	SysProcAttr *syscall.SysProcAttr
+	// ExtraFiles become fds 3 and up.
+	ExtraFiles []*os.File
+	// Timeout and MaxBytes are the call's limits.
+	Timeout  time.Duration
+	MaxBytes int
+	// Group is the call's cgroup, when the host offers one. Everything the
+	// call starts is in it and is killed with it.
+	Group *Group
+	// Stop, when set, asks the process tree to end early (timeout or
+	// cancellation) instead of the default SIGKILL of the process group.
+	// Exec still SIGKILLs the group if the direct child has not exited
+	// stopEscalation later.
+	Stop func(pid int)
+	// Finish, when set, runs after the direct child has exited and before
+	// the group is killed and the pipe drained: the OCI backend kills and
+	// deletes its container there.
+	Finish func()
+}
+
+// Exec runs c and returns its Result. The error return means it could not
+// be started at all.
+func Exec(ctx context.Context, c Cmd) (Result, error) {
+	if c.Env == nil {
+		return Result{}, errors.New("exec: nil environment would inherit the server's")
+	}
+	if c.MaxBytes <= 0 || c.Timeout <= 0 {
+		return Result{}, fmt.Errorf("exec: limits not set (max-bytes %d, timeout %s)", c.MaxBytes, c.Timeout)
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{Limit: LimitCancelled, ExitCode: -1}, nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return Result{}, fmt.Errorf("exec: output pipe: %w", err)
+	}
+	defer r.Close()
+
+	cmd := &exec.Cmd{
+		Path:       c.Path,
+		Args:       c.Args,
+		Env:        c.Env,
+		Dir:        c.Dir,
+		Stdout:     w,
+		Stderr:     w,
+		ExtraFiles: c.ExtraFiles,
+	}
+	attr := &syscall.SysProcAttr{}
+	if c.SysProcAttr != nil {
+		*attr = *c.SysProcAttr
+	}
+	attr.Setpgid = true
+	attr.Pgid = 0
+	if attr.Pdeathsig == 0 {
+		attr.Pdeathsig = syscall.SIGKILL
+	}
+	if c.Group != nil && c.Group.fd >= 0 {
+		attr.UseCgroupFD = true
+		attr.CgroupFD = c.Group.fd
+	}
+	cmd.SysProcAttr = attr
+
+	start := time.Now()
+	err = startTracked(cmd)
+	w.Close()
+	if err != nil {
+		return Result{}, fmt.Errorf("start %s: %w", c.Path, err)
+	}
+	pid := cmd.Process.Pid
+	defer untrack(pid)
+
+	out := newCapture(c.MaxBytes)
+	readDone := make(chan struct{})
+	go func() {
+		out.readFrom(r)
+		close(readDone)
+	}()
+
+	exited := make(chan struct{})
+	go func() {
+		// Learn of the exit without reaping: while the zombie exists its
+		// pid, and so its process group id, cannot be reused, and the
+		// group kill below cannot hit an unrelated process.
+		waitNoReap(pid)
+		close(exited)
+	}()
+
+	var res Result
+	timer := time.NewTimer(c.Timeout)
+	defer timer.Stop()
+	var escalate <-chan time.Time
+	stop := func(limit Limit) {
+		if res.Limit != LimitNone {
+			return
+		}
+		res.Limit = limit
+		res.TimedOut = limit == LimitTimeout
+		if c.Stop != nil {
+			c.Stop(pid)
+			escalate = time.After(stopEscalation)
+		} else {
+			killGroup(pid, c.Group)
+		}
+	}
+	done := ctx.Done()
+wait:
+	for {
+		select {
+		case <-exited:
+			break wait
+		case <-timer.C:
+			stop(LimitTimeout)
+		case <-done:
+			done = nil
+			stop(LimitCancelled)
+		case <-escalate:
+			escalate = nil
+			killGroup(pid, c.Group)
+		}
+	}
+	if c.Finish != nil {
+		c.Finish()
+	}
+	// The direct child has exited: nothing the call started may outlive
+	// it. Kill the group (or the cgroup) while the zombie still pins the
+	// pgid, then reap.
+	killGroup(pid, c.Group)
+	werr := cmd.Wait()
+	res.ExitCode = exitCode(cmd.ProcessState, werr)
+
+	select {
+	case <-readDone:
+	case <-time.After(DrainGrace):
+		r.Close()
+		<-readDone
+	}
+	res.Elapsed = time.Since(start)
+	res.Output, res.OutputBytes, res.Dropped = out.result()
+	res.Truncated = res.Dropped > 0
+	if c.Group != nil {
+		if l := c.Group.limitHit(); l != LimitNone && res.Limit == LimitNone {
+			res.Limit = l
+		}
+	}
+	return res, nil
+}
+
+// killGroup SIGKILLs the process group led by pid and, when set, every
+// process of the call's cgroup.
+func killGroup(pid int, g *Group) {
+	_ = unix.Kill(-pid, unix.SIGKILL)
+	if g != nil {
+		g.Kill()
+	}
+}
+
+// waitNoReap blocks until pid has exited, leaving it a zombie.
+func waitNoReap(pid int) {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			return
+		}
+	}
+}
+
+// exitCode maps a finished process to the footer's exit code: its status,
+// or 128+N when signal N killed it.
+func exitCode(ps *os.ProcessState, err error) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	if code := ps.ExitCode(); code >= 0 {
+		return code
+	}
+	_ = err
+	return -1
+}
+
+// capture keeps the first max bytes of a stream and counts the rest. It
+// keeps reading after the cap so that the writer never blocks on a full
+// pipe; memory stays bounded by max plus one read buffer.
+type capture struct {
+	mu    sync.Mutex
+	max   int
+	buf   []byte
+	total int64
+}
+
+func newCapture(max int) *capture {
+	initial := max
+	if initial > 64<<10 {
+		initial = 64 << 10
+	}
+	return &capture{max: max, buf: make([]byte, 0, initial)}
+}
+
+func (c *capture) readFrom(r io.Reader) {
+	chunk := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(chunk)
+		if n > 0 {
+			c.mu.Lock()
+			c.total += int64(n)
+			if room := c.max - len(c.buf); room > 0 {
+				c.buf = append(c.buf, chunk[:min(n, room)]...)
+			}
+			c.mu.Unlock()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Bytes returns how many bytes were seen so far.
+func (c *capture) seen() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total
+}
+
+func (c *capture) result() (out []byte, total, dropped int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf, c.total, c.total - int64(len(c.buf))
+}

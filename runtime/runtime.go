@@ -1,0 +1,123 @@
+// Package runtime executes tools. It owns process lifetime for every
+// backend: one pipe for stdout and stderr, the output cap, the hard timeout,
+// cancellation, and the guarantee that no process a call started outlives
+// the call.
+//
+// The backends live in the subpackages direct (read-class tools, run
+// unsandboxed), bwrap (the default sandbox) and oci (runc, crun or runsc fed
+// a generated bundle). Each implements Runner on top of Exec.
+//
+// The name clashes with the standard library's runtime; import it as rt.
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Backend names an execution backend.
+type Backend string
+
+// The backends.
+const (
+	BackendDirect Backend = "direct"
+	BackendBwrap  Backend = "bwrap"
+	BackendOCI    Backend = "oci"
+)
+
+// KnownBackends lists the sandbox backends a test-class tool can use.
+func KnownBackends() []Backend { return []Backend{BackendBwrap, BackendOCI} }
+
+// ParseBackend returns the sandbox backend named s, or an error naming the
+// allowed values.
+func ParseBackend(s string) (Backend, error) {
+	b := Backend(s)
+	if slices.Contains(KnownBackends(), b) {
+		return b, nil
+	}
+	names := make([]string, 0, 2)
+	for _, k := range KnownBackends() {
+		names = append(names, string(k))
+	}
+	return "", fmt.Errorf("unknown sandbox backend %q: want one of %s", s, strings.Join(names, ", "))
+}
+
+// Env is the exact environment of every tool: nothing else is passed.
+var Env = []string{
+	"PATH=" + DefaultPath,
+	"PAGER=cat",
+	"GIT_PAGER=cat",
+	"GIT_CONFIG_NOSYSTEM=1",
+}
+
+// DefaultPath is the fixed PATH of every tool.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Invocation is one call of a tool.
+type Invocation struct {
+	// ID identifies the call (unique per server process); backends use it
+	// to name containers, bundles and cgroups.
+	ID string
+	// Name is the tool's name, for logs.
+	Name string
+	// Path is the absolute executable to execve: no PATH search.
+	Path string
+	// Argv is the full argument vector; Argv[0] is the exe as configured.
+	Argv []string
+	// Dir is the canonical working directory.
+	Dir string
+	// Timeout is the hard wall-clock limit.
+	Timeout time.Duration
+	// MaxBytes caps the combined output kept.
+	MaxBytes int
+}
+
+// Limit names what ended a call early.
+type Limit string
+
+// The limits that can end a call.
+const (
+	LimitNone      Limit = ""
+	LimitTimeout   Limit = "timeout"
+	LimitCancelled Limit = "cancelled"
+	LimitPids      Limit = "pids"
+	LimitMemory    Limit = "memory"
+)
+
+// Result is the outcome of a call that ran. A tool that failed, timed out or
+// was cancelled is a Result, not an error.
+type Result struct {
+	// Output is the combined stdout and stderr, at most MaxBytes.
+	Output []byte
+	// OutputBytes counts every byte the tool wrote, kept or dropped.
+	OutputBytes int64
+	// Dropped counts the bytes beyond MaxBytes.
+	Dropped int64
+	// Truncated reports Dropped > 0.
+	Truncated bool
+	// ExitCode is the exit status, or 128+N when signal N killed the tool.
+	ExitCode int
+	// Elapsed is the wall-clock time from start to the end of the call.
+	Elapsed time.Duration
+	// TimedOut reports the hard timeout was reached.
+	TimedOut bool
+	// Limit names what ended the call early, if anything.
+	Limit Limit
+}
+
+// Failed reports whether the call counts as a tool error: non-zero exit,
+// timeout, or cancellation.
+func (r Result) Failed() bool {
+	return r.ExitCode != 0 || r.TimedOut || r.Limit == LimitCancelled
+}
+
+// Runner runs invocations. The error return is only for "could not run at
+// all" (the backend is unusable, the executable could not be started); a
+// tool that failed is a Result. Cancellation is the context: a cancelled
+// call is killed with everything it started.
+type Runner interface {
+	Run(ctx context.Context, inv Invocation) (Result, error)
+}

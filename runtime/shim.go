@@ -1,0 +1,272 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// ShimArg is the first argument that turns the toolgate binary into one of
+// its exec shims. The shims are small, single-purpose modes of the same
+// binary, so that a deployment has one file to trust:
+//
+//   - reap: run the tool as a child subreaper, and when it exits kill and
+//     reap everything it left behind (the direct backend, where no cgroup2
+//     hierarchy is writable).
+//   - enter: join the call's v1 cgroups, lower rlimits, drop to the sandbox
+//     uid/gid, set no_new_privs, then exec (the bwrap backend).
+//   - init: inside an OCI container, make stderr the same pipe as stdout,
+//     set the environment to exactly Env, then exec the tool (no shell).
+//
+// Shim options come before "--"; after it: the path to execve, then argv.
+const ShimArg = "__toolgate_shim"
+
+// Shim modes.
+const (
+	ShimReap  = "reap"
+	ShimEnter = "enter"
+	ShimInit  = "init"
+)
+
+// Rlimit is one resource limit set by the enter shim (soft = hard).
+type Rlimit struct {
+	Name  string // "nofile", "nproc", "core", "fsize"
+	Value uint64
+}
+
+var rlimitNames = map[string]int{
+	"nofile": unix.RLIMIT_NOFILE,
+	"nproc":  unix.RLIMIT_NPROC,
+	"core":   unix.RLIMIT_CORE,
+	"fsize":  unix.RLIMIT_FSIZE,
+	"as":     unix.RLIMIT_AS,
+}
+
+// ShimSpec is what a shim does, turned into arguments by Args.
+type ShimSpec struct {
+	Mode    string
+	Joins   []string // cgroup.procs files to join (enter)
+	Rlimits []Rlimit // enter
+	UID     int      // enter: drop to this uid/gid when >= 0
+	GID     int
+	Path    string   // what to execve
+	Argv    []string // its argv
+}
+
+// Args returns the argv (after the binary) that runs spec.
+func (s ShimSpec) Args() []string {
+	a := []string{ShimArg, s.Mode}
+	for _, j := range s.Joins {
+		a = append(a, "--join", j)
+	}
+	for _, r := range s.Rlimits {
+		a = append(a, "--rlimit", r.Name+"="+strconv.FormatUint(r.Value, 10))
+	}
+	if s.UID >= 0 {
+		a = append(a, "--uid", strconv.Itoa(s.UID), "--gid", strconv.Itoa(s.GID))
+	}
+	a = append(a, "--", s.Path)
+	return append(a, s.Argv...)
+}
+
+func parseShim(args []string) (ShimSpec, error) {
+	s := ShimSpec{UID: -1, GID: -1}
+	if len(args) < 1 {
+		return s, errors.New("no mode")
+	}
+	s.Mode, args = args[0], args[1:]
+	for len(args) > 0 && args[0] != "--" {
+		if len(args) < 2 {
+			return s, fmt.Errorf("option %q needs a value", args[0])
+		}
+		opt, val := args[0], args[1]
+		args = args[2:]
+		switch opt {
+		case "--join":
+			s.Joins = append(s.Joins, val)
+		case "--rlimit":
+			name, n, ok := strings.Cut(val, "=")
+			v, err := strconv.ParseUint(n, 10, 64)
+			if _, known := rlimitNames[name]; !ok || !known || err != nil {
+				return s, fmt.Errorf("bad rlimit %q", val)
+			}
+			s.Rlimits = append(s.Rlimits, Rlimit{Name: name, Value: v})
+		case "--uid", "--gid":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 0 {
+				return s, fmt.Errorf("bad %s %q", opt, val)
+			}
+			if opt == "--uid" {
+				s.UID = n
+			} else {
+				s.GID = n
+			}
+		default:
+			return s, fmt.Errorf("unknown option %q", opt)
+		}
+	}
+	if len(args) < 3 {
+		return s, errors.New("want -- PATH ARGV0 [ARGS...]")
+	}
+	s.Path, s.Argv = args[1], args[2:]
+	return s, nil
+}
+
+// MaybeShim runs a shim and never returns when os.Args name one; otherwise
+// it returns at once. main (and TestMain of packages that run tools) calls
+// it first.
+func MaybeShim() {
+	if len(os.Args) < 2 || os.Args[1] != ShimArg {
+		return
+	}
+	spec, err := parseShim(os.Args[2:])
+	if err != nil {
+		shimFail(127, "bad shim arguments: %v", err)
+	}
+	switch spec.Mode {
+	case ShimReap:
+		os.Exit(reap(spec))
+	case ShimEnter:
+		enter(spec)
+	case ShimInit:
+		initExec(spec)
+	}
+	shimFail(127, "unknown shim mode %q", spec.Mode)
+}
+
+func shimFail(code int, format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "toolgate: "+format+"\n", a...)
+	os.Exit(code)
+}
+
+// enter joins the v1 cgroups, lowers the rlimits, drops privileges and
+// execs. Every step is required: a failure ends the call, it never runs
+// with less than asked.
+func enter(s ShimSpec) {
+	self := []byte(strconv.Itoa(os.Getpid()))
+	for _, j := range s.Joins {
+		if err := os.WriteFile(j, self, 0); err != nil {
+			shimFail(126, "sandbox: join cgroup %s: %v", j, err)
+		}
+	}
+	for _, r := range s.Rlimits {
+		lim := &syscall.Rlimit{Cur: r.Value, Max: r.Value}
+		// syscall.Setrlimit (not unix) so that Go does not restore its
+		// saved RLIMIT_NOFILE at exec.
+		if err := syscall.Setrlimit(rlimitNames[r.Name], lim); err != nil {
+			shimFail(126, "sandbox: set rlimit %s=%d: %v", r.Name, r.Value, err)
+		}
+	}
+	if s.UID >= 0 {
+		if err := syscall.Setgroups(nil); err != nil {
+			shimFail(126, "sandbox: setgroups: %v", err)
+		}
+		if err := syscall.Setresgid(s.GID, s.GID, s.GID); err != nil {
+			shimFail(126, "sandbox: setresgid %d: %v", s.GID, err)
+		}
+		if err := syscall.Setresuid(s.UID, s.UID, s.UID); err != nil {
+			shimFail(126, "sandbox: setresuid %d: %v", s.UID, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		shimFail(126, "sandbox: no_new_privs: %v", err)
+	}
+	err := syscall.Exec(s.Path, s.Argv, os.Environ())
+	shimFail(126, "sandbox: exec %s: %v", s.Path, err)
+}
+
+// initExec is the init of an OCI container: stderr becomes stdout, the
+// environment becomes exactly Env (runtimes inject HOME), then exec.
+func initExec(s ShimSpec) {
+	if err := unix.Dup2(1, 2); err != nil {
+		shimFail(126, "init: dup2: %v", err)
+	}
+	err := syscall.Exec(s.Path, s.Argv, Env)
+	if errors.Is(err, syscall.E2BIG) {
+		shimFail(126, "start %s: argument list too long", s.Path)
+	}
+	shimFail(127, "start %s: %v", s.Path, err)
+}
+
+// reap runs the tool as a child of a subreaper and, once it exits, kills and
+// reaps every process it left. SIGTERM (sent by Exec on timeout or
+// cancellation) kills the whole tree at once. It returns the tool's exit
+// code, or 128+N when signal N killed it.
+func reap(s ShimSpec) int {
+	runtime.LockOSThread() // Pdeathsig is tied to the thread that forks
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		shimFail(126, "reap: subreaper: %v", err)
+	}
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	// Exit with the parent: SIGTERM is handled below like a timeout.
+	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0)
+
+	p, err := os.StartProcess(s.Path, s.Argv, &os.ProcAttr{
+		Env:   os.Environ(),
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		if errors.Is(err, syscall.E2BIG) {
+			shimFail(126, "start %s: argument list too long", s.Path)
+		}
+		shimFail(127, "start %s: %v", s.Path, err)
+	}
+	// The shim must not hold the output pipe open itself.
+	if null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0); err == nil {
+		_ = unix.Dup2(int(null.Fd()), 1)
+		_ = unix.Dup2(int(null.Fd()), 2)
+		null.Close()
+	}
+
+	exited := make(chan int, 1)
+	go func() {
+		var ws unix.WaitStatus
+		for {
+			_, err := unix.Wait4(p.Pid, &ws, 0, nil)
+			if !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+		if ws.Signaled() {
+			exited <- 128 + int(ws.Signal())
+			return
+		}
+		exited <- ws.ExitStatus()
+	}()
+	var code int
+	select {
+	case code = <-exited:
+	case <-term:
+		_ = unix.Kill(-p.Pid, unix.SIGKILL)
+		code = <-exited
+	}
+	_ = unix.Kill(-p.Pid, unix.SIGKILL)
+	killChildren()
+	return code
+}
+
+// killChildren SIGKILLs and reaps every child (and its process group) until
+// none is left. Orphans of the tool are reparented here because this
+// process is a child subreaper.
+func killChildren() {
+	for {
+		for _, pid := range childPids() {
+			_ = unix.Kill(-pid, unix.SIGKILL)
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		var ws unix.WaitStatus
+		_, err := unix.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, unix.ECHILD) {
+			return
+		}
+	}
+}

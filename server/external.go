@@ -1,0 +1,180 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+	"github.com/sirupsen/logrus"
+
+	"github.com/toolgate/toolgate/builtin"
+	"github.com/toolgate/toolgate/conf"
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+// noArgsSchema accepts only {}: callers pass no arguments, ever.
+var noArgsSchema = json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`)
+
+// CallOutput is the structuredContent of an external tool call.
+type CallOutput struct {
+	ExitCode     int    `json:"exit_code"`
+	ElapsedMS    int64  `json:"elapsed_ms"`
+	TimedOut     bool   `json:"timed_out"`
+	Truncated    bool   `json:"truncated"`
+	OutputBytes  int64  `json:"output_bytes"`
+	DroppedBytes int64  `json:"dropped_bytes"`
+	Limit        string `json:"limit,omitempty"`
+	Backend      string `json:"backend"`
+}
+
+var callOutputSchema = json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "exit_code": {"type": "integer", "description": "exit status, or 128+N when signal N killed the tool"},
+    "elapsed_ms": {"type": "integer"},
+    "timed_out": {"type": "boolean"},
+    "truncated": {"type": "boolean", "description": "output exceeded max-bytes; the rest was dropped"},
+    "output_bytes": {"type": "integer", "description": "bytes the tool wrote, kept or dropped"},
+    "dropped_bytes": {"type": "integer"},
+    "limit": {"type": "string", "enum": ["timeout", "cancelled", "pids", "memory"], "description": "what ended the call early"},
+    "backend": {"type": "string"}
+  },
+  "required": ["exit_code", "elapsed_ms", "timed_out", "truncated", "output_bytes", "dropped_bytes", "backend"]
+}`)
+
+// Describe is the description of an external tool: class, sandbox, dir,
+// limits and the exact argv.
+func Describe(t conf.Tool) string {
+	sandbox := "off"
+	if t.Sandbox {
+		sandbox = "on"
+	}
+	argv, _ := json.Marshal(t.Argv())
+	return fmt.Sprintf("External %s tool (sandbox %s). Runs %s in %s, timeout %ds, output capped at %d bytes. "+
+		"Takes no arguments: the argv is fixed by the operator.",
+		t.Class, sandbox, argv, t.Dir, int(t.Timeout/time.Second), t.MaxBytes)
+}
+
+func externalTool(t conf.Tool) mcp.Tool {
+	tool := mcp.NewToolWithRawSchema(t.Name, Describe(t), noArgsSchema)
+	tool.RawOutputSchema = callOutputSchema
+	tool.Annotations = mcp.ToolAnnotation{
+		ReadOnlyHint:  mcp.ToBoolPtr(true),
+		OpenWorldHint: mcp.ToBoolPtr(t.Class == conf.ClassRead),
+	}
+	return tool
+}
+
+func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
+	backend := s.backendName(t)
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		entry := s.log.WithFields(logrus.Fields{"tool": t.Name, "class": t.Class, "backend": backend})
+		if err := builtin.NoArgs(rawArgs(req)); err != nil {
+			entry.WithField("refused", "arguments").Info("call")
+			return errorResult("toolgate: %s %v: callers pass no arguments, ever; what the operator configured is what runs", t.Name, err), nil
+		}
+		runner := s.opts.Direct
+		if t.Class == conf.ClassTest {
+			runner = s.opts.Sandbox
+			if runner == nil {
+				entry.WithField("refused", "no sandbox").Info("call")
+				return errorResult("toolgate: %s is a test-class tool and runs only sandboxed, but the %s sandbox backend is unavailable: %v. It is never run unsandboxed; `toolgate doctor` says how to fix the backend.",
+					t.Name, s.opts.SandboxName, s.opts.SandboxErr), nil
+			}
+		}
+		queued := time.Now()
+		release, err := s.acquire(ctx, t.Timeout)
+		if err != nil {
+			entry.WithField("refused", "queue").Info("call")
+			return errorResult("toolgate: %s: %v", t.Name, err), nil
+		}
+		defer release()
+		inv := rt.Invocation{
+			ID:       s.nextID(),
+			Name:     t.Name,
+			Path:     t.ExeResolved,
+			Argv:     t.Argv(),
+			Dir:      t.DirResolved,
+			Timeout:  t.Timeout,
+			MaxBytes: t.MaxBytes,
+		}
+		res, err := runner.Run(ctx, inv)
+		entry = entry.WithField("call", inv.ID)
+		if err != nil {
+			entry.WithError(err).Warn("call could not run")
+			return errorResult("toolgate: %s could not run: %v", t.Name, err), nil
+		}
+		entry.WithFields(logrus.Fields{
+			"exit": res.ExitCode, "elapsed_ms": res.Elapsed.Milliseconds(), "queued_ms": time.Since(queued).Milliseconds() - res.Elapsed.Milliseconds(),
+			"output_bytes": res.OutputBytes, "truncated": res.Truncated, "timed_out": res.TimedOut, "limit": res.Limit,
+		}).Info("call")
+		return renderResult(res, backend), nil
+	}
+}
+
+// acquire takes a slot of --max-concurrent. A call that would wait longer
+// than its own timeout answers an error instead.
+func (s *Server) acquire(ctx context.Context, timeout time.Duration) (func(), error) {
+	select {
+	case s.sem <- struct{}{}:
+		return func() { <-s.sem }, nil
+	default:
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case s.sem <- struct{}{}:
+		return func() { <-s.sem }, nil
+	case <-t.C:
+		return nil, fmt.Errorf("queued for %s behind %d running calls (--max-concurrent) without a free slot; not run", timeout, cap(s.sem))
+	case <-ctx.Done():
+		return nil, fmt.Errorf("cancelled while queued: %w", ctx.Err())
+	}
+}
+
+// Render returns the text content of a call: the combined output, then the
+// markers, then the footer [exit=N elapsed_ms=M].
+func Render(res rt.Result) string {
+	var b strings.Builder
+	b.Grow(len(res.Output) + 96)
+	b.Write(res.Output)
+	if len(res.Output) > 0 && res.Output[len(res.Output)-1] != '\n' {
+		b.WriteByte('\n')
+	}
+	if res.Truncated {
+		fmt.Fprintf(&b, "[truncated: %d bytes dropped]\n", res.Dropped)
+	}
+	switch res.Limit {
+	case rt.LimitTimeout:
+		b.WriteString("[timeout]\n")
+	case rt.LimitCancelled:
+		b.WriteString("[cancelled]\n")
+	case rt.LimitPids, rt.LimitMemory:
+		fmt.Fprintf(&b, "[limit: %s]\n", res.Limit)
+	}
+	b.WriteString("[exit=")
+	b.WriteString(strconv.Itoa(res.ExitCode))
+	b.WriteString(" elapsed_ms=")
+	b.WriteString(strconv.FormatInt(res.Elapsed.Milliseconds(), 10))
+	b.WriteString("]")
+	return b.String()
+}
+
+func renderResult(res rt.Result, backend string) *mcp.CallToolResult {
+	out := CallOutput{
+		ExitCode:     res.ExitCode,
+		ElapsedMS:    res.Elapsed.Milliseconds(),
+		TimedOut:     res.TimedOut,
+		Truncated:    res.Truncated,
+		OutputBytes:  res.OutputBytes,
+		DroppedBytes: res.Dropped,
+		Limit:        string(res.Limit),
+		Backend:      backend,
+	}
+	return toolResult(Render(res), out, res.Failed())
+}

@@ -1,0 +1,241 @@
+// Package server is toolgate's MCP surface: the tool registry (built-ins,
+// tools.conf externals, downstream servers), gating, the result envelope and
+// the log of calls. It knows nothing about namespaces: it hands invocations
+// to a runtime.Runner.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+	"github.com/sirupsen/logrus"
+
+	"github.com/toolgate/toolgate/builtin"
+	"github.com/toolgate/toolgate/conf"
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Version is reported in initialize and checkpoint_status.
+	Version string
+	// Conf is the loaded tools.conf (any state).
+	Conf *conf.Config
+	// Builtins are the built-in tools to serve, in tools/list order,
+	// already selected by capability flags; checkpoint_status is added by
+	// the server and always first.
+	Builtins []builtin.Tool
+	// Direct runs read-class tools.
+	Direct rt.Runner
+	// Sandbox runs test-class tools; nil when no sandbox backend can run
+	// here, in which case SandboxErr says why and test tools answer
+	// isError. They never fall back to Direct.
+	Sandbox     rt.Runner
+	SandboxName string
+	SandboxErr  error
+	// MaxConcurrent bounds concurrent external calls; the excess queues.
+	MaxConcurrent int
+	// Log receives one entry per call and the server's own messages. It
+	// must not write to stdout.
+	Log *logrus.Logger
+}
+
+// Server is a configured toolgate MCP server.
+type Server struct {
+	opts    Options
+	mcp     *mcpserver.MCPServer
+	log     *logrus.Logger
+	order   map[string]int
+	served  []builtin.ToolStatus
+	sem     chan struct{}
+	callSeq atomic.Uint64
+}
+
+// New builds the server and its tool registry. The tool set is fixed here:
+// listChanged is false and a reload is a restart.
+func New(opts Options) *Server {
+	if opts.Log == nil {
+		opts.Log = logrus.New()
+		opts.Log.SetOutput(io.Discard)
+	}
+	if opts.MaxConcurrent <= 0 {
+		opts.MaxConcurrent = runtime.NumCPU() * 4
+	}
+	s := &Server{
+		opts:  opts,
+		log:   opts.Log,
+		order: map[string]int{},
+		sem:   make(chan struct{}, opts.MaxConcurrent),
+	}
+	s.mcp = mcpserver.NewMCPServer("toolgate", opts.Version,
+		mcpserver.WithToolCapabilities(false),
+		mcpserver.WithRecovery(),
+		mcpserver.WithToolFilter(s.sortTools),
+		mcpserver.WithInstructions("toolgate serves operator-configured, fixed-argv tools. "+
+			"External tools take no arguments: what the operator configured is what runs."),
+	)
+	s.register()
+	return s
+}
+
+// MCP returns the underlying MCP server (for in-process tests).
+func (s *Server) MCP() *mcpserver.MCPServer { return s.mcp }
+
+// Served lists the tools in tools/list order with the backend each uses.
+func (s *Server) Served() []builtin.ToolStatus { return s.served }
+
+// ServeStdio serves MCP on in/out until in is closed or ctx is done.
+func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
+	stdio := mcpserver.NewStdioServer(s.mcp)
+	stdio.SetErrorLogger(log.New(s.log.WriterLevel(logrus.ErrorLevel), "", 0))
+	mcpserver.WithWorkerPoolSize(100)(stdio)
+	mcpserver.WithQueueSize(10000)(stdio)
+	return stdio.Listen(ctx, in, out)
+}
+
+// sortTools orders tools/list: checkpoint_status, the other built-ins in
+// their fixed order, externals in conf order, then downstream tools.
+func (s *Server) sortTools(_ context.Context, tools []mcp.Tool) []mcp.Tool {
+	out := append([]mcp.Tool(nil), tools...)
+	slices.SortStableFunc(out, func(a, b mcp.Tool) int { return s.order[a.Name] - s.order[b.Name] })
+	return out
+}
+
+func (s *Server) add(t mcp.Tool, h mcpserver.ToolHandlerFunc, st builtin.ToolStatus) {
+	s.order[t.Name] = len(s.order)
+	s.mcp.AddTool(t, h)
+	s.served = append(s.served, st)
+}
+
+func (s *Server) register() {
+	status := builtin.CheckpointStatus(s.status)
+	for _, b := range append([]builtin.Tool{status}, s.opts.Builtins...) {
+		if s.hidden(b.Name) {
+			continue
+		}
+		s.add(builtinTool(b), s.builtinHandler(b), builtin.ToolStatus{Name: b.Name, Kind: "builtin", Backend: "builtin"})
+	}
+	if s.opts.Conf == nil || s.opts.Conf.State != conf.StateLoaded {
+		return
+	}
+	for _, t := range s.opts.Conf.Tools {
+		if s.opts.Conf.Hidden(t.Name) {
+			continue
+		}
+		s.add(externalTool(t), s.externalHandler(t),
+			builtin.ToolStatus{Name: t.Name, Kind: "external", Class: string(t.Class), Backend: s.backendName(t)})
+	}
+}
+
+// hidden applies `expose <name> off` to built-ins; checkpoint_* never hides
+// (conf refuses such a line anyway).
+func (s *Server) hidden(name string) bool {
+	if strings.HasPrefix(name, conf.ProtectedPrefix) || s.opts.Conf == nil {
+		return false
+	}
+	return s.opts.Conf.Hidden(name)
+}
+
+func (s *Server) backendName(t conf.Tool) string {
+	if t.Class == conf.ClassRead {
+		return string(rt.BackendDirect)
+	}
+	return s.opts.SandboxName
+}
+
+func builtinTool(b builtin.Tool) mcp.Tool {
+	t := mcp.NewToolWithRawSchema(b.Name, b.Description, b.InputSchema)
+	t.RawOutputSchema = b.OutputSchema
+	t.Annotations = mcp.ToolAnnotation{
+		ReadOnlyHint:    mcp.ToBoolPtr(!b.Writes),
+		DestructiveHint: mcp.ToBoolPtr(false),
+		OpenWorldHint:   mcp.ToBoolPtr(false),
+	}
+	return t
+}
+
+func (s *Server) builtinHandler(b builtin.Tool) mcpserver.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		res, err := b.Handler(ctx, rawArgs(req))
+		if err != nil {
+			return nil, err
+		}
+		s.log.WithFields(logrus.Fields{"tool": b.Name, "kind": "builtin", "is_error": res.IsError}).Info("call")
+		return toolResult(res.Text, res.Structured, res.IsError), nil
+	}
+}
+
+// rawArgs returns the call's arguments as JSON, nil when absent.
+func rawArgs(req mcp.CallToolRequest) json.RawMessage {
+	if len(req.Params.RawArguments) > 0 {
+		return req.Params.RawArguments
+	}
+	if req.Params.Arguments == nil {
+		return nil
+	}
+	b, err := json.Marshal(req.Params.Arguments)
+	if err != nil {
+		return json.RawMessage(`"unencodable"`)
+	}
+	return b
+}
+
+func toolResult(text string, structured any, isError bool) *mcp.CallToolResult {
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{mcp.NewTextContent(text)},
+		StructuredContent: structured,
+		IsError:           isError,
+	}
+}
+
+// status is the checkpoint_status source.
+func (s *Server) status(ctx context.Context) builtin.Status {
+	c := s.opts.Conf
+	st := builtin.Status{
+		Version:  s.opts.Version,
+		Protocol: mcpserver.RequestProtocolVersion(ctx),
+		Sandbox: builtin.SandboxState{
+			Backend:   s.opts.SandboxName,
+			Available: s.opts.Sandbox != nil,
+		},
+		Tools: s.served,
+	}
+	if s.opts.SandboxErr != nil {
+		st.Sandbox.Reason = s.opts.SandboxErr.Error()
+	}
+	if c != nil {
+		st.Conf = ConfStatus(c)
+	}
+	return st
+}
+
+// ConfStatus summarises a loaded tools.conf for checkpoint_status and check.
+func ConfStatus(c *conf.Config) builtin.ConfStatus {
+	cs := builtin.ConfStatus{Path: c.Path, SHA256: c.SHA256, State: string(c.State), Reason: c.Reason}
+	for _, err := range c.Errors {
+		ce := builtin.ConfError{Reason: err.Error()}
+		if e, ok := err.(*conf.Error); ok { //nolint:errorlint // Errors holds *conf.Error values by contract
+			ce = builtin.ConfError{Line: e.Line, Text: e.Text, Field: e.Field, Reason: e.Err.Error()}
+		}
+		cs.Errors = append(cs.Errors, ce)
+	}
+	return cs
+}
+
+func (s *Server) nextID() string {
+	return "c" + strconv.FormatUint(s.callSeq.Add(1), 10)
+}
+
+func errorResult(format string, a ...any) *mcp.CallToolResult {
+	return toolResult(fmt.Sprintf(format, a...), nil, true)
+}
