@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/toolgate/toolgate/server"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/server"
 )
 
 func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {

@@ -12,9 +12,9 @@ import (
 
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
-	"github.com/toolgate/toolgate/server"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/direct"
+	"github.com/toolgate/toolgate/server"
 )
 
 // settings are the flags shared by serve, check and doctor.
