@@ -78,7 +78,7 @@ var deniedExes = map[Family][]string{
 		"pivot_root", "switch_root", "ip", "newuidmap", "newgidmap", "toolgate",
 	},
 	FamilyNetwork: {
-		"ssh", "scp", "sftp", "sshd", "curl", "wget", "nc", "ncat", "netcat", "nc.openbsd",
+		"ssh", "scp", "sftp", "sshd", "socat", "curl", "wget", "nc", "ncat", "netcat", "nc.openbsd",
 		"nc.traditional", "telnet", "ftp", "tftp", "rsync", "rclone", "aria2c", "lftp", "nmap",
 		"openssl", "ssh-keyscan", "dig", "nslookup", "host", "ping", "tcpdump", "tshark",
 		"iptables", "nft", "mosh", "websocat", "httpie", "http", "xh", "lynx", "w3m", "links",
@@ -126,8 +126,9 @@ type deniedEntry struct {
 var (
 	deniedByName map[string]deniedEntry
 	deniedPrefix []deniedEntry
-	// versionSuffix is what may follow a denied name: 3, 3.12, -12, 5.36, 20.
-	versionSuffix = regexp.MustCompile(`^[-._]?[0-9][0-9.]*(?:[-._][0-9][0-9.]*)*$`)
+	// versionSuffix is what may follow a denied name: 3, 3.12, -12, 5.36,
+	// 20, and a build flavour after the version (3.11-dbg, 3.12m).
+	versionSuffix = regexp.MustCompile(`^[-._]?[0-9][0-9.]*(?:[-._][0-9][0-9.]*)*(?:[-_.]?[a-z]+)?$`)
 	// crossTriple strips a cross toolchain prefix: x86_64-linux-gnu-, aarch64-linux-musl-,
 	// arm-none-eabi-.
 	crossTriple = regexp.MustCompile(`^[a-z0-9_]+-(?:[a-z0-9_]+-)?(?:linux|none|w64|pc|apple|unknown)-[a-z0-9_]+-(.+)$`)

@@ -1,0 +1,80 @@
+// Package testbin builds toolgate's test programs (the probe) once per test
+// binary and hands out their paths. The build goes to a 0755 directory
+// under the system temp dir so that a sandbox uid can execute it.
+package testbin
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+var (
+	once  sync.Once
+	dir   string
+	probe string
+	err   error
+)
+
+// Probe returns the path of the built probe program (internal/probe).
+func Probe(t testing.TB) string {
+	t.Helper()
+	once.Do(build)
+	if err != nil {
+		t.Fatalf("build probe: %v", err)
+	}
+	return probe
+}
+
+// Dir returns a fresh 0755 directory that a sandbox uid can traverse,
+// removed when the test ends.
+func Dir(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "toolgate-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func build() {
+	dir, err = os.MkdirTemp("", "toolgate-testbin-")
+	if err != nil {
+		return
+	}
+	if err = os.Chmod(dir, 0o755); err != nil {
+		return
+	}
+	_, file, _, _ := runtime.Caller(0)
+	src := filepath.Join(filepath.Dir(file), "..", "probe")
+	probe = filepath.Join(dir, "probe")
+	cmd := exec.Command("go", "build", "-o", probe, ".")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	var out []byte
+	out, err = cmd.CombinedOutput()
+	if err != nil {
+		err = &buildError{err: err, out: string(out)}
+	}
+}
+
+type buildError struct {
+	err error
+	out string
+}
+
+func (e *buildError) Error() string { return e.err.Error() + ": " + e.out }
+
+// Cleanup removes the built programs; call it from TestMain after m.Run.
+func Cleanup() {
+	if dir != "" {
+		os.RemoveAll(dir)
+	}
+}
