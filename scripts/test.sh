@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Set up and run every test toolgate has: installs what is missing (Debian 12),
+# then the unit and integration tests (race detector on) and the stdio
+# end-to-end suite. TOOLGATE_REQUIRE_ALL=1 turns every "missing binary" skip
+# into a failure (CI sets it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/deps.sh
+export PATH="/usr/local/go/bin:$PATH"
+export CGO_ENABLED=1
+
+echo "== go vet" >&2
+go vet -tags seccomp ./...
+go vet -tags 'seccomp e2e' ./e2e/
+
+echo "== unit and integration tests" >&2
+go test -race -tags seccomp -count=1 -timeout 20m ./...
+
+echo "== end-to-end over stdio" >&2
+go test -tags 'seccomp e2e' -count=1 -timeout 20m ./e2e/
