@@ -1,0 +1,102 @@
+package bundle
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// ErrNoSeccomp is returned when seccomp is asked for and this binary was
+// built without the seccomp build tag. It is never a silent downgrade.
+var ErrNoSeccomp = errors.New("seccomp requested but this toolgate was built without seccomp support (rebuild with cgo, libseccomp-dev and -tags seccomp)")
+
+// cloneNewUser is CLONE_NEWUSER, the flag the tightened profile masks.
+const cloneNewUser = unix.CLONE_NEWUSER
+
+// userNSSyscalls are the syscalls that can create a user namespace.
+var userNSSyscalls = []string{"clone", "clone3", "unshare"}
+
+// defaultSeccomp converts and tightens the profile once per process; every
+// spec shares the result.
+var defaultSeccomp = sync.OnceValues(func() (*specs.LinuxSeccomp, error) {
+	p, err := convertDefaultProfile()
+	if err != nil {
+		return nil, err
+	}
+	return tightenUserNS(p), nil
+})
+
+// DefaultSeccomp returns the containers/common default seccomp profile,
+// converted for an empty capability set (the blocks gated on a capability
+// drop out) and tightened by tightenUserNS so that no nested user namespace
+// can be created. The profile is computed once and shared by every spec:
+// callers must not modify it.
+func DefaultSeccomp() (*specs.LinuxSeccomp, error) {
+	p, err := defaultSeccomp()
+	if err != nil {
+		return nil, fmt.Errorf("seccomp profile: %w", err)
+	}
+	return p, nil
+}
+
+// tightenUserNS removes clone, clone3 and unshare from every rule of p and
+// adds: clone and unshare allowed only when CLONE_NEWUSER is clear in their
+// flags (argument 0 on the architectures the profile converts for), and
+// clone3 failing with ENOSYS (its flags are behind a pointer that seccomp
+// cannot read; libc falls back to clone). It returns a new profile.
+func tightenUserNS(p *specs.LinuxSeccomp) *specs.LinuxSeccomp {
+	out := *p
+	out.Syscalls = make([]specs.LinuxSyscall, 0, len(p.Syscalls)+3)
+	for _, sc := range p.Syscalls {
+		names := slices.DeleteFunc(slices.Clone(sc.Names), func(n string) bool {
+			return slices.Contains(userNSSyscalls, n)
+		})
+		if len(names) == 0 {
+			continue
+		}
+		sc.Names = names
+		out.Syscalls = append(out.Syscalls, sc)
+	}
+	noUserNS := []specs.LinuxSeccompArg{{Index: 0, Value: cloneNewUser, ValueTwo: 0, Op: specs.OpMaskedEqual}}
+	enosys := uint(unix.ENOSYS)
+	out.Syscalls = append(out.Syscalls,
+		specs.LinuxSyscall{Names: []string{"clone"}, Action: specs.ActAllow, Args: noUserNS},
+		specs.LinuxSyscall{Names: []string{"unshare"}, Action: specs.ActAllow, Args: slices.Clone(noUserNS)},
+		specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: &enosys},
+	)
+	return &out
+}
+
+// WithClone3Allowed relaxes the clone3 rule of the seccomp profile from
+// ENOSYS to allow. It is for runsc (gVisor 2022), whose filter ignores
+// errnoRet, so that a filtered clone3 fails with EPERM, from which glibc's
+// pthread_create does not fall back to clone (every threaded program
+// aborts); its Sentry does not implement clone3 and answers ENOSYS itself.
+// Nested user namespaces stay refused there through clone and unshare.
+// Apply it after the profile is set; the shared profile is copied, never
+// modified.
+func WithClone3Allowed() Opt {
+	return func(s *specs.Spec) error {
+		if s.Linux == nil || s.Linux.Seccomp == nil {
+			return errors.New("allow clone3: the spec has no seccomp profile")
+		}
+		p := *s.Linux.Seccomp
+		p.Syscalls = slices.Clone(p.Syscalls)
+		found := false
+		for i, sc := range p.Syscalls {
+			if slices.Equal(sc.Names, []string{"clone3"}) {
+				p.Syscalls[i] = specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActAllow}
+				found = true
+			}
+		}
+		if !found {
+			return errors.New("allow clone3: the profile has no clone3 rule")
+		}
+		s.Linux.Seccomp = &p
+		return nil
+	}
+}

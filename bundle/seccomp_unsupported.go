@@ -1,0 +1,9 @@
+//go:build !seccomp
+
+package bundle
+
+import specs "github.com/opencontainers/runtime-spec/specs-go"
+
+func convertDefaultProfile() (*specs.LinuxSeccomp, error) {
+	return nil, ErrNoSeccomp
+}

@@ -1,0 +1,299 @@
+package oci
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/toolgate/toolgate/bundle"
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+// unifiedControllers is the file crun 1.8 checks on a hybrid host.
+const unifiedControllers = "/sys/fs/cgroup/unified/cgroup.controllers"
+
+// controllers is which cgroup limits the host can apply to containers.
+type controllers struct {
+	pids, memory bool
+	// swap: memory+swap can be capped (v1 memsw accounting).
+	swap bool
+	// hybridControllers: /sys/fs/cgroup is not cgroup2 but a cgroup2
+	// hierarchy at /sys/fs/cgroup/unified lists controllers (crun 1.8
+	// refuses to start then).
+	hybridControllers bool
+}
+
+// detectControllers reads /proc/self/mountinfo and the cgroup roots. It
+// changes nothing.
+func detectControllers() controllers {
+	var c controllers
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return c
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		sep := slices.Index(fields, "-")
+		if sep < 5 || len(fields) < sep+4 {
+			continue
+		}
+		point, fstype, super := fields[4], fields[sep+1], strings.Split(fields[sep+3], ",")
+		switch fstype {
+		case "cgroup":
+			if slices.Contains(super, "pids") {
+				c.pids = true
+			}
+			if slices.Contains(super, "memory") {
+				c.memory = true
+				if _, err := os.Stat(filepath.Join(point, "memory.memsw.limit_in_bytes")); err == nil {
+					c.swap = true
+				}
+			}
+		case "cgroup2":
+			ctls := readWords(filepath.Join(point, "cgroup.controllers"))
+			if point == "/sys/fs/cgroup" {
+				c.pids = c.pids || slices.Contains(ctls, "pids")
+				c.memory = c.memory || slices.Contains(ctls, "memory")
+			}
+		}
+	}
+	var root, unified unix.Statfs_t
+	if unix.Statfs("/sys/fs/cgroup", &root) == nil && root.Type != unix.CGROUP2_SUPER_MAGIC &&
+		unix.Statfs("/sys/fs/cgroup/unified", &unified) == nil && unified.Type == unix.CGROUP2_SUPER_MAGIC {
+		c.hybridControllers = len(readWords(unifiedControllers)) > 0
+	}
+	return c
+}
+
+func readWords(path string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(b))
+}
+
+// prepare lays out the server directory once: RunDir/<pid> (0700) with the
+// skeleton rootfs, the runtime state dir and the bundles dir; it first
+// sweeps what dead servers left.
+func (r *Runner) prepare() error {
+	if err := os.MkdirAll(r.cfg.RunDir, 0o700); err != nil {
+		return fmt.Errorf("oci: run dir: %w", err)
+	}
+	if _, err := r.Sweep(); err != nil {
+		return err
+	}
+	if err := os.Mkdir(r.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("oci: server dir: %w", err)
+	}
+	for _, d := range []string{r.state, r.bundles} {
+		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("oci: %w", err)
+		}
+	}
+	if err := makeSkeleton(r.rootfs); err != nil {
+		return err
+	}
+	if r.mask != "" {
+		if err := os.WriteFile(r.mask, nil, 0o444); err != nil {
+			return fmt.Errorf("oci: crun cgroup mask: %w", err)
+		}
+	}
+	return nil
+}
+
+// makeSkeleton creates the empty rootfs every container starts from: the
+// mount points usr etc proc dev tmp (tmp mode 1777: runc gives a tmpfs
+// mount point the mode of the directory below it), .toolgate for the shim,
+// and bin sbin lib lib64 as symlinks into usr where the host is usr-merged
+// (directories, to be bound, where it is not).
+func makeSkeleton(root string) error {
+	if err := os.Mkdir(root, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("oci: skeleton rootfs: %w", err)
+	}
+	for _, d := range []string{"usr", "etc", "proc", "dev", "tmp", ".toolgate"} {
+		p := filepath.Join(root, d)
+		if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("oci: skeleton rootfs: %w", err)
+		}
+	}
+	if err := unix.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
+		return fmt.Errorf("oci: skeleton rootfs: %w", err)
+	}
+	shim := filepath.Join(root, bundle.ShimPath)
+	if err := os.WriteFile(shim, nil, 0o755); err != nil {
+		return fmt.Errorf("oci: skeleton rootfs: %w", err)
+	}
+	for _, top := range bundle.UsrMerge {
+		p := filepath.Join(root, top)
+		fi, err := os.Lstat(top)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			continue
+		case err != nil:
+			return fmt.Errorf("oci: skeleton rootfs: %w", err)
+		case fi.IsDir():
+			err = os.Mkdir(p, 0o755)
+		default:
+			err = os.Symlink("usr"+top, p)
+		}
+		if err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("oci: skeleton rootfs: %w", err)
+		}
+	}
+	return nil
+}
+
+// Sweep removes what servers that died without cleaning up left in RunDir:
+// for every RunDir/<pid> whose process is gone, it kills and deletes every
+// container in its state directories (with the runtime that made them,
+// when installed) and removes the directory. It returns what it removed.
+func (r *Runner) Sweep() ([]string, error) {
+	entries, err := os.ReadDir(r.cfg.RunDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("oci: sweep: %w", err)
+	}
+	var removed []string
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !e.IsDir() || pid == os.Getpid() || alive(pid) {
+			continue
+		}
+		dir := filepath.Join(r.cfg.RunDir, e.Name())
+		states, _ := filepath.Glob(filepath.Join(dir, "state-*"))
+		for _, st := range states {
+			name := Name(strings.TrimPrefix(filepath.Base(st), "state-"))
+			if name == r.cfg.Runtime {
+				r.sweepState(st)
+				continue
+			}
+			if other, err := r.sibling(name); err == nil {
+				other.sweepState(st)
+			}
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return removed, fmt.Errorf("oci: sweep %s: %w", dir, err)
+		}
+		removed = append(removed, dir)
+	}
+	return removed, nil
+}
+
+// sibling is a runner for another runtime, used to sweep its state.
+func (r *Runner) sibling(name Name) (*Runner, error) {
+	fl, ok := flavours[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown runtime %q", name)
+	}
+	bin, err := findBinary(string(name))
+	if err != nil {
+		return nil, err
+	}
+	p := *r.plan
+	p.cfg.Runtime, p.fl, p.bin = name, fl, bin
+	if name == Crun && detectControllers().hybridControllers {
+		p.mask = filepath.Join(r.dir, "empty-cgroup.controllers")
+		_ = os.WriteFile(p.mask, nil, 0o444)
+	}
+	return &Runner{plan: &p}, nil
+}
+
+// sweepState kills and deletes every container listed in state dir st.
+func (r *Runner) sweepState(st string) {
+	if _, err := os.Stat(st); err != nil {
+		return
+	}
+	res, err := r.op(st, "list", r.fl.quiet)
+	if err != nil {
+		return
+	}
+	for _, id := range strings.Fields(string(res.Output)) {
+		if !strings.HasPrefix(id, IDPrefix) {
+			continue
+		}
+		_, _ = r.op(st, "kill", id, "KILL")
+		_, _ = r.op(st, "delete", r.fl.force, id)
+	}
+}
+
+func alive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
+}
+
+// probe runs one trivial container and returns why the runtime cannot run
+// here when it fails.
+func (r *Runner) probe(ctx context.Context) error {
+	exe := r.cfg.Probe
+	if exe == "-" {
+		return nil
+	}
+	if exe == "" {
+		exe = "/usr/bin/true"
+	}
+	if _, err := os.Stat(exe); err != nil {
+		r.notes = append(r.notes, fmt.Sprintf("start-up probe skipped: %v", err))
+		return nil
+	}
+	inv := rt.Invocation{
+		ID: "probe", Name: "probe", Path: exe, Argv: []string{exe},
+		Dir: "/usr", Timeout: 30 * time.Second, MaxBytes: 8 << 10,
+	}
+	res, err := r.Run(ctx, inv)
+	if err != nil {
+		return fmt.Errorf("oci runtime %s cannot run a container here: %w", r.cfg.Runtime, err)
+	}
+	if res.ExitCode != 0 || res.TimedOut {
+		return fmt.Errorf("oci runtime %s cannot run a container here: probe %s exited %d: %s", r.cfg.Runtime, exe, res.ExitCode, firstLine(res.Output))
+	}
+	return nil
+}
+
+// execMasked runs c in a private mount namespace in which the unified
+// hierarchy's cgroup.controllers reads empty, the workaround that lets crun
+// 1.8 start on a hybrid-cgroup host. The namespace belongs to a dedicated
+// OS thread that exits with the call, so no other goroutine ever runs in it.
+func execMasked(ctx context.Context, mask string, c rt.Cmd) (rt.Result, error) {
+	type out struct {
+		res rt.Result
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		// Never unlocked: the thread, whose mount namespace differs from
+		// the process's, is destroyed when this goroutine returns.
+		goruntime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			done <- out{err: fmt.Errorf("crun cgroup mask: unshare mount namespace: %w", err)}
+			return
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			done <- out{err: fmt.Errorf("crun cgroup mask: make mounts private: %w", err)}
+			return
+		}
+		if err := unix.Mount(mask, unifiedControllers, "", unix.MS_BIND, ""); err != nil {
+			done <- out{err: fmt.Errorf("crun cgroup mask: bind %s: %w", unifiedControllers, err)}
+			return
+		}
+		res, err := rt.Exec(ctx, c)
+		done <- out{res, err}
+	}()
+	o := <-done
+	return o.res, o.err
+}

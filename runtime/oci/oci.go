@@ -1,0 +1,443 @@
+// Package oci runs sandboxed tools in OCI containers: runc by default, crun
+// or runsc (gVisor) when chosen. Every call gets a runtime spec from package
+// bundle, a private bundle directory, and a unique container id with the
+// server's prefix; however the call ends, the container is killed and
+// deleted and the bundle removed. At start-up the runner lays out the
+// skeleton rootfs once and sweeps what servers killed without cleaning up
+// left behind.
+//
+// The container process is toolgate's own init shim (rt.ShimInit), bound
+// read-only at bundle.ShimPath: it makes stderr the same descriptor as
+// stdout inside the sandbox and execs the tool with exactly rt.Env (the
+// runtimes inject HOME; the shim removes it).
+package oci
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/toolgate/toolgate/bundle"
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+// IDPrefix starts every container id: toolgate-<server pid>-<call id>.
+const IDPrefix = "toolgate-"
+
+// opTimeout bounds one runtime housekeeping command (kill, delete, list).
+const opTimeout = 10 * time.Second
+
+// opMaxBytes caps the output kept from a housekeeping command.
+const opMaxBytes = 64 << 10
+
+// Config configures a Runner.
+type Config struct {
+	// Runtime is runc, crun or runsc; empty means runc.
+	Runtime Name
+	// Shim is the binary that provides rt's init shim mode (toolgate
+	// itself, or the toolgate-shim installed next to it): bound read-only
+	// into every container at bundle.ShimPath and run as its process.
+	Shim string
+	// RunDir is the server runtime base directory; each server uses
+	// RunDir/<pid>. Empty means DefaultRunDir().
+	RunDir string
+	// Limits are the per-call limits.
+	Limits rt.SandboxLimits
+	// UID and GID run the tool; 0 means 65534 (nobody).
+	UID, GID uint32
+	// Probe is the executable of the start-up probe container; empty
+	// means /usr/bin/true. "-" skips the probe.
+	Probe string
+}
+
+// DefaultRunDir is /run/toolgate for root, else $XDG_RUNTIME_DIR/toolgate.
+func DefaultRunDir() string {
+	if os.Geteuid() != 0 {
+		if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+			return filepath.Join(d, "toolgate")
+		}
+	}
+	return "/run/toolgate"
+}
+
+// binDirs are searched, in order, for the runtime binaries (the server's
+// PATH is not used).
+var binDirs = filepath.SplitList(rt.DefaultPath)
+
+// findBinary returns the absolute path of an executable named name in
+// binDirs.
+func findBinary(name string) (string, error) {
+	for _, d := range binDirs {
+		p := filepath.Join(d, name)
+		fi, err := os.Stat(p)
+		if err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found in %s (install the Debian package %q)", name, rt.DefaultPath, debPackage(name))
+}
+
+func debPackage(name string) string {
+	if name == "runsc" {
+		return "runsc"
+	}
+	return name
+}
+
+// plan is everything about a Runner that needs no side effect: paths,
+// the base policy, the runtime flavour. `toolgate spec` uses it alone.
+type plan struct {
+	cfg     Config
+	fl      flavour
+	bin     string
+	dir     string // RunDir/<pid>
+	rootfs  string
+	state   string
+	bundles string
+	prefix  string // IDPrefix + pid + "-"
+	policy  bundle.Policy
+	// mask is the empty file bound over the unified hierarchy's
+	// cgroup.controllers for crun on a hybrid host; "" when not needed.
+	mask string
+	// notes are facts for doctor.
+	notes []string
+}
+
+// newPlan validates cfg and computes the plan. It reads host facts (which
+// binaries and /etc files exist, which cgroup controllers) but changes
+// nothing.
+func newPlan(cfg Config) (*plan, error) {
+	if cfg.Runtime == "" {
+		cfg.Runtime = Runc
+	}
+	fl, ok := flavours[cfg.Runtime]
+	if !ok {
+		_, err := ParseRuntime(string(cfg.Runtime))
+		return nil, err
+	}
+	if !filepath.IsAbs(cfg.Shim) {
+		return nil, fmt.Errorf("oci: shim binary %q: not an absolute path", cfg.Shim)
+	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	if cfg.UID == 0 {
+		cfg.UID = bundle.NobodyID
+	}
+	if cfg.GID == 0 {
+		cfg.GID = bundle.NobodyID
+	}
+	if cfg.RunDir == "" {
+		cfg.RunDir = DefaultRunDir()
+	}
+	if !filepath.IsAbs(cfg.RunDir) {
+		return nil, fmt.Errorf("oci: run dir %q: not an absolute path", cfg.RunDir)
+	}
+	bin, err := findBinary(string(cfg.Runtime))
+	if err != nil {
+		return nil, fmt.Errorf("oci runtime %s: %w", cfg.Runtime, err)
+	}
+	binds, err := bundle.SystemBinds(os.Lstat, os.Stat)
+	if err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	pid := strconv.Itoa(os.Getpid())
+	p := &plan{
+		cfg:    cfg,
+		fl:     fl,
+		bin:    bin,
+		dir:    filepath.Join(cfg.RunDir, pid),
+		prefix: IDPrefix + pid + "-",
+	}
+	p.rootfs = filepath.Join(p.dir, "rootfs")
+	p.state = filepath.Join(p.dir, "state-"+string(cfg.Runtime))
+	p.bundles = filepath.Join(p.dir, "bundles")
+	p.policy = bundle.Policy{
+		Rootfs: p.rootfs,
+		UID:    cfg.UID,
+		GID:    cfg.GID,
+		Rlimits: bundle.Rlimits{
+			NoFile: cfg.Limits.NoFile, NProc: cfg.Limits.NProc,
+			Core: cfg.Limits.Core, FSize: cfg.Limits.FSize,
+		},
+		TmpSize:     cfg.Limits.TmpSize,
+		SystemBinds: binds,
+		Shim:        cfg.Shim,
+		Seccomp:     true,
+	}
+	cg := detectControllers()
+	if cfg.Limits.Pids > 0 {
+		if cg.pids {
+			p.policy.Pids = max(cfg.Limits.Pids, fl.pidsFloor)
+			if fl.pidsFloor > cfg.Limits.Pids {
+				p.notes = append(p.notes, fmt.Sprintf("%s: pids cgroup limit raised to %d (it counts the sandbox kernel's own tasks); processes are bounded by RLIMIT_NPROC %d", cfg.Runtime, fl.pidsFloor, cfg.Limits.NProc))
+			}
+		} else {
+			p.notes = append(p.notes, "no pids cgroup controller: processes are bounded by RLIMIT_NPROC only")
+		}
+	}
+	if cfg.Limits.Memory > 0 {
+		if cg.memory {
+			p.policy.Memory = cfg.Limits.Memory
+			p.policy.MemorySwap = cg.swap
+		} else {
+			p.notes = append(p.notes, "no memory cgroup controller: per-call memory is not limited")
+		}
+	}
+	if cfg.Runtime == Crun && cg.hybridControllers {
+		p.mask = filepath.Join(p.dir, "empty-cgroup.controllers")
+		p.notes = append(p.notes, "crun: hybrid cgroups with controllers in the unified hierarchy; crun is run in a private mount namespace where "+unifiedControllers+" reads empty")
+	}
+	return p, nil
+}
+
+// containerID is the id of call callID.
+func (p *plan) containerID(callID string) (string, error) {
+	if !validCallID.MatchString(callID) {
+		return "", fmt.Errorf("oci: call id %q: want 1-64 of [A-Za-z0-9_.-]", callID)
+	}
+	return p.prefix + callID, nil
+}
+
+var validCallID = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
+
+// cgroupsPath is the container's cgroup: relative, so that runc nests it
+// under the server's own cgroups (toolgate-<pid>/<id>, the directory that
+// the server's cgroup sweep removes after a crash).
+func (p *plan) cgroupsPath(id string) string {
+	return rt.GroupPrefix + strconv.Itoa(os.Getpid()) + "/" + id
+}
+
+// spec returns the runtime spec of inv run as container id.
+func (p *plan) spec(inv rt.Invocation, id string) (*specs.Spec, error) {
+	if len(inv.Argv) == 0 {
+		return nil, errors.New("oci: empty argv")
+	}
+	shim := rt.ShimSpec{Mode: rt.ShimInit, UID: -1, GID: -1, Path: inv.Path, Argv: inv.Argv}
+	t := bundle.Tool{
+		Exe:  inv.Path,
+		Dir:  inv.Dir,
+		Args: append([]string{bundle.ShimPath}, shim.Args()...),
+		Env:  rt.Env,
+	}
+	pol := p.policy
+	pol.CgroupsPath = p.cgroupsPath(id)
+	s, err := bundle.Spec(t, pol, p.fl.opts...)
+	if err != nil {
+		return nil, fmt.Errorf("oci: spec of %s: %w", inv.Name, err)
+	}
+	return s, nil
+}
+
+// Spec returns the runtime spec a call of inv would use, with no side
+// effect (for `toolgate spec`).
+func Spec(cfg Config, inv rt.Invocation) (*specs.Spec, error) {
+	p, err := newPlan(cfg)
+	if err != nil {
+		return nil, err
+	}
+	id, err := p.containerID(inv.ID)
+	if err != nil {
+		return nil, err
+	}
+	return p.spec(inv, id)
+}
+
+// Runner runs invocations in containers of one OCI runtime.
+type Runner struct {
+	*plan
+}
+
+// New checks that the chosen runtime can run here, prepares the skeleton
+// rootfs and the state and bundle directories, sweeps what dead servers
+// left, and runs a probe container. The error says exactly why the runtime
+// cannot be used; callers never fall back to running unsandboxed.
+func New(ctx context.Context, cfg Config) (*Runner, error) {
+	p, err := newPlan(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("oci runtime %s: the oci backend needs root (rootless runtimes are not supported); use --backend bwrap", p.cfg.Runtime)
+	}
+	if _, err := bundle.DefaultSeccomp(); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	if err := checkShimReadable(p.cfg.Shim); err != nil {
+		return nil, err
+	}
+	r := &Runner{plan: p}
+	if err := r.prepare(); err != nil {
+		return nil, err
+	}
+	if err := r.probe(ctx); err != nil {
+		_ = r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// checkShimReadable refuses a toolgate binary the sandbox uid could not
+// execute.
+func checkShimReadable(self string) error {
+	fi, err := os.Stat(self)
+	if err != nil {
+		return fmt.Errorf("oci: shim binary: %w", err)
+	}
+	if fi.Mode()&0o005 != 0o005 {
+		return fmt.Errorf("oci: shim binary %q has mode %s: the sandbox uid must be able to read and execute it (chmod o+rx)", self, fi.Mode().Perm())
+	}
+	return nil
+}
+
+// Runtime is the chosen runtime's name.
+func (r *Runner) Runtime() Name { return r.cfg.Runtime }
+
+// Binary is the runtime's absolute path.
+func (r *Runner) Binary() string { return r.bin }
+
+// Notes are facts about how the runtime runs here, for doctor.
+func (r *Runner) Notes() []string { return append([]string(nil), r.notes...) }
+
+// Spec returns the runtime spec a call of inv uses.
+func (r *Runner) Spec(inv rt.Invocation) (*specs.Spec, error) {
+	id, err := r.containerID(inv.ID)
+	if err != nil {
+		return nil, err
+	}
+	return r.spec(inv, id)
+}
+
+// Run runs inv in a fresh container. However the call ends, the container
+// is killed and deleted and its bundle removed.
+func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
+	id, err := r.containerID(inv.ID)
+	if err != nil {
+		return rt.Result{}, err
+	}
+	s, err := r.spec(inv, id)
+	if err != nil {
+		return rt.Result{}, err
+	}
+	b := filepath.Join(r.bundles, id)
+	if err := writeBundle(b, s); err != nil {
+		return rt.Result{}, err
+	}
+	defer os.RemoveAll(b)
+
+	argv := r.runtimeArgs("run", "--bundle", b, id)
+	c := rt.Cmd{
+		Path:     r.bin,
+		Args:     argv,
+		Env:      rt.Env,
+		Dir:      b,
+		Timeout:  inv.Timeout,
+		MaxBytes: inv.MaxBytes,
+		// Killing `runc run` leaves the container running: stop it
+		// through the runtime, and always kill and delete it after.
+		Stop:   func(int) { r.kill(id) },
+		Finish: func() { r.kill(id); r.delete(id) },
+	}
+	return r.exec(ctx, c)
+}
+
+// runtimeArgs is the runtime's argv for subcommand sub with args.
+func (r *Runner) runtimeArgs(sub string, args ...string) []string {
+	a := []string{r.bin, "--root", r.state}
+	a = append(a, r.fl.global...)
+	a = append(a, sub)
+	return append(a, args...)
+}
+
+// op runs one housekeeping subcommand of the runtime with state dir root,
+// returning its output when it failed.
+func (r *Runner) op(root string, sub string, args ...string) (rt.Result, error) {
+	argv := r.runtimeArgs(sub, args...)
+	argv[2] = root
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	res, err := r.exec(ctx, rt.Cmd{
+		Path: r.bin, Args: argv, Env: rt.Env, Dir: "/",
+		Timeout: opTimeout, MaxBytes: opMaxBytes,
+	})
+	if err != nil {
+		return res, fmt.Errorf("%s %s: %w", r.cfg.Runtime, sub, err)
+	}
+	if res.Failed() {
+		return res, fmt.Errorf("%s %s %s: exit %d: %s", r.cfg.Runtime, sub, strings.Join(args, " "), res.ExitCode, firstLine(res.Output))
+	}
+	return res, nil
+}
+
+// kill sends SIGKILL to every process of container id. A container that is
+// already gone is not an error.
+func (r *Runner) kill(id string) {
+	args := []string{id, "KILL"}
+	if r.cfg.Runtime != Runsc {
+		args = []string{"--all", id, "KILL"}
+	}
+	_, _ = r.op(r.state, "kill", args...)
+}
+
+// delete removes container id and its state, forcefully.
+func (r *Runner) delete(id string) {
+	_, _ = r.op(r.state, "delete", r.fl.force, id)
+}
+
+// writeBundle creates the private bundle directory b and its config.json.
+func writeBundle(b string, s *specs.Spec) error {
+	data, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("oci: encode spec: %w", err)
+	}
+	if err := os.Mkdir(b, 0o700); err != nil {
+		return fmt.Errorf("oci: bundle: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(b, "config.json"), data, 0o600); err != nil {
+		_ = os.RemoveAll(b)
+		return fmt.Errorf("oci: bundle: %w", err)
+	}
+	return nil
+}
+
+func firstLine(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}
+
+// exec runs c through rt.Exec, inside the crun mount namespace when the
+// host needs it.
+func (r *Runner) exec(ctx context.Context, c rt.Cmd) (rt.Result, error) {
+	if r.mask == "" {
+		return rt.Exec(ctx, c)
+	}
+	return execMasked(ctx, r.mask, c)
+}
+
+// Close kills and deletes any container of this server still known to the
+// runtime and removes the server's directory.
+func (r *Runner) Close() error {
+	if r == nil {
+		return nil
+	}
+	r.sweepState(r.state)
+	if err := os.RemoveAll(r.dir); err != nil {
+		return fmt.Errorf("oci: remove %s: %w", r.dir, err)
+	}
+	return nil
+}

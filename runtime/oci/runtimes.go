@@ -1,0 +1,72 @@
+package oci
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/toolgate/toolgate/bundle"
+)
+
+// Name names an OCI runtime.
+type Name string
+
+// The supported runtimes.
+const (
+	Runc  Name = "runc"
+	Crun  Name = "crun"
+	Runsc Name = "runsc"
+)
+
+// KnownRuntimes lists the runtimes in the order --help shows them.
+func KnownRuntimes() []Name { return []Name{Runc, Crun, Runsc} }
+
+// ParseRuntime returns the runtime named s, or an error naming the allowed
+// values.
+func ParseRuntime(s string) (Name, error) {
+	n := Name(s)
+	if _, ok := flavours[n]; ok {
+		return n, nil
+	}
+	names := make([]string, 0, len(flavours))
+	for _, k := range KnownRuntimes() {
+		names = append(names, string(k))
+	}
+	return "", fmt.Errorf("unknown oci runtime %q: want one of %s", s, strings.Join(names, ", "))
+}
+
+// flavour is what differs between runtimes: spellings, global flags, spec
+// adjustments. Everything else is the same OCI command line.
+type flavour struct {
+	// global flags, after --root STATE and before the subcommand.
+	global []string
+	// force is the spelling of delete's force flag.
+	force string
+	// quiet is the spelling of list's ids-only flag.
+	quiet string
+	// opts adjust the spec for this runtime.
+	opts []bundle.Opt
+	// pidsFloor is the lowest pids cgroup limit the runtime tolerates
+	// (0: none).
+	pidsFloor int64
+}
+
+// runscPidsFloor keeps runsc's pids cgroup high: it counts the Sentry's own
+// host tasks, and reaching it kills the whole sandbox (exit 2, no output).
+// The tool's processes are bounded by RLIMIT_NPROC, which runsc's Sentry
+// enforces itself.
+const runscPidsFloor = 4096
+
+var flavours = map[Name]flavour{
+	Runc: {force: "--force", quiet: "-q"},
+	Crun: {force: "--force", quiet: "-q"},
+	Runsc: {
+		// --network=none: no network stack at all, not even a netstack
+		// loopback to the host. --oci-seccomp: apply the spec's seccomp
+		// profile inside the sandbox (runsc ignores it otherwise).
+		global:    []string{"--network=none", "--oci-seccomp"},
+		force:     "-force",
+		quiet:     "-quiet",
+		opts:      []bundle.Opt{bundle.WithoutRecursiveReadonly(), bundle.WithClone3Allowed()},
+		pidsFloor: runscPidsFloor,
+	},
+}
