@@ -1,11 +1,11 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	goruntime "runtime"
 
 	"github.com/sirupsen/logrus"
@@ -25,6 +25,7 @@ type settings struct {
 	backend       string
 	logLevel      string
 	logFormat     string
+	sandbox       sandboxFlags
 }
 
 func (s *settings) register(fs *flag.FlagSet) {
@@ -34,6 +35,7 @@ func (s *settings) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.backend, "backend", string(rt.BackendBwrap), "sandbox backend of test-class tools: bwrap or oci")
 	fs.StringVar(&s.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log format on stderr: text or json")
+	s.sandbox.register(fs)
 }
 
 func (s *settings) logger(stderr io.Writer) (*logrus.Logger, error) {
@@ -73,8 +75,10 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 	if _, err := rt.ParseBackend(s.backend); err != nil {
 		return nil, fmt.Errorf("--backend: %w", err)
 	}
-	self, err := selfPath()
-	if err != nil {
+	// The shim binary is needed to run anything; check (not live) only
+	// reports.
+	shim, err := rt.FindShim()
+	if err != nil && live {
 		return nil, err
 	}
 	a := &app{log: log}
@@ -85,32 +89,30 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 		}
 		log.WithField("cgroups", a.cgroups.String()).Debug("cgroups detected")
 	}
-	a.conf = conf.Load(s.confPath, conf.Options{Builtins: builtin.Names()})
+	a.conf = conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: checkSandboxTool})
 	logConf(log, a.conf)
 
 	a.opts = server.Options{
 		Version:       version,
 		Conf:          a.conf,
-		Direct:        &direct.Runner{Cgroups: a.cgroups, Self: self},
+		Direct:        &direct.Runner{Cgroups: a.cgroups, Shim: shim},
 		SandboxName:   s.backend,
-		SandboxErr:    fmt.Errorf("no sandbox backend is implemented yet in this build"),
+		SandboxErr:    errors.New("not set up (check does not start backends)"),
 		MaxConcurrent: s.maxConcurrent,
 		Log:           log,
+	}
+	if live {
+		a.opts.Sandbox, a.opts.SandboxErr = s.newSandbox(shim, a.cgroups)
+		if a.opts.SandboxErr != nil {
+			a.opts.Sandbox = nil
+			log.WithError(a.opts.SandboxErr).WithField("backend", s.backend).Error("sandbox backend unavailable: test-class tools will answer isError, never run unsandboxed")
+		}
 	}
 	return a, nil
 }
 
 func (a *app) close() {
 	a.cgroups.Close()
-}
-
-// selfPath is the toolgate binary, which also provides the exec shims.
-func selfPath() (string, error) {
-	p, err := os.Executable()
-	if err != nil {
-		return "", fmt.Errorf("locate the toolgate binary: %w", err)
-	}
-	return filepath.EvalSymlinks(p)
 }
 
 func logConf(log *logrus.Logger, c *conf.Config) {

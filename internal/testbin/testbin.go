@@ -16,6 +16,7 @@ var (
 	once  sync.Once
 	dir   string
 	probe string
+	shim  string
 	err   error
 )
 
@@ -27,6 +28,17 @@ func Probe(t testing.TB) string {
 		t.Fatalf("build probe: %v", err)
 	}
 	return probe
+}
+
+// Shim returns the path of the built toolgate-shim (cmd/toolgate-shim), in a
+// directory a sandbox uid can traverse.
+func Shim(t testing.TB) string {
+	t.Helper()
+	once.Do(build)
+	if err != nil {
+		t.Fatalf("build test programs: %v", err)
+	}
+	return shim
 }
 
 // Dir returns a fresh 0755 directory that a sandbox uid can traverse,
@@ -53,15 +65,17 @@ func build() {
 		return
 	}
 	_, file, _, _ := runtime.Caller(0)
-	src := filepath.Join(filepath.Dir(file), "..", "probe")
+	root := filepath.Join(filepath.Dir(file), "..", "..")
 	probe = filepath.Join(dir, "probe")
-	cmd := exec.Command("go", "build", "-o", probe, ".")
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	var out []byte
-	out, err = cmd.CombinedOutput()
-	if err != nil {
-		err = &buildError{err: err, out: string(out)}
+	shim = filepath.Join(dir, "toolgate-shim")
+	for out, pkg := range map[string]string{probe: "./internal/probe", shim: "./cmd/toolgate-shim"} {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, e := cmd.CombinedOutput(); e != nil {
+			err = &buildError{err: e, out: string(b)}
+			return
+		}
 	}
 }
 

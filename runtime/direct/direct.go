@@ -21,8 +21,8 @@ type Runner struct {
 	// Cgroups is the host's cgroup support; without a cgroup2 part the
 	// reap shim tracks the call instead.
 	Cgroups *rt.Cgroups
-	// Self is the toolgate binary, which provides the reap shim.
-	Self string
+	// Shim is the toolgate-shim binary (the reap shim).
+	Shim string
 }
 
 // Tracking names how a call's processes are tracked: "cgroup2" or "reap".
@@ -53,8 +53,8 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		// Tracking by the reap shim is as complete; only slower.
 	}
 	spec := rt.ShimSpec{Mode: rt.ShimReap, UID: -1, GID: -1, Path: inv.Path, Argv: inv.Argv}
-	c.Path = r.Self
-	c.Args = append([]string{r.Self}, spec.Args()...)
+	c.Path = r.Shim
+	c.Args = append([]string{r.Shim}, spec.Args()...)
 	c.Stop = func(pid int) { _ = unix.Kill(pid, syscall.SIGTERM) }
 	return rt.Exec(ctx, c)
 }

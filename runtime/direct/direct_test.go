@@ -32,11 +32,11 @@ func runners(t *testing.T) map[string]*Runner {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]*Runner{"reap": {Self: self}}
+	out := map[string]*Runner{"reap": {Shim: self}}
 	cg := rt.DetectCgroups()
 	t.Cleanup(cg.Close)
 	if cg.V2 != "" {
-		out["cgroup2"] = &Runner{Cgroups: cg, Self: self}
+		out["cgroup2"] = &Runner{Cgroups: cg, Shim: self}
 	} else if os.Getenv("TOOLGATE_REQUIRE_ALL") == "1" {
 		t.Fatalf("no writable cgroup2 hierarchy (%v): the cgroup2 tracking mode cannot be tested", cg.Notes)
 	} else {

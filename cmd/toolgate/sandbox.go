@@ -1,0 +1,56 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/toolgate/toolgate/conf"
+	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/bwrap"
+)
+
+// sandboxFlags are the per-call limits of sandboxed calls.
+type sandboxFlags struct {
+	limits rt.SandboxLimits
+}
+
+func (f *sandboxFlags) register(fs *flag.FlagSet) {
+	f.limits = rt.DefaultSandboxLimits()
+	fs.Int64Var(&f.limits.Pids, "sandbox-pids", f.limits.Pids, "processes and threads of one sandboxed call (pids cgroup; 0 = none)")
+	fs.Int64Var(&f.limits.Memory, "sandbox-memory", f.limits.Memory, "memory of one sandboxed call in bytes (memory cgroup; 0 = none)")
+	fs.Uint64Var(&f.limits.NoFile, "sandbox-nofile", f.limits.NoFile, "RLIMIT_NOFILE of sandboxed tools")
+	fs.Uint64Var(&f.limits.NProc, "sandbox-nproc", f.limits.NProc, "RLIMIT_NPROC of sandboxed tools (per sandbox uid)")
+	fs.Uint64Var(&f.limits.Core, "sandbox-core", f.limits.Core, "RLIMIT_CORE of sandboxed tools in bytes")
+	fs.Uint64Var(&f.limits.FSize, "sandbox-fsize", f.limits.FSize, "RLIMIT_FSIZE of sandboxed tools in bytes")
+	fs.Int64Var(&f.limits.TmpSize, "sandbox-tmp", f.limits.TmpSize, "size of a sandbox's private /tmp in bytes")
+}
+
+// sandboxIDs are the host uid and gid sandboxes run as: nobody when the
+// server is root, the server's own ids otherwise (-1).
+func sandboxIDs() (int, int) {
+	if os.Geteuid() == 0 {
+		return rt.SandboxUID, rt.SandboxGID
+	}
+	return -1, -1
+}
+
+// checkSandboxTool is the conf load hook: a test-class tool whose dir or exe
+// the sandbox cannot use safely refuses the line.
+func checkSandboxTool(t conf.Tool) error {
+	if t.Class != conf.ClassTest {
+		return nil
+	}
+	uid, gid := sandboxIDs()
+	return rt.CheckSandboxTool(t.DirResolved, t.ExeResolved, uid, gid)
+}
+
+// newSandbox sets up the chosen backend. An error says why it cannot run
+// here; test-class tools then answer isError.
+func (s *settings) newSandbox(shim string, cg *rt.Cgroups) (rt.Runner, error) {
+	switch rt.Backend(s.backend) {
+	case rt.BackendBwrap:
+		return bwrap.New(bwrap.Config{Shim: shim, Cgroups: cg, Limits: s.sandbox.limits})
+	}
+	return nil, fmt.Errorf("backend %q is not available in this build", s.backend)
+}
