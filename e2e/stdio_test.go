@@ -33,11 +33,17 @@ func TestMain(m *testing.M) {
 	}
 	os.Chmod(dir, 0o755)
 	binary = filepath.Join(dir, "toolgate")
-	build := exec.Command("go", "build", "-tags", "seccomp", "-o", binary, "../cmd/toolgate")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build toolgate:", err)
-		os.Exit(1)
+	// toolgate finds toolgate-shim next to itself.
+	for _, b := range [][]string{
+		{"build", "-tags", "seccomp", "-o", binary, "../cmd/toolgate"},
+		{"build", "-o", filepath.Join(dir, "toolgate-shim"), "../cmd/toolgate-shim"},
+	} {
+		build := exec.Command("go", b...)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build:", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	testbin.Cleanup()

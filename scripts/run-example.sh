@@ -12,8 +12,9 @@ export PATH="/usr/local/go/bin:$PATH"
 
 ex=${TOOLGATE_EXAMPLE:-/tmp/toolgate-example}
 mkdir -p "$ex/bin"
-chmod 755 "$ex"
+chmod 755 "$ex" "$ex/bin"
 CGO_ENABLED=1 go build -tags seccomp -o "$ex/bin/toolgate" ./cmd/toolgate >&2
+CGO_ENABLED=0 go build -o "$ex/bin/toolgate-shim" ./cmd/toolgate-shim >&2
 
 ws=$ex/workspace
 if [ ! -d "$ws/.git" ]; then
