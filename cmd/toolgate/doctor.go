@@ -4,9 +4,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"strings"
+
+	"github.com/toolgate/toolgate/conf"
+	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/bwrap"
+	"github.com/toolgate/toolgate/runtime/direct"
 )
 
-// doctor reports what works on this host and the exact fix for what does not.
+// doctor reports what works on this host and the exact fix for what does
+// not. It exits 1 when the chosen sandbox backend cannot run.
 func doctor(args []string, stdout, stderr io.Writer) int {
 	var s settings
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
@@ -14,6 +22,95 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 	if !parse(fs, args, stderr) {
 		return 2
 	}
+	d := &doctorReport{w: stdout}
 	fmt.Fprintf(stdout, "toolgate %s\n", version)
+
+	self, _ := os.Executable()
+	shim, err := rt.FindShim()
+	d.item("binary", err == nil, self, err)
+	if err == nil {
+		d.item("shim", true, shim, nil)
+	}
+	uid, gid := sandboxIDs()
+	if uid >= 0 {
+		d.line("user: root; sandboxes run as uid %d gid %d", uid, gid)
+	} else {
+		d.line("user: uid %d (not root); sandboxes run as this uid, mapped to 65534 inside", os.Geteuid())
+	}
+
+	cg := rt.DetectCgroups()
+	defer cg.Close()
+	d.line("cgroups: %s", cg)
+	for _, n := range cg.Notes {
+		d.line("  note: %s", n)
+	}
+	dr := &direct.Runner{Cgroups: cg, Shim: shim}
+	d.line("direct backend (read class): tracks each call by %s", map[string]string{
+		"cgroup2": "a cgroup2 group, killed as one",
+		"reap":    "the reap shim (a child subreaper); no writable cgroup2 hierarchy",
+	}[dr.Tracking()])
+
+	ok := true
+	for _, b := range rt.KnownBackends() {
+		chosen := string(b) == s.backend
+		mark := ""
+		if chosen {
+			mark = " (chosen: --backend " + s.backend + ")"
+		}
+		switch b {
+		case rt.BackendBwrap:
+			r, err := bwrap.New(bwrap.Config{Shim: shim, Cgroups: cg, Limits: s.sandbox.limits})
+			if err == nil {
+				d.item("sandbox bwrap"+mark, true, fmt.Sprintf("%s at %s; limits pids %d, memory %d MiB, nofile %d, nproc %d, /tmp %d MiB",
+					r.Version(), r.Path(), s.sandbox.limits.Pids, s.sandbox.limits.Memory>>20, s.sandbox.limits.NoFile,
+					s.sandbox.limits.NProc, s.sandbox.limits.TmpSize>>20), nil)
+			} else {
+				d.item("sandbox bwrap"+mark, false, "", err)
+				ok = ok && !chosen
+			}
+		default:
+			r, err := s.newSandboxBackend(b, shim, cg)
+			if err == nil {
+				d.item("sandbox "+string(b)+mark, true, describe(r), nil)
+			} else {
+				d.item("sandbox "+string(b)+mark, false, "", err)
+				ok = ok && !chosen
+			}
+		}
+	}
+
+	c := conf.Load(s.confPath, conf.Options{Check: checkSandboxTool})
+	switch c.State {
+	case conf.StateRefused:
+		d.line("tools.conf %s: refused (%d errors): run `toolgate check` for the lines", c.Path, len(c.Errors))
+	case conf.StateAbsent:
+		d.line("tools.conf %s: absent (%s): built-ins only", c.Path, c.Reason)
+	default:
+		d.line("tools.conf %s: loaded, %d tools", c.Path, len(c.Tools))
+	}
+	if !ok {
+		fmt.Fprintln(stdout, "\nthe chosen sandbox backend cannot run here: test-class tools would answer isError (never run unsandboxed)")
+		return 1
+	}
 	return 0
+}
+
+type doctorReport struct{ w io.Writer }
+
+func (d *doctorReport) line(format string, a ...any) { fmt.Fprintf(d.w, format+"\n", a...) }
+
+func (d *doctorReport) item(what string, ok bool, detail string, err error) {
+	if ok {
+		d.line("[ok]   %s: %s", what, detail)
+		return
+	}
+	d.line("[FAIL] %s: %s", what, strings.ReplaceAll(err.Error(), "; ", ";\n         "))
+}
+
+// describe gives a one-line summary of a runner that can say more.
+func describe(r rt.Runner) string {
+	if s, ok := r.(fmt.Stringer); ok {
+		return s.String()
+	}
+	return "available"
 }

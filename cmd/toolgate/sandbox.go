@@ -48,9 +48,19 @@ func checkSandboxTool(t conf.Tool) error {
 // newSandbox sets up the chosen backend. An error says why it cannot run
 // here; test-class tools then answer isError.
 func (s *settings) newSandbox(shim string, cg *rt.Cgroups) (rt.Runner, error) {
-	switch rt.Backend(s.backend) {
+	return s.newSandboxBackend(rt.Backend(s.backend), shim, cg)
+}
+
+// newSandboxBackend sets up backend b with the configured limits. It never
+// returns a non-nil Runner with an error.
+func (s *settings) newSandboxBackend(b rt.Backend, shim string, cg *rt.Cgroups) (rt.Runner, error) {
+	switch b {
 	case rt.BackendBwrap:
-		return bwrap.New(bwrap.Config{Shim: shim, Cgroups: cg, Limits: s.sandbox.limits})
+		r, err := bwrap.New(bwrap.Config{Shim: shim, Cgroups: cg, Limits: s.sandbox.limits})
+		if err != nil {
+			return nil, err
+		}
+		return r, nil
 	}
-	return nil, fmt.Errorf("backend %q is not available in this build", s.backend)
+	return nil, fmt.Errorf("backend %q is not available in this build", b)
 }
