@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/mark3labs/mcp-go v1.2.1
+	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/sirupsen/logrus v1.10.2
 	golang.org/x/sys v0.50.0
 )
