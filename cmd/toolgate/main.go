@@ -6,6 +6,7 @@
 //	toolgate check [flags]          print the tools serve would serve, or the refused line; exit 1 when refused
 //	toolgate --list-tools [flags]   the same as check
 //	toolgate doctor [flags]         what backends and helpers work here, and how to fix what does not
+//	toolgate registry list|show|validate   inspect the tool-MCP registry without launching a server
 //	toolgate version                print the version
 package main
 
@@ -46,6 +47,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return check(args, stdout, stderr)
 	case "doctor":
 		return doctor(args, stdout, stderr)
+	case "registry":
+		return registryCmd(args, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "toolgate %s\n", version)
 		return 0
@@ -64,6 +67,7 @@ func usage(w io.Writer) {
   toolgate check [flags]          print what serve would serve, or the refused line and why (exit 1)
   toolgate --list-tools [flags]   same as check
   toolgate doctor [flags]         report which backends and helpers work here
+  toolgate registry list|show|validate   inspect the tool-MCP registry (run "toolgate registry help")
   toolgate version                print the version
 run "toolgate serve -h" for the flags
 `)

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/toolgate/toolgate/conf"
+)
+
+const registryUsage = `usage:
+  toolgate registry list [--tool-mcp-dir DIR]
+  toolgate registry show [--tool-mcp-dir DIR] [--format toml|json] ID
+  toolgate registry validate [--tool-mcp-dir DIR] [ID]
+
+list, show and validate read the tool-MCP registry (every *.toml fragment
+of DIR, default ` + conf.DefaultRegistryDir + `) without launching or
+connecting to any server, and print variable names, never their values.
+validate exits 1 when the registry is refused, or when ID is given and is
+not ready (command missing, cwd missing, a referenced variable unset).
+`
+
+// registryCmd runs `toolgate registry list|show|validate`.
+func registryCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, registryUsage)
+		return 2
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "list", "show", "validate":
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, registryUsage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "toolgate registry: unknown command %q\n%s", sub, registryUsage)
+		return 2
+	}
+	fs := flag.NewFlagSet("registry "+sub, flag.ContinueOnError)
+	dir := fs.String("tool-mcp-dir", conf.DefaultRegistryDir, "directory of the registry's *.toml fragments")
+	format := "toml"
+	if sub == "show" {
+		fs.StringVar(&format, "format", "toml", "output format: toml or json")
+	}
+	pos, code := parseInterspersed(fs, args, stdout, stderr)
+	if code >= 0 {
+		return code
+	}
+	want := map[string][2]int{"list": {0, 0}, "show": {1, 1}, "validate": {0, 1}}[sub]
+	if len(pos) < want[0] || len(pos) > want[1] {
+		fmt.Fprintf(stderr, "toolgate registry %s: want %s\n", sub, map[string]string{"list": "no argument", "show": "one server ID", "validate": "at most one server ID"}[sub])
+		return 2
+	}
+	if format != "toml" && format != "json" {
+		fmt.Fprintf(stderr, "toolgate registry show: --format %q: want toml or json\n", format)
+		return 2
+	}
+	r := conf.LoadRegistry(*dir, conf.RegistryOptions{})
+	switch sub {
+	case "list":
+		return registryList(r, stdout)
+	case "show":
+		return registryShow(r, pos[0], format, stdout, stderr)
+	}
+	id := ""
+	if len(pos) == 1 {
+		id = pos[0]
+	}
+	return registryValidate(r, id, os.LookupEnv, stdout, stderr)
+}
+
+// parseInterspersed parses flags before, between and after the positional
+// arguments. code is -1 to go on, else the exit code.
+func parseInterspersed(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (pos []string, code int) {
+	fs.SetOutput(stderr)
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprint(stdout, registryUsage)
+				return nil, 0
+			}
+			return nil, 2
+		}
+		if fs.NArg() == 0 {
+			return pos, -1
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// writeRegistryState prints the registry's state line and, when refused,
+// every refusal.
+func writeRegistryState(w io.Writer, r *conf.Registry) {
+	switch r.State {
+	case conf.StateAbsent:
+		fmt.Fprintf(w, "registry %s: absent (%s): no downstream servers\n", r.Dir, r.Reason)
+	case conf.StateLoaded:
+		fmt.Fprintf(w, "registry %s: loaded, %s from %s\n", r.Dir, plural(len(r.Servers), "server"), plural(len(r.Fragments), "fragment"))
+	case conf.StateRefused:
+		fmt.Fprintf(w, "registry %s: refused, %s\n", r.Dir, plural(len(r.Errors), "error"))
+		for _, err := range r.Errors {
+			fmt.Fprintf(w, "  %v\n", err)
+		}
+		fmt.Fprintln(w, "  refused: every downstream server is disabled; built-in and tools.conf tools are unaffected")
+	}
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// registryList prints the state and one row per server. It exits 1 when
+// the registry is refused.
+func registryList(r *conf.Registry, w io.Writer) int {
+	writeRegistryState(w, r)
+	if r.State == conf.StateRefused {
+		return 1
+	}
+	if len(r.Servers) == 0 {
+		return 0
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTRANSPORT\tTARGET\tSANDBOX\tAPPROVAL\tTIMEOUTS\tTOOLS\tDEFINED IN")
+	for _, s := range r.Servers {
+		target, sandbox := s.URL, "-"
+		if s.Transport == conf.TransportStdio {
+			target = quoteArgv(append([]string{s.Command}, s.Args...))
+			sandbox = "off"
+			if s.Sandbox {
+				sandbox = "on, no network"
+				if s.Network {
+					sandbox = "on, network"
+				}
+			}
+		}
+		tools := make([]string, len(s.EnabledTools))
+		for i, t := range s.EnabledTools {
+			tools[i] = t
+			if m, ok := s.ToolApproval[t]; ok {
+				tools[i] += "(" + string(m) + ")"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\t%s\n", s.ID, s.Transport, target, sandbox, s.DefaultApproval,
+			secs(s.StartupTimeout), secs(s.ToolTimeout), strings.Join(tools, ", "), definedIn(r, s))
+	}
+	tw.Flush()
+	return 0
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%ds", int(d/time.Second)) }
+
+// definedIn names where an entry was defined, relative to the registry
+// directory.
+func definedIn(r *conf.Registry, s conf.ToolServer) string {
+	name := s.Fragment
+	if rel, err := filepath.Rel(r.Dir, s.Fragment); err == nil {
+		name = rel
+	}
+	if s.Line > 0 {
+		name += fmt.Sprintf(":%d", s.Line)
+	}
+	return name
+}
+
+// registryShow prints one server's normalised definition.
+func registryShow(r *conf.Registry, id, format string, stdout, stderr io.Writer) int {
+	if r.State != conf.StateLoaded {
+		writeRegistryState(stdout, r)
+		if r.State == conf.StateRefused {
+			return 1
+		}
+	}
+	s, ok := r.Server(id)
+	if !ok {
+		fmt.Fprintf(stderr, "toolgate registry show: no server %q in %s\n", id, r.Dir)
+		return 1
+	}
+	render := conf.RenderServerTOML
+	if format == "json" {
+		render = conf.RenderServerJSON
+	}
+	out, err := render(s)
+	if err != nil {
+		fmt.Fprintf(stderr, "toolgate registry show: %v\n", err)
+		return 1
+	}
+	stdout.Write(out)
+	return 0
+}
+
+// registryValidate prints the state and the readiness of every server (or
+// of id alone). It exits 1 when the registry is refused, or when id is
+// given and is unknown or not ready.
+func registryValidate(r *conf.Registry, id string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) int {
+	writeRegistryState(stdout, r)
+	if r.State == conf.StateRefused {
+		return 1
+	}
+	servers := r.Servers
+	if id != "" {
+		s, ok := r.Server(id)
+		if !ok {
+			fmt.Fprintf(stderr, "toolgate registry validate: no server %q in %s\n", id, r.Dir)
+			return 1
+		}
+		servers = []conf.ToolServer{s}
+	}
+	notReady := 0
+	for _, s := range servers {
+		rd := s.Readiness(lookupEnv)
+		state := "ready"
+		if !rd.Ready {
+			state = "not ready"
+			notReady++
+		}
+		fmt.Fprintf(stdout, "\n%s (%s): %s\n", s.ID, s.Transport, state)
+		tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+		if s.Transport == conf.TransportStreamableHTTP {
+			fmt.Fprintf(tw, "  -\turl\t%s\tnot contacted: validate never connects\n", s.URL)
+		}
+		for _, c := range rd.Checks {
+			mark := "ok"
+			if !c.OK {
+				mark = "FAIL"
+			}
+			subject := c.Subject
+			if c.Use != "" {
+				subject += " (" + c.Use + ")"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", mark, c.Kind, subject, c.Detail)
+		}
+		tw.Flush()
+	}
+	if len(servers) > 0 {
+		fmt.Fprintf(stdout, "\n%s ready, %d not ready\n", plural(len(servers)-notReady, "server"), notReady)
+	}
+	if id != "" && notReady > 0 {
+		return 1
+	}
+	return 0
+}
