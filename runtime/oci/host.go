@@ -187,6 +187,7 @@ func (r *Runner) Sweep() ([]string, error) {
 				other.sweepState(st)
 			}
 		}
+		removeCgroupParents(pid)
 		if err := os.RemoveAll(dir); err != nil {
 			return removed, fmt.Errorf("oci: sweep %s: %w", dir, err)
 		}
@@ -229,6 +230,26 @@ func (r *Runner) sweepState(st string) {
 		}
 		_, _ = r.op(st, "kill", id, "KILL")
 		_, _ = r.op(st, "delete", r.fl.force, id)
+	}
+}
+
+// removeCgroupParents removes the empty toolgate-<pid> directories that the
+// runtimes create (as parents of the relative cgroupsPath) in every cgroup
+// hierarchy, including those no limit uses (cpu, blkio, ...). A directory
+// that still holds a container is left alone: rmdir fails on it.
+func removeCgroupParents(pid int) {
+	name := rt.GroupPrefix + strconv.Itoa(pid)
+	for _, pat := range []string{"/sys/fs/cgroup/%s", "/sys/fs/cgroup/*/%s", "/sys/fs/cgroup/*/*/%s", "/sys/fs/cgroup/*/*/*/%s"} {
+		dirs, _ := filepath.Glob(fmt.Sprintf(pat, name))
+		for _, d := range dirs {
+			kids, _ := os.ReadDir(d)
+			for _, k := range kids {
+				if k.IsDir() && strings.HasPrefix(k.Name(), IDPrefix) {
+					_ = unix.Rmdir(filepath.Join(d, k.Name()))
+				}
+			}
+			_ = unix.Rmdir(d)
+		}
 	}
 }
 

@@ -436,6 +436,7 @@ func (r *Runner) Close() error {
 		return nil
 	}
 	r.sweepState(r.state)
+	removeCgroupParents(os.Getpid())
 	if err := os.RemoveAll(r.dir); err != nil {
 		return fmt.Errorf("oci: remove %s: %w", r.dir, err)
 	}
