@@ -4,6 +4,8 @@
 package testbin
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,14 +44,22 @@ func Shim(t testing.TB) string {
 }
 
 // Dir returns a fresh 0755 directory that a sandbox uid can traverse,
-// removed when the test ends.
+// removed when the test ends. Its name has a fixed length
+// (toolgate-test-XXXXXXXX) so that rendered tables stay aligned.
 func Dir(t testing.TB) string {
 	t.Helper()
-	d, err := os.MkdirTemp("", "toolgate-test-")
-	if err != nil {
-		t.Fatal(err)
+	var d string
+	for {
+		d = filepath.Join(os.TempDir(), fmt.Sprintf("toolgate-test-%08x", rand.Uint32()))
+		err := os.Mkdir(d, 0o755)
+		if err == nil {
+			break
+		}
+		if !os.IsExist(err) {
+			t.Fatal(err)
+		}
 	}
-	if err := os.Chmod(d, 0o755); err != nil {
+	if err := os.Chmod(d, 0o755); err != nil { // umask
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(d) })
