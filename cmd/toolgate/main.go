@@ -47,6 +47,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return check(args, stdout, stderr)
 	case "doctor":
 		return doctor(args, stdout, stderr)
+	case "spec":
+		return specCmd(args, stdout, stderr)
 	case "registry":
 		return registryCmd(args, stdout, stderr)
 	case "version":
@@ -67,6 +69,7 @@ func usage(w io.Writer) {
   toolgate check [flags]          print what serve would serve, or the refused line and why (exit 1)
   toolgate --list-tools [flags]   same as check
   toolgate doctor [flags]         report which backends and helpers work here
+  toolgate spec [flags] TOOL      print the OCI runtime spec a call of TOOL would use (--backend oci)
   toolgate registry list|show|validate   inspect the tool-MCP registry (run "toolgate registry help")
   toolgate version                print the version
 run "toolgate serve -h" for the flags

@@ -26,6 +26,7 @@ type settings struct {
 	logLevel      string
 	logFormat     string
 	sandbox       sandboxFlags
+	oci           ociFlags
 }
 
 func (s *settings) register(fs *flag.FlagSet) {
@@ -36,6 +37,7 @@ func (s *settings) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log format on stderr: text or json")
 	s.sandbox.register(fs)
+	s.oci.register(fs)
 }
 
 func (s *settings) logger(stderr io.Writer) (*logrus.Logger, error) {
@@ -102,7 +104,11 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 		Log:           log,
 	}
 	if live {
-		a.opts.Sandbox, a.opts.SandboxErr = s.newSandbox(shim, a.cgroups)
+		if rt.Backend(s.backend) == rt.BackendOCI {
+			a.opts.Sandbox, a.opts.SandboxErr = s.newOCISandbox(shim, log)
+		} else {
+			a.opts.Sandbox, a.opts.SandboxErr = s.newSandbox(shim, a.cgroups)
+		}
 		if a.opts.SandboxErr != nil {
 			log.WithError(a.opts.SandboxErr).WithField("backend", s.backend).Error("sandbox backend unavailable: test-class tools will answer isError, never run unsandboxed")
 		}
@@ -111,6 +117,7 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 }
 
 func (a *app) close() {
+	closeSandbox(a.opts.Sandbox)
 	a.cgroups.Close()
 }
 

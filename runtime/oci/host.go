@@ -93,9 +93,11 @@ func (r *Runner) prepare() error {
 	if err := os.MkdirAll(r.cfg.RunDir, 0o700); err != nil {
 		return fmt.Errorf("oci: run dir: %w", err)
 	}
-	if _, err := r.Sweep(); err != nil {
+	swept, err := r.Sweep()
+	if err != nil {
 		return err
 	}
+	r.swept = swept
 	if err := os.Mkdir(r.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("oci: server dir: %w", err)
 	}

@@ -255,6 +255,7 @@ func Spec(cfg Config, inv rt.Invocation) (*specs.Spec, error) {
 // Runner runs invocations in containers of one OCI runtime.
 type Runner struct {
 	*plan
+	swept []string
 }
 
 // New checks that the chosen runtime can run here, prepares the skeleton
@@ -297,6 +298,28 @@ func checkShimReadable(self string) error {
 		return fmt.Errorf("oci: shim binary %q has mode %s: the sandbox uid must be able to read and execute it (chmod o+rx)", self, fi.Mode().Perm())
 	}
 	return nil
+}
+
+// Swept lists the directories of dead servers that New removed.
+func (r *Runner) Swept() []string { return append([]string(nil), r.swept...) }
+
+// String summarises the runner for doctor.
+func (r *Runner) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s at %s; state %s; limits", r.cfg.Runtime, r.bin, r.state)
+	if r.policy.Pids > 0 {
+		fmt.Fprintf(&b, " pids %d,", r.policy.Pids)
+	}
+	if r.policy.Memory > 0 {
+		fmt.Fprintf(&b, " memory %d MiB,", r.policy.Memory>>20)
+	}
+	l := r.cfg.Limits
+	fmt.Fprintf(&b, " nofile %d, nproc %d, core %d, fsize %d, /tmp %d MiB; seccomp on", l.NoFile, l.NProc, l.Core, l.FSize, l.TmpSize>>20)
+	for _, n := range r.notes {
+		b.WriteString("; ")
+		b.WriteString(n)
+	}
+	return b.String()
 }
 
 // Runtime is the chosen runtime's name.

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/sirupsen/logrus"
+
+	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/oci"
+)
+
+// ociFlags choose and place the OCI runtime of --backend oci.
+type ociFlags struct {
+	runtime string
+	runDir  string
+}
+
+func (f *ociFlags) register(fs *flag.FlagSet) {
+	var names []string
+	for _, n := range oci.KnownRuntimes() {
+		names = append(names, string(n))
+	}
+	fs.StringVar(&f.runtime, "oci-runtime", string(oci.Runc), "OCI runtime of --backend oci: "+strings.Join(names, ", "))
+	fs.StringVar(&f.runDir, "oci-run-dir", "", "directory for the oci backend's rootfs, bundles and runtime state (default "+oci.DefaultRunDir()+")")
+}
+
+// ociConfig is the oci backend's configuration from the flags.
+func (s *settings) ociConfig(shim string) (oci.Config, error) {
+	name, err := oci.ParseRuntime(s.oci.runtime)
+	if err != nil {
+		return oci.Config{}, fmt.Errorf("--oci-runtime: %w", err)
+	}
+	cfg := oci.Config{Runtime: name, Shim: shim, RunDir: s.oci.runDir, Limits: s.sandbox.limits}
+	if os.Geteuid() == 0 {
+		cfg.UID, cfg.GID = rt.SandboxUID, rt.SandboxGID
+	}
+	return cfg, nil
+}
+
+// newOCISandbox starts the oci backend. On error the Runner is nil (never
+// a typed nil), and the error says why the runtime cannot run here.
+func (s *settings) newOCISandbox(shim string, log *logrus.Logger) (rt.Runner, error) {
+	cfg, err := s.ociConfig(shim)
+	if err != nil {
+		return nil, err
+	}
+	r, err := oci.New(context.Background(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range r.Swept() {
+		log.WithField("dir", d).Info("removed the containers and bundles of a server that did not exit cleanly")
+	}
+	log.WithField("oci", r.String()).Debug("oci backend ready")
+	return r, nil
+}
+
+// closeSandbox releases a sandbox runner that holds host state (the oci
+// backend's containers and directories).
+func closeSandbox(r rt.Runner) {
+	if c, ok := r.(interface{ Close() error }); ok {
+		_ = c.Close()
+	}
+}
