@@ -698,6 +698,9 @@ func decodeFragment(path string, data []byte) (*fragment, []error) {
 			de := &strict.Errors[i]
 			line, _ := de.Position()
 			parts := []string(de.Key())
+			if len(parts) == 0 {
+				parts = []string{"?"}
+			}
 			if parts[0] != "schema_version" && parts[0] != "tool_mcp_servers" {
 				parts = parts[:1] // report an unknown table once, at its top
 			}

@@ -1135,3 +1135,48 @@ func TestKnownSetsParse(t *testing.T) {
 		t.Errorf("ReservedServerIDs() = %v", got)
 	}
 }
+
+func ExampleParseFragment() {
+	fragment := `
+schema_version = 8
+
+[tool_mcp_servers.firecrawl]
+transport = "streamable_http"
+url = "https://mcp.example.invalid/"
+bearer_token_env_var = "FIRECRAWL_API_KEY"
+enabled_tools = ["search", "scrape"]
+default_tools_approval_mode = "writes"
+
+[tool_mcp_servers.firecrawl.tools.scrape]
+approval_mode = "prompt"
+`
+	servers, err := ParseFragment("10-firecrawl.toml", []byte(fragment), RegistryOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, s := range servers {
+		for _, t := range s.EnabledTools {
+			fmt.Printf("%s: %s, timeout %v\n", s.ServedName(t), s.Approval(t), s.ToolTimeout)
+		}
+		for _, v := range s.Vars() {
+			fmt.Printf("needs %s (%s)\n", v.Name, v.Use)
+		}
+	}
+
+	_, err = ParseFragment("20-bad.toml", []byte(`schema_version = 8
+[tool_mcp_servers.bad]
+transport = "streamable_http"
+url = "https://mcp.example.invalid/"
+bearer_token = "not here"
+enabled_tools = []
+default_tools_approval_mode = "writes"
+`), RegistryOptions{})
+	fmt.Println(err)
+	// Output:
+	// firecrawl__search: writes, timeout 1m0s
+	// firecrawl__scrape: prompt, timeout 1m0s
+	// needs FIRECRAWL_API_KEY (bearer_token_env_var)
+	// 20-bad.toml:5: tool_mcp_servers.bad.bearer_token: plaintext credential in field "bearer_token": never write a credential into the registry; put it in an environment variable and name the variable with bearer_token_env_var or env_http_headers (streamable_http) or env_vars (stdio)
+	// 20-bad.toml:6: tool_mcp_servers.bad.enabled_tools: empty: list at least one downstream tool (the operator's maximum)
+}
