@@ -368,7 +368,7 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		// Killing `runc run` leaves the container running: stop it
 		// through the runtime, and always kill and delete it after.
 		Stop:   func(int) { r.kill(id) },
-		Finish: func() { r.kill(id); r.delete(id) },
+		Finish: func() { r.cleanup(id) },
 	}
 	return r.exec(ctx, c)
 }
@@ -399,6 +399,34 @@ func (r *Runner) op(root string, sub string, args ...string) (rt.Result, error) 
 		return res, fmt.Errorf("%s %s %s: exit %d: %s", r.cfg.Runtime, sub, strings.Join(args, " "), res.ExitCode, firstLine(res.Output))
 	}
 	return res, nil
+}
+
+// cleanup kills and deletes container id after its `run` process exited,
+// unless the runtime already removed every trace of it from the state dir
+// (a run that ended normally deletes its container; runc, crun and runsc
+// all keep their state under --root as <id> or <id>_...). That check saves
+// two runtime processes per call; anything left is killed and deleted.
+func (r *Runner) cleanup(id string) {
+	if !r.stateExists(id) {
+		return
+	}
+	r.kill(id)
+	r.delete(id)
+}
+
+// stateExists reports whether the state dir holds anything of container id.
+// An unreadable state dir counts as holding it.
+func (r *Runner) stateExists(id string) bool {
+	entries, err := os.ReadDir(r.state)
+	if err != nil {
+		return true
+	}
+	for _, e := range entries {
+		if n := e.Name(); n == id || strings.HasPrefix(n, id+"_") || strings.HasPrefix(n, id+".") {
+			return true
+		}
+	}
+	return false
 }
 
 // kill sends SIGKILL to every process of container id. A container that is
