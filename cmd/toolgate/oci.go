@@ -41,8 +41,9 @@ func (s *settings) ociConfig(shim string) (oci.Config, error) {
 	return cfg, nil
 }
 
-// newOCISandbox starts the oci backend. On error the Runner is nil (never
-// a typed nil), and the error says why the runtime cannot run here.
+// newOCISandbox starts the oci backend (log may be nil: nothing is logged).
+// On error the Runner is nil (never a typed nil), and the error says why the
+// runtime cannot run here. The caller closes the Runner with closeSandbox.
 func (s *settings) newOCISandbox(shim string, log *logrus.Logger) (rt.Runner, error) {
 	cfg, err := s.ociConfig(shim)
 	if err != nil {
@@ -52,10 +53,12 @@ func (s *settings) newOCISandbox(shim string, log *logrus.Logger) (rt.Runner, er
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range r.Swept() {
-		log.WithField("dir", d).Info("removed the containers and bundles of a server that did not exit cleanly")
+	if log != nil {
+		for _, d := range r.Swept() {
+			log.WithField("dir", d).Info("removed the containers and bundles of a server that did not exit cleanly")
+		}
+		log.WithField("oci", r.String()).Debug("oci backend ready")
 	}
-	log.WithField("oci", r.String()).Debug("oci backend ready")
 	return r, nil
 }
 
