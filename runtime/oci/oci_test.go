@@ -108,6 +108,7 @@ func runner(t *testing.T, name Name) *Runner {
 		Runtime: name, Shim: self, RunDir: runDir, Limits: rt.DefaultSandboxLimits(),
 	})
 	if err != nil {
+		_ = os.RemoveAll(runDir)
 		t.Fatalf("New(%s) = %v", name, err)
 	}
 	runners[name] = r
