@@ -481,3 +481,30 @@ func TestPathFromEnv(t *testing.T) {
 		t.Errorf("PathFromEnv() = %q, want $SBM_TOOLS_CONF", got)
 	}
 }
+
+// TestLongInputsAreLinear: huge tokens are refused quickly (the fuzzer once
+// found a quadratic denylist check).
+func TestLongInputsAreLinear(t *testing.T) {
+	f := newFixture(t)
+	long := strings.Repeat("a", 500000)
+	start := time.Now()
+	for _, line := range []string{
+		"tool a /" + long + " read 1 1 off DIR --",
+		"tool a /bin/" + strings.Repeat("9", 250) + " read 1 1 off DIR --",
+		"tool a EXE read 1 1 off /" + long + " --",
+		"tool a EXE read 1 1 off DIR -- " + long,
+		"tool " + long + " EXE read 1 1 off DIR --",
+	} {
+		parse(t, f.line(line))
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("parsing 2.5 MB of long tokens took %s", d)
+	}
+	if _, _, denied := DeniedExe("python" + strings.Repeat("3", 100000)); !denied {
+		t.Error("a long versioned python is not denied")
+	}
+	e := firstErr(t, parse(t, f.line("tool a /"+long+" read 1 1 off DIR --")))
+	if e.Field != "exe" || !strings.Contains(e.Err.Error(), "longer than 4096") {
+		t.Errorf("got %v", e)
+	}
+}

@@ -124,6 +124,8 @@ type deniedEntry struct {
 }
 
 var (
+	// maxDeniedLen is the length of the longest denied name.
+	maxDeniedLen int
 	deniedByName map[string]deniedEntry
 	deniedPrefix []deniedEntry
 	// versionSuffix is what may follow a denied name: 3, 3.12, -12, 5.36,
@@ -148,6 +150,7 @@ func init() {
 				panic("conf: " + n + " denied twice: " + string(prev.family) + ", " + string(fam))
 			}
 			deniedByName[n] = deniedEntry{family: fam, name: n}
+			maxDeniedLen = max(maxDeniedLen, len(n))
 		}
 	}
 	sort.Slice(deniedPrefix, func(i, j int) bool { return deniedPrefix[i].name < deniedPrefix[j].name })
@@ -167,8 +170,9 @@ func DeniedExe(base string) (Family, string, bool) {
 			}
 		}
 		// Versioned names: the longest denied name that is a prefix, followed
-		// by a version suffix (python3.12, gcc-12, node20, lua5.4).
-		for i := len(cand) - 1; i > 0; i-- {
+		// by a version suffix (python3.12, gcc-12, node20, lua5.4). Only
+		// prefixes as long as a denied name can match: linear in the input.
+		for i := min(len(cand)-1, maxDeniedLen); i > 0; i-- {
 			if !versionSuffix.MatchString(cand[i:]) {
 				continue
 			}

@@ -95,6 +95,10 @@ func checkName(name string, builtins map[string]bool, declared map[string]int) e
 // checkPathSyntax applies the lexical rules shared by exe and dir.
 func checkPathSyntax(field, p string) error {
 	switch {
+	case len(p) > pathMax:
+		return fieldErrf(field, "path of %d bytes: longer than %d", len(p), pathMax)
+	case longComponent(p):
+		return fieldErrf(field, "%q has a component longer than %d bytes", p, nameMax)
 	case !filepath.IsAbs(p):
 		return fieldErrf(field, "%q is not an absolute path", p)
 	case hasDotDot(p):
@@ -109,6 +113,21 @@ func checkPathSyntax(field, p string) error {
 		return fieldErrf(field, "%q contains %q: %w (MCP-owned build and package state)", p, d, ErrDenied)
 	}
 	return nil
+}
+
+// Linux limits: PATH_MAX and NAME_MAX.
+const (
+	pathMax = 4096
+	nameMax = 255
+)
+
+func longComponent(p string) bool {
+	for _, c := range strings.Split(p, "/") {
+		if len(c) > nameMax {
+			return true
+		}
+	}
+	return false
 }
 
 func hasDotDot(p string) bool {
