@@ -25,15 +25,21 @@ import (
 //     uid/gid, set no_new_privs, then exec (the bwrap backend).
 //   - init: inside an OCI container, make stderr the same pipe as stdout,
 //     set the environment to exactly Env, then exec the tool (no shell).
+//   - service: inside a sandbox, exec a long-lived service (a stdio MCP
+//     server) with stdin, stdout and stderr untouched and the environment
+//     the sandbox was given minus the PWD bwrap adds: the caller sets that
+//     environment (Env plus the service's variables) on bwrap's own
+//     process, so that no value ever appears on a command line.
 //
 // Shim options come before "--"; after it: the path to execve, then argv.
 const ShimArg = "__toolgate_shim"
 
 // Shim modes.
 const (
-	ShimReap  = "reap"
-	ShimEnter = "enter"
-	ShimInit  = "init"
+	ShimReap    = "reap"
+	ShimEnter   = "enter"
+	ShimInit    = "init"
+	ShimService = "service"
 )
 
 // Rlimit is one resource limit set by the enter shim (soft = hard).
@@ -138,6 +144,8 @@ func MaybeShim() {
 		enter(spec)
 	case ShimInit:
 		initExec(spec)
+	case ShimService:
+		serviceExec(spec)
 	}
 	shimFail(127, "unknown shim mode %q", spec.Mode)
 }
@@ -194,6 +202,30 @@ func initExec(s ShimSpec) {
 		shimFail(126, "start %s: argument list too long", s.Path)
 	}
 	shimFail(127, "start %s: %v", s.Path, err)
+}
+
+// serviceExec is the first process of a sandboxed service: it execs the
+// service with the environment it was started with, less PWD (bwrap sets
+// it, and the service must see exactly what the caller gave bwrap), and
+// leaves the standard streams alone: stdout is the service's protocol
+// channel and stderr its log, kept apart.
+func serviceExec(s ShimSpec) {
+	err := syscall.Exec(s.Path, s.Argv, withoutPWD(os.Environ()))
+	if errors.Is(err, syscall.E2BIG) {
+		shimFail(126, "start %s: argument list too long", s.Path)
+	}
+	shimFail(127, "start %s: %v", s.Path, err)
+}
+
+// withoutPWD returns env less every PWD entry.
+func withoutPWD(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "PWD=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // reap runs the tool as a child of a subreaper and, once it exits, kills and
