@@ -20,6 +20,9 @@ type Host struct {
 	RootDirs []string
 	// Etc is the allow-list of /etc entries present on the host.
 	Etc []string
+	// NetEtc are the entries of NetEtcAllowList present on the host, bound
+	// only into a sandbox that keeps the network (Plan.ShareNet).
+	NetEtc []string
 }
 
 // EtcAllowList is every /etc entry a sandbox may see: what the dynamic
@@ -37,6 +40,14 @@ var EtcAllowList = []string{
 	"/etc/hosts",
 	"/etc/ssl",
 	"/etc/ca-certificates",
+}
+
+// NetEtcAllowList are the /etc entries name resolution needs, bound only
+// into a sandbox that keeps the host's network.
+var NetEtcAllowList = []string{
+	"/etc/resolv.conf",
+	"/etc/host.conf",
+	"/etc/gai.conf",
 }
 
 // ShimPath is where the init shim is bound inside the sandbox.
@@ -57,6 +68,25 @@ type Plan struct {
 	Dir string
 	// TmpSize is the size of the private /tmp, in bytes.
 	TmpSize int64
+
+	// The fields below are for services (Runner.StartService); a tool
+	// call leaves them zero.
+
+	// Service starts the exe through the service shim (rt.ShimService):
+	// stdin, stdout and stderr untouched, and the environment bwrap itself
+	// was started with (rt.Env plus the service's variables, set by
+	// StartService) instead of --clearenv and --setenv of rt.Env. A Plan
+	// holds no variable values, so none can reach bwrap's command line.
+	// Dir may be empty: the working directory is then / and nothing is
+	// bound for it.
+	Service bool
+	// ShareNet relaxes the sandbox: the host's network is kept (no
+	// --unshare-net) and NetEtc is bound. Only a registry entry with
+	// network = true sets it.
+	ShareNet bool
+	// ReadOnly are further canonical host paths bound read-only at their
+	// own path, in order, skipping those already visible.
+	ReadOnly []string
 }
 
 // Args returns bwrap's argv (without the bwrap path) for p: a pure
@@ -76,15 +106,28 @@ type Plan struct {
 //   - --clearenv, then exactly the four variables of rt.Env; the init shim
 //     runs first and execs the tool with exactly rt.Env, because bwrap
 //     always adds PWD.
+//
+// A service (Plan.Service) differs in three ways, each on purpose: the
+// network namespace is kept only when ShareNet says so; ReadOnly adds
+// read-only binds; and instead of --clearenv and --setenv the service shim
+// execs the server with bwrap's own environment minus PWD, which
+// StartService sets to rt.Env plus the server's variables, so that no
+// value (a forwarded credential) is ever on a command line.
 func Args(h Host, p Plan) []string {
 	a := []string{
 		"--unshare-user", "--uid", strconv.Itoa(rt.SandboxUID), "--gid", strconv.Itoa(rt.SandboxGID),
 		"--disable-userns",
-		"--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup",
+		"--unshare-ipc", "--unshare-pid",
+	}
+	if !p.ShareNet {
+		a = append(a, "--unshare-net")
+	}
+	a = append(a,
+		"--unshare-uts", "--unshare-cgroup",
 		"--hostname", "sandbox",
 		"--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
 		"--ro-bind", "/usr", "/usr",
-	}
+	)
 	for _, l := range h.UsrLinks {
 		a = append(a, "--symlink", "usr/"+l, "/"+l)
 	}
@@ -94,21 +137,55 @@ func Args(h Host, p Plan) []string {
 	for _, e := range h.Etc {
 		a = append(a, "--ro-bind", e, e)
 	}
+	if p.ShareNet {
+		for _, e := range h.NetEtc {
+			a = append(a, "--ro-bind", e, e)
+		}
+	}
 	a = append(a,
 		"--dev", "/dev",
 		"--proc", "/proc",
 		"--perms", "1777", "--size", strconv.FormatInt(p.TmpSize, 10), "--tmpfs", "/tmp",
-		"--ro-bind", p.Dir, p.Dir,
 	)
-	visible := func(path string) bool { return h.visible(path) || within(path, p.Dir) }
+	var bound []string
+	if p.Dir != "" {
+		a = append(a, "--ro-bind", p.Dir, p.Dir)
+		bound = append(bound, p.Dir)
+	}
+	visible := func(path string) bool {
+		if h.visible(path) {
+			return true
+		}
+		for _, d := range bound {
+			if within(path, d) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, d := range p.ReadOnly {
+		if !visible(d) {
+			a = append(a, "--ro-bind", d, d)
+			bound = append(bound, d)
+		}
+	}
 	if !visible(p.ExeResolved) {
 		a = append(a, "--ro-bind", p.ExeResolved, p.ExeResolved)
 	}
 	if p.Exe != p.ExeResolved && !visible(p.Exe) {
 		a = append(a, "--ro-bind", p.ExeResolved, p.Exe)
 	}
-	a = append(a, "--ro-bind", p.Shim, ShimPath,
-		"--remount-ro", "/", "--chdir", p.Dir, "--clearenv")
+	chdir := p.Dir
+	if chdir == "" {
+		chdir = "/"
+	}
+	a = append(a, "--ro-bind", p.Shim, ShimPath, "--remount-ro", "/", "--chdir", chdir)
+	if p.Service {
+		svc := rt.ShimSpec{Mode: rt.ShimService, UID: -1, GID: -1, Path: p.Exe, Argv: p.Argv}
+		a = append(a, "--", ShimPath)
+		return append(a, svc.Args()...)
+	}
+	a = append(a, "--clearenv")
 	for _, kv := range rt.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		a = append(a, "--setenv", k, v)
@@ -160,6 +237,11 @@ func DetectHost(lstat func(string) (isLink, isDir bool, err error), readlink fun
 	for _, e := range EtcAllowList {
 		if _, _, err := lstat(e); err == nil {
 			h.Etc = append(h.Etc, e)
+		}
+	}
+	for _, e := range NetEtcAllowList {
+		if _, _, err := lstat(e); err == nil {
+			h.NetEtc = append(h.NetEtc, e)
 		}
 	}
 	return h

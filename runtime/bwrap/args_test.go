@@ -14,6 +14,7 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 var debianHost = Host{
 	UsrLinks: []string{"bin", "sbin", "lib", "lib64"},
 	Etc:      EtcAllowList,
+	NetEtc:   NetEtcAllowList,
 }
 
 // TestArgsGolden pins the exact argv for representative plans. Run with
@@ -36,6 +37,13 @@ func TestArgsGolden(t *testing.T) {
 			Argv: []string{"/srv/repo/scripts/check"}, Dir: "/srv/repo", TmpSize: 64 << 20}},
 		{"unmerged-usr", Host{RootDirs: []string{"/bin", "/lib"}, Etc: []string{"/etc/passwd"}}, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/bin/true", ExeResolved: "/bin/true",
 			Argv: []string{"/bin/true"}, Dir: "/srv/repo", TmpSize: 64 << 20}},
+		// Services (StartService): no --clearenv or --setenv, the service
+		// shim; ReadOnly binds, skipping what is visible already.
+		{"service-node", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/usr/bin/node", ExeResolved: "/usr/bin/node",
+			Argv: []string{"/usr/bin/node", "/opt/mcp/node_modules/srv/dist/index.js", "stdio"}, Dir: "/opt/mcp", TmpSize: 64 << 20,
+			Service: true, ReadOnly: []string{"/opt/mcp/node_modules/srv/dist/index.js", "/srv/data", "/usr/share/doc"}}},
+		{"service-net-no-dir", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/usr/local/bin/mcp-web", ExeResolved: "/opt/web/bin/mcp-web",
+			Argv: []string{"/usr/local/bin/mcp-web", "--stdio"}, TmpSize: 64 << 20, Service: true, ShareNet: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := strings.Join(Args(tc.host, tc.plan), "\n") + "\n"
@@ -122,5 +130,48 @@ func TestDetectHost(t *testing.T) {
 	}
 	if got := strings.Join(h.Etc, ","); got != "/etc/passwd,/etc/ssl" {
 		t.Errorf("Etc = %s", got)
+	}
+}
+
+// TestServiceArgsInvariants checks what a service's sandbox must and must
+// not carry: the same isolation flags as a tool's (the network namespace
+// only without ShareNet), no environment flag at all (values travel in
+// bwrap's environment, never its argv), and the service shim.
+func TestServiceArgsInvariants(t *testing.T) {
+	base := Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/usr/bin/node", ExeResolved: "/usr/bin/node",
+		Argv: []string{"/usr/bin/node", "/opt/mcp/index.js"}, Dir: "/opt/mcp", TmpSize: 42, Service: true}
+	for _, shareNet := range []bool{false, true} {
+		p := base
+		p.ShareNet = shareNet
+		a := Args(debianHost, p)
+		for _, flag := range []string{"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+			"--unshare-cgroup", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1"} {
+			if !slices.Contains(a, flag) {
+				t.Errorf("ShareNet=%v: argv lacks %s", shareNet, flag)
+			}
+		}
+		if got := slices.Contains(a, "--unshare-net"); got == shareNet {
+			t.Errorf("ShareNet=%v: --unshare-net present = %v", shareNet, got)
+		}
+		if got := slices.Contains(a, "/etc/resolv.conf"); got != shareNet {
+			t.Errorf("ShareNet=%v: /etc/resolv.conf bound = %v", shareNet, got)
+		}
+		for _, x := range a {
+			if x == "--clearenv" || x == "--setenv" || x == "--unsetenv" || x == "--bind" || x == "--dev-bind" {
+				t.Errorf("ShareNet=%v: service argv has %s", shareNet, x)
+			}
+		}
+		joined := " " + strings.Join(a, " ") + " "
+		for _, want := range []string{" --cap-drop ALL ", " --ro-bind /opt/mcp /opt/mcp ", " --chdir /opt/mcp ", " --remount-ro / ",
+			" -- /.toolgate/shim __toolgate_shim service -- /usr/bin/node /usr/bin/node /opt/mcp/index.js"} {
+			if !strings.Contains(joined, want) {
+				t.Errorf("ShareNet=%v: argv lacks %q", shareNet, strings.TrimSpace(want))
+			}
+		}
+	}
+	// A tool never gets the relaxations, whatever the host offers.
+	tool := Args(debianHost, Plan{Shim: "/s", Exe: "/usr/bin/true", ExeResolved: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: "/srv/repo", TmpSize: 1})
+	if slices.Contains(tool, "/etc/resolv.conf") || !slices.Contains(tool, "--unshare-net") {
+		t.Error("a tool's sandbox has the network or its /etc entries")
 	}
 }

@@ -1,0 +1,80 @@
+package bwrap
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+// StartService starts s, a long-lived server speaking on its stdin and
+// stdout, in a sandbox with the policy of a tool call (user, pid, ipc, uts
+// and cgroup namespaces, no capabilities, no new privileges, the host's
+// /usr and /etc allow-list only, a private /tmp, the per-call limits and a
+// cgroup of its own), with three differences that Plan.Service documents:
+// the network is kept only when s.Network says so, s.Dir and s.ReadOnly are
+// bound read-only, and the environment is rt.Env plus s.Env, passed
+// through the environment of the enter shim and bwrap, never their argv.
+//
+// The Process owns the cgroup; killing it (or its exit) kills everything in
+// the sandbox: bwrap runs with --die-with-parent and the server is PID 1
+// of the sandbox's pid namespace.
+func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", s.Name, err)
+	}
+	if len(s.Argv) == 0 || !filepath.IsAbs(s.Argv[0]) || !filepath.IsAbs(s.Path) {
+		return nil, fmt.Errorf("start %s: want an absolute path and argv[0] (got %q, %q)", s.Name, s.Path, s.Argv)
+	}
+	if s.Dir != "" {
+		if err := r.Check(s.Dir, s.Path); err != nil {
+			return nil, fmt.Errorf("sandbox %s: %w", s.Name, err)
+		}
+	} else if err := rt.CanExecute(s.Path, r.uid, r.gid); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", s.Name, err)
+	}
+	for _, p := range s.ReadOnly {
+		if err := rt.CheckServiceBind(p); err != nil {
+			return nil, fmt.Errorf("sandbox %s: %w", s.Name, err)
+		}
+	}
+	var group *rt.Group
+	if r.cg != nil && (r.cg.V2 != "" || r.limits.Pids > 0 || r.limits.Memory > 0) {
+		g, err := r.cg.NewGroup(s.ID, rt.Limits{Pids: r.limits.Pids, Memory: r.limits.Memory})
+		if err != nil {
+			return nil, fmt.Errorf("sandbox cgroup: %w", err)
+		}
+		group = g
+	}
+	plan := Plan{
+		Shim: r.shim, Exe: s.Argv[0], ExeResolved: s.Path, Argv: s.Argv, Dir: s.Dir,
+		TmpSize: r.limits.TmpSize, Service: true, ShareNet: s.Network, ReadOnly: s.ReadOnly,
+	}
+	enter := rt.ShimSpec{
+		Mode:    rt.ShimEnter,
+		Joins:   group.Joins(),
+		Rlimits: r.limits.Rlimits(),
+		UID:     r.uid,
+		GID:     r.gid,
+		Path:    r.bwrap,
+		Argv:    append([]string{r.bwrap}, Args(r.host, plan)...),
+	}
+	p, err := rt.StartProcess(rt.ServiceCmd{
+		Path:   r.shim,
+		Args:   append([]string{r.shim}, enter.Args()...),
+		Env:    rt.ServiceEnv(s.Env),
+		Dir:    "/",
+		Group:  group,
+		Stderr: s.Stderr,
+	})
+	if err != nil {
+		if group != nil {
+			group.Close()
+		}
+		return nil, err
+	}
+	return p, nil
+}
+
+var _ rt.ServiceStarter = (*Runner)(nil)
