@@ -318,6 +318,14 @@ func status() {
 	}
 	host, _ := os.Hostname()
 	fmt.Printf("hostname: %s\n", host)
+	// Asked of the kernel directly: gVisor does not report NoNewPrivs in
+	// /proc/self/status.
+	nnp, _, e := syscall.Syscall6(syscall.SYS_PRCTL, 39 /* PR_GET_NO_NEW_PRIVS */, 0, 0, 0, 0, 0)
+	if e != 0 {
+		fmt.Printf("prctl no_new_privs: %s\n", result(e))
+	} else {
+		fmt.Printf("prctl no_new_privs: %d\n", nnp)
+	}
 }
 
 // environAll prints every visible process environment that contains

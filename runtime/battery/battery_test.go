@@ -189,10 +189,15 @@ func TestPrivileges(t *testing.T) {
 	each(t, func(t *testing.T, b backend, dir string) {
 		res := call(t, b, dir, 20*time.Second, 4096, "status")
 		for _, l := range []string{"CapInh: 0000000000000000", "CapPrm: 0000000000000000", "CapEff: 0000000000000000",
-			"CapBnd: 0000000000000000", "CapAmb: 0000000000000000", "NoNewPrivs: 1", "hostname: sandbox"} {
+			"CapBnd: 0000000000000000", "prctl no_new_privs: 1", "hostname: sandbox"} {
 			if !strings.Contains(string(res.Output), l) {
 				t.Errorf("status lacks %q:\n%s", l, res.Output)
 			}
+		}
+		// Every capability line the kernel reports is empty (gVisor does
+		// not report CapAmb).
+		if m := regexp.MustCompile(`Cap[A-Za-z]+: (0*[1-9a-f][0-9a-f]*)`).Find(res.Output); m != nil {
+			t.Errorf("a capability is held: %s", m)
 		}
 		res = call(t, b, dir, 20*time.Second, 4096, "pid")
 		wantLines(t, res.Output, "pid=1 ppid=0")
@@ -277,14 +282,22 @@ func TestForkBomb(t *testing.T) {
 		start := time.Now()
 		res := call(t, b, dir, 30*time.Second, 4096, "forkbomb", "2000")
 		m := regexp.MustCompile(`forkbomb: started (\d+) of 2000`).FindSubmatch(res.Output)
-		if m == nil {
-			t.Fatalf("no forkbomb report (exit %d, limit %q):\n%s", res.ExitCode, res.Limit, res.Output)
+		switch {
+		case m != nil:
+			n, _ := strconv.Atoi(string(m[1]))
+			if n >= int(batteryLimits().Pids) {
+				t.Errorf("the fork bomb started %d processes; the limit is %d", n, batteryLimits().Pids)
+			}
+			t.Logf("fork bomb stopped at %d processes in %s (limit %q)", n, time.Since(start), res.Limit)
+		case b.name == "oci-runsc" && res.ExitCode != 0 && !res.TimedOut:
+			// gVisor: the Sentry's own tasks count against the cgroup, and
+			// the bomb's memory kills the whole sandbox before it reports
+			// (SANDBOX.md §3): stopped, without a report.
+			t.Logf("fork bomb ended the whole sandbox (exit %d) in %s", res.ExitCode, time.Since(start))
+		default:
+			t.Fatalf("no forkbomb report (exit %d, limit %q, timed out %v):\n%s", res.ExitCode, res.Limit, res.TimedOut, res.Output)
 		}
-		n, _ := strconv.Atoi(string(m[1]))
-		if n >= int(batteryLimits().Pids) {
-			t.Errorf("the fork bomb started %d processes; the limit is %d", n, batteryLimits().Pids)
-		}
-		t.Logf("fork bomb stopped at %d processes in %s (limit %q)", n, time.Since(start), res.Limit)
+		assertNoProbes(t)
 		res = call(t, b, dir, 20*time.Second, 4096, "echo", "still serving")
 		wantLines(t, res.Output, "still serving")
 	})
@@ -301,7 +314,12 @@ func TestMemoryBomb(t *testing.T) {
 		if res.ExitCode == 0 {
 			t.Errorf("membomb exited 0")
 		}
-		if res.Limit != rt.LimitMemory {
+		if res.ExitCode != 128+9 || res.TimedOut {
+			t.Errorf("membomb: exit %d timed out %v, want an OOM kill (137)", res.ExitCode, res.TimedOut)
+		}
+		// bwrap calls run in toolgate's own cgroup, whose events name the
+		// limit; OCI runtimes delete the container's cgroup with it.
+		if b.name == "bwrap" && res.Limit != rt.LimitMemory {
 			t.Errorf("Limit = %q, want memory (exit %d)", res.Limit, res.ExitCode)
 		}
 		res = call(t, b, dir, 20*time.Second, 4096, "echo", "still serving")

@@ -1,13 +1,41 @@
+//go:build seccomp
+
 package battery
 
 import (
+	"context"
+	"os"
 	"testing"
 
+	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/oci"
 )
 
-// ociBackends returns the OCI runtimes that run here (filled in when the
-// oci backend lands).
-func ociBackends(t *testing.T, cg *rt.Cgroups) []backend {
-	return nil
+// ociBackends returns every OCI runtime that runs here, each with the
+// battery's limits.
+func ociBackends(t *testing.T, _ *rt.Cgroups) []backend {
+	t.Helper()
+	var out []backend
+	for _, name := range oci.KnownRuntimes() {
+		r, err := oci.New(context.Background(), oci.Config{
+			Runtime: name, Shim: testbin.Shim(t), RunDir: runDir(t), Limits: batteryLimits(),
+		})
+		if err != nil {
+			requireOrSkip(t, "oci/%s: %v", name, err)
+			continue
+		}
+		t.Cleanup(func() { r.Close() })
+		out = append(out, backend{"oci-" + string(name), r})
+	}
+	return out
+}
+
+func runDir(t *testing.T) string {
+	d, err := os.MkdirTemp("", "toolgate-battery-run-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
 }

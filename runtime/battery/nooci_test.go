@@ -1,0 +1,16 @@
+//go:build !seccomp
+
+package battery
+
+import (
+	"testing"
+
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+// ociBackends: without the seccomp build tag the OCI backend refuses to
+// start (its seccomp profile is required), so the battery runs bwrap only.
+func ociBackends(t *testing.T, _ *rt.Cgroups) []backend {
+	requireOrSkip(t, "oci: built without the seccomp tag (go test -tags seccomp)")
+	return nil
+}
