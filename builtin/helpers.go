@@ -1,0 +1,210 @@
+package builtin
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+// The helper programs.
+const (
+	HelperGit   = "git"
+	HelperTokei = "tokei"
+	HelperCtags = "ctags"
+)
+
+// helperSpec says how to find and probe one helper.
+type helperSpec struct {
+	name    string
+	flag    string         // the serve flag that overrides it
+	probe   []string       // arguments that print the version
+	version *regexp.Regexp // what the first line of the version output must match
+	fix     string         // how to install it
+}
+
+var helperSpecs = []helperSpec{
+	{HelperGit, "--git", []string{"--version"}, regexp.MustCompile(`^git version \d`),
+		"apt-get install -y git"},
+	{HelperTokei, "--tokei", []string{"--version"}, regexp.MustCompile(`^tokei \d`),
+		"cargo install tokei (not packaged for Debian 12), or brew install tokei"},
+	// Exuberant Ctags lacks --options=NONE and JSON output: only Universal
+	// Ctags will do.
+	{HelperCtags, "--ctags", []string{"--version"}, regexp.MustCompile(`^Universal Ctags \d`),
+		"apt-get install -y universal-ctags"},
+}
+
+// Helper is the state of one helper program on this host.
+type Helper struct {
+	// Name is git, tokei or ctags.
+	Name string
+	// Path is the canonical absolute path, when found.
+	Path string
+	// Source says where Path came from: "flag" or "PATH".
+	Source string
+	// Version is the first line of its version output, when it works.
+	Version string
+	// Err says why it is unusable; nil when it works.
+	Err error
+	// Enables lists the tools it makes available.
+	Enables []string
+	// Flag overrides the PATH search; Fix says how to install it.
+	Flag, Fix string
+}
+
+// Available reports whether the helper was found and answered its probe.
+func (h Helper) Available() bool { return h.Path != "" && h.Err == nil }
+
+// Helper timeouts and stream limits.
+const (
+	probeTimeout    = 5 * time.Second
+	probeMaxStream  = 16 << 10
+	helperMaxStderr = 64 << 10
+)
+
+// ResolveHelpers finds and probes every helper, once, at start-up. A
+// helper overridden by an absolute path in cfg must exist and answer its
+// version probe, or it is an error; one searched for on PATH is simply
+// unavailable when missing or broken.
+func ResolveHelpers(cfg Config) ([]Helper, error) {
+	overrides := map[string]string{HelperGit: cfg.Git, HelperTokei: cfg.Tokei, HelperCtags: cfg.Ctags}
+	search := cfg.SearchPath
+	if search == "" {
+		search = rt.DefaultPath
+	}
+	var out []Helper
+	var errs []error
+	for _, s := range helperSpecs {
+		h := Helper{Name: s.name, Enables: enables(s.name), Flag: s.flag, Fix: s.fix}
+		if o := overrides[s.name]; o != "" {
+			h.Source = "flag"
+			h.Path, h.Err = canonicalExecutable(o)
+			if h.Err == nil {
+				h.Version, h.Err = probe(h.Path, s)
+			}
+			if h.Err != nil {
+				errs = append(errs, fmt.Errorf("%s %q: %w", s.flag, o, h.Err))
+			}
+		} else {
+			h.Source = "PATH"
+			h.Path, h.Err = lookPath(s.name, search)
+			if h.Err == nil {
+				h.Version, h.Err = probe(h.Path, s)
+			}
+		}
+		out = append(out, h)
+	}
+	return out, errors.Join(errs...)
+}
+
+// lookPath searches the absolute entries of search for an executable
+// name and returns its canonical path. Relative and empty entries are
+// skipped: they would make the result depend on the working directory.
+func lookPath(name, search string) (string, error) {
+	for _, dir := range filepath.SplitList(search) {
+		if dir == "" || !filepath.IsAbs(dir) {
+			continue
+		}
+		p, err := canonicalExecutable(filepath.Join(dir, name))
+		if err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found in the absolute entries of PATH %q", name, search)
+}
+
+// canonicalExecutable checks that p is an absolute path to an executable
+// regular file and returns it with symlinks resolved.
+func canonicalExecutable(p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("path %q is not absolute", p)
+	}
+	c, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(c)
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("%q is not a regular file", c)
+	}
+	if fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("%q is not executable", c)
+	}
+	return c, nil
+}
+
+// probe runs the helper's version command and checks its first line.
+func probe(path string, s helperSpec) (string, error) {
+	res, err := rt.RunHelper(context.Background(), rt.HelperCmd{
+		Path: path, Args: s.probe, Dir: "/", Timeout: probeTimeout,
+		MaxStdout: probeMaxStream, MaxStderr: probeMaxStream,
+	})
+	if err != nil {
+		return "", err
+	}
+	line, _, _ := strings.Cut(string(bytes.TrimSpace(res.Stdout)), "\n")
+	line = strings.TrimSpace(line)
+	if res.Failed() {
+		return "", fmt.Errorf("%s %s failed (exit %d%s): %s", s.name, strings.Join(s.probe, " "), res.ExitCode,
+			timedOut(res.TimedOut), firstLine(res.Stderr))
+	}
+	if !s.version.MatchString(line) {
+		return "", fmt.Errorf("%s %s printed %q, want a line matching %q", s.name, strings.Join(s.probe, " "), line, s.version.String())
+	}
+	if short, _, ok := strings.Cut(line, ", "); ok {
+		line = short // "Universal Ctags 5.9.0, Copyright ..."
+	}
+	return line, nil
+}
+
+func timedOut(t bool) string {
+	if t {
+		return ", timed out"
+	}
+	return ""
+}
+
+func firstLine(b []byte) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	if len(line) > 200 {
+		line = line[:200] + "..."
+	}
+	return line
+}
+
+// runHelper runs a resolved helper in the workspace root.
+func (e *env) runHelper(ctx context.Context, name string, args []string, timeout time.Duration, maxStdout int) (rt.HelperResult, error) {
+	h := e.helpers[name]
+	if !h.Available() {
+		return rt.HelperResult{}, fmt.Errorf("helper %s is not available", name)
+	}
+	return rt.RunHelper(ctx, rt.HelperCmd{
+		Path: h.Path, Args: args, Dir: e.ws.Root(), Timeout: timeout,
+		MaxStdout: maxStdout, MaxStderr: helperMaxStderr,
+	})
+}
+
+// helperFailure describes a helper run that failed, for an isError result.
+func helperFailure(name string, res rt.HelperResult) string {
+	switch {
+	case res.TimedOut:
+		return fmt.Sprintf("%s timed out after %s", name, res.Elapsed.Round(time.Millisecond))
+	case res.Limit == rt.LimitCancelled:
+		return name + " was cancelled"
+	}
+	msg := fmt.Sprintf("%s exited with status %d", name, res.ExitCode)
+	if l := firstLine(res.Stderr); l != "" {
+		msg += ": " + l
+	}
+	return msg
+}

@@ -1,0 +1,145 @@
+package builtin
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// KnownGroups lists the capability groups `serve --caps` selects from, in
+// the order of the default value. GroupStatus is not among them: it is
+// always on.
+//
+//   - repo: repo_manifest, repo_chunks
+//   - git: git_diff_input (when git is found)
+//   - report: existing_report, render_audit_report, render_review_report
+//   - helpers: sloc (when tokei is found), outline (when Universal Ctags is)
+func KnownGroups() []Group { return []Group{GroupRepo, GroupGit, GroupReport, GroupHelpers} }
+
+// ParseCaps parses the value of --caps: a comma-separated list of known
+// groups, each at most once.
+func ParseCaps(s string) ([]Group, error) {
+	known := make([]string, 0, 4)
+	for _, g := range KnownGroups() {
+		known = append(known, string(g))
+	}
+	if strings.TrimSpace(s) == "" {
+		return nil, fmt.Errorf("caps %q: empty: want a comma-separated list of %s", s, strings.Join(known, ", "))
+	}
+	var out []Group
+	for _, f := range strings.Split(s, ",") {
+		g := Group(strings.TrimSpace(f))
+		if !slices.Contains(KnownGroups(), g) {
+			return nil, fmt.Errorf("caps %q: unknown group %q: want %s", s, string(g), strings.Join(known, ", "))
+		}
+		if slices.Contains(out, g) {
+			return nil, fmt.Errorf("caps %q: group %q given twice", s, string(g))
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// Config configures the workspace built-ins.
+type Config struct {
+	// Root is the workspace root (serve --root); it must be a directory.
+	Root string
+	// Caps are the enabled capability groups; nil means all of them.
+	Caps []Group
+	// LockedDown leaves only the read-only built-ins: no renderers.
+	LockedDown bool
+	// Git, Tokei and Ctags, when set, are absolute paths that override the
+	// PATH search for that helper. A helper given this way must work:
+	// otherwise Tools fails.
+	Git, Tokei, Ctags string
+	// SearchPath is the PATH searched for helpers not overridden;
+	// relative entries are skipped. Empty means the tools' fixed PATH
+	// (runtime.DefaultPath).
+	SearchPath string
+	// Version is toolgate's version, written into SARIF reports.
+	Version string
+}
+
+// env is what the tool handlers share.
+type env struct {
+	ws      *Workspace
+	helpers map[string]Helper
+	version string
+}
+
+// toolOrder is the fixed tools/list order of the workspace built-ins
+// (after checkpoint_status, which the server adds first).
+func toolOrder() []string { return Names()[1:] }
+
+// Tools resolves the workspace root and the helpers and returns the
+// workspace built-ins the configuration enables, in the fixed order of
+// Names: repo_manifest, repo_chunks, git_diff_input, existing_report,
+// sloc, outline, render_audit_report, render_review_report. A tool whose
+// group is off, whose helper is missing, or that writes when LockedDown is
+// set, is left out. It also returns every helper's state, for doctor.
+func Tools(cfg Config) ([]Tool, []Helper, error) {
+	ws, err := NewWorkspace(cfg.Root)
+	if err != nil {
+		return nil, nil, err
+	}
+	caps := cfg.Caps
+	if caps == nil {
+		caps = KnownGroups()
+	}
+	for _, g := range caps {
+		if !slices.Contains(KnownGroups(), g) {
+			return nil, nil, fmt.Errorf("unknown capability group %q", string(g))
+		}
+	}
+	helpers, err := ResolveHelpers(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	e := &env{ws: ws, helpers: map[string]Helper{}, version: cfg.Version}
+	for _, h := range helpers {
+		e.helpers[h.Name] = h
+	}
+	all := map[string]Tool{
+		"repo_manifest":        repoManifestTool(e),
+		"repo_chunks":          repoChunksTool(e),
+		"git_diff_input":       gitDiffTool(e),
+		"existing_report":      existingReportTool(e),
+		"sloc":                 slocTool(e),
+		"outline":              outlineTool(e),
+		"render_audit_report":  renderAuditTool(e),
+		"render_review_report": renderReviewTool(e),
+	}
+	var tools []Tool
+	for _, name := range toolOrder() {
+		t, ok := all[name]
+		if !ok {
+			return nil, nil, fmt.Errorf("built-in %q has no implementation", name)
+		}
+		if !slices.Contains(caps, t.Group) || (cfg.LockedDown && t.Writes) {
+			continue
+		}
+		if h := needs[name]; h != "" && !e.helpers[h].Available() {
+			continue
+		}
+		tools = append(tools, t)
+	}
+	return tools, helpers, nil
+}
+
+// needs maps a tool to the helper it cannot run without.
+var needs = map[string]string{
+	"git_diff_input": HelperGit,
+	"sloc":           HelperTokei,
+	"outline":        HelperCtags,
+}
+
+// enables lists the tools a helper makes available, in tools/list order.
+func enables(helper string) []string {
+	var out []string
+	for _, name := range toolOrder() {
+		if needs[name] == helper {
+			out = append(out, name)
+		}
+	}
+	return out
+}
