@@ -88,8 +88,14 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 	default:
 		d.line("tools.conf %s: loaded, %d tools", c.Path, len(c.Tools))
 	}
+	d.line("helpers of the workspace built-ins (root %s):", s.root)
+	helpersOK := writeHelpers(stdout, &s.builtins, s.root)
 	if !ok {
 		fmt.Fprintln(stdout, "\nthe chosen sandbox backend cannot run here: test-class tools would answer isError (never run unsandboxed)")
+		return 1
+	}
+	if !helpersOK {
+		fmt.Fprintln(stdout, "\na helper given by flag does not work: serve would refuse to start")
 		return 1
 	}
 	return 0

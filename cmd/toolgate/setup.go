@@ -27,6 +27,7 @@ type settings struct {
 	logFormat     string
 	sandbox       sandboxFlags
 	oci           ociFlags
+	builtins      builtinFlags
 }
 
 func (s *settings) register(fs *flag.FlagSet) {
@@ -38,6 +39,7 @@ func (s *settings) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.logFormat, "log-format", "text", "log format on stderr: text or json")
 	s.sandbox.register(fs)
 	s.oci.register(fs)
+	s.builtins.register(fs)
 }
 
 func (s *settings) logger(stderr io.Writer) (*logrus.Logger, error) {
@@ -77,6 +79,10 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 	if _, err := rt.ParseBackend(s.backend); err != nil {
 		return nil, fmt.Errorf("--backend: %w", err)
 	}
+	builtins, err := s.builtins.tools(s.root, log)
+	if err != nil {
+		return nil, err
+	}
 	// The shim binary is needed to run anything; check (not live) only
 	// reports.
 	shim, err := rt.FindShim()
@@ -97,6 +103,7 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 	a.opts = server.Options{
 		Version:       version,
 		Conf:          a.conf,
+		Builtins:      builtins,
 		Direct:        &direct.Runner{Cgroups: a.cgroups, Shim: shim},
 		SandboxName:   s.backend,
 		SandboxErr:    errors.New("not set up (check does not start backends)"),

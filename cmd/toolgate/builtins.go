@@ -1,0 +1,95 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/toolgate/toolgate/builtin"
+)
+
+// builtinFlags select and configure the workspace built-ins.
+type builtinFlags struct {
+	caps              string
+	lockedDown        bool
+	git, tokei, ctags string
+}
+
+func (f *builtinFlags) register(fs *flag.FlagSet) {
+	var groups []string
+	for _, g := range builtin.KnownGroups() {
+		groups = append(groups, string(g))
+	}
+	all := strings.Join(groups, ",")
+	fs.StringVar(&f.caps, "caps", all, "built-in capability groups to serve, comma-separated: "+all+" (checkpoint_status is always on)")
+	fs.BoolVar(&f.lockedDown, "locked-down", false, "serve only the read-only built-ins: no report renderers")
+	fs.StringVar(&f.git, "git", "", "absolute path of git for git_diff_input (default: searched on PATH)")
+	fs.StringVar(&f.tokei, "tokei", "", "absolute path of tokei for sloc (default: searched on PATH)")
+	fs.StringVar(&f.ctags, "ctags", "", "absolute path of Universal Ctags for outline (default: searched on PATH)")
+}
+
+// config turns the flags into a builtin.Config for the workspace root.
+func (f *builtinFlags) config(root string) (builtin.Config, error) {
+	caps, err := builtin.ParseCaps(f.caps)
+	if err != nil {
+		return builtin.Config{}, fmt.Errorf("--caps: %w", err)
+	}
+	return builtin.Config{
+		Root: root, Caps: caps, LockedDown: f.lockedDown,
+		Git: f.git, Tokei: f.tokei, Ctags: f.ctags,
+		SearchPath: os.Getenv("PATH"), Version: version,
+	}, nil
+}
+
+// tools builds the workspace built-ins and logs each helper's state. A
+// helper given by flag that does not work, a bad --caps or a bad --root is
+// an error: the server does not start.
+func (f *builtinFlags) tools(root string, log *logrus.Logger) ([]builtin.Tool, error) {
+	cfg, err := f.config(root)
+	if err != nil {
+		return nil, err
+	}
+	tools, helpers, err := builtin.Tools(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("built-in tools: %w", err)
+	}
+	for _, h := range helpers {
+		e := log.WithFields(logrus.Fields{"helper": h.Name, "source": h.Source})
+		if h.Available() {
+			e.WithFields(logrus.Fields{"path": h.Path, "version": h.Version, "enables": strings.Join(h.Enables, ",")}).Info("helper found")
+		} else {
+			e.WithField("reason", h.Err.Error()).Info("helper unavailable: " + strings.Join(h.Enables, ", ") + " not served")
+		}
+	}
+	return tools, nil
+}
+
+// writeHelpers is doctor's helpers section: each helper, its path and
+// version, the tools it enables, and the fix when it is missing.
+func writeHelpers(w io.Writer, f *builtinFlags, root string) bool {
+	cfg, err := f.config(root)
+	if err != nil {
+		fmt.Fprintf(w, "[FAIL] built-ins: %v\n", err)
+		return false
+	}
+	helpers, err := builtin.ResolveHelpers(cfg)
+	ok := err == nil
+	for _, h := range helpers {
+		tools := strings.Join(h.Enables, ", ")
+		if h.Available() {
+			fmt.Fprintf(w, "[ok]   helper %s: %s (%s, from %s); enables %s\n", h.Name, h.Path, h.Version, h.Source, tools)
+			continue
+		}
+		mark := "[--]  "
+		if h.Source == "flag" {
+			mark = "[FAIL]"
+		}
+		fmt.Fprintf(w, "%s helper %s: %v; %s not served\n", mark, h.Name, h.Err, tools)
+		fmt.Fprintf(w, "         fix: %s, or pass %s /absolute/path\n", h.Fix, h.Flag)
+	}
+	return ok
+}
