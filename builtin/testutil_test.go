@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -74,14 +75,15 @@ func projectRoot(t *testing.T) string {
 }
 
 var (
-	fakeTokeiOnce sync.Once
-	fakeTokeiBin  string
-	fakeTokeiErr  error
+	fakeTokeiOnce  sync.Once
+	fakeTokeiBytes []byte
+	fakeTokeiErr   error
 )
 
-// fakeTokei builds testdata/faketokei once per test binary and copies it
-// into a directory of the test's own, so that its .out/.exit/.log files
-// are the test's. It returns the copy's path.
+// fakeTokei builds testdata/faketokei once per test binary (keeping the
+// executable in memory, not on disk) and writes a copy into a directory of
+// the test's own, so that its .out/.exit/.log files are the test's. It
+// returns the copy's path.
 func fakeTokei(t *testing.T) string {
 	t.Helper()
 	fakeTokeiOnce.Do(func() {
@@ -90,26 +92,25 @@ func fakeTokei(t *testing.T) string {
 			fakeTokeiErr = err
 			return
 		}
-		fakeTokeiBin = filepath.Join(dir, "tokei")
-		goBin := filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+		defer os.RemoveAll(dir)
+		bin := filepath.Join(dir, "tokei")
+		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
 		if _, err := os.Stat(goBin); err != nil {
 			goBin = "go"
 		}
-		cmd := exec.Command(goBin, "build", "-o", fakeTokeiBin, "./testdata/faketokei")
+		cmd := exec.Command(goBin, "build", "-o", bin, "./testdata/faketokei")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fakeTokeiErr = fmt.Errorf("build faketokei: %v\n%s", err, out)
+			return
 		}
+		fakeTokeiBytes, fakeTokeiErr = os.ReadFile(bin)
 	})
 	if fakeTokeiErr != nil {
 		t.Fatal(fakeTokeiErr)
 	}
-	b, err := os.ReadFile(fakeTokeiBin)
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := filepath.Join(t.TempDir(), "tokei")
-	if err := os.WriteFile(p, b, 0o755); err != nil {
+	if err := os.WriteFile(p, fakeTokeiBytes, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return p
