@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +44,8 @@ type Cmd struct {
 	// Timeout and MaxBytes are the call's limits.
 	Timeout  time.Duration
 	MaxBytes int
+	// Seen, when set, counts the output bytes read so far (progress).
+	Seen *atomic.Int64
 	// Group is the call's cgroup, when the host offers one. Everything the
 	// call starts is in it and is killed with it.
 	Group *Group
@@ -108,7 +111,7 @@ func Exec(ctx context.Context, c Cmd) (Result, error) {
 	pid := cmd.Process.Pid
 	defer untrack(pid)
 
-	out := newCapture(c.MaxBytes)
+	out := newCapture(c.MaxBytes, c.Seen)
 	readDone := make(chan struct{})
 	go func() {
 		out.readFrom(r)
@@ -228,14 +231,15 @@ type capture struct {
 	max   int
 	buf   []byte
 	total int64
+	seen  *atomic.Int64
 }
 
-func newCapture(max int) *capture {
+func newCapture(max int, seen *atomic.Int64) *capture {
 	initial := max
 	if initial > 64<<10 {
 		initial = 64 << 10
 	}
-	return &capture{max: max, buf: make([]byte, 0, initial)}
+	return &capture{max: max, buf: make([]byte, 0, initial), seen: seen}
 }
 
 func (c *capture) readFrom(r io.Reader) {
@@ -249,18 +253,14 @@ func (c *capture) readFrom(r io.Reader) {
 				c.buf = append(c.buf, chunk[:min(n, room)]...)
 			}
 			c.mu.Unlock()
+			if c.seen != nil {
+				c.seen.Add(int64(n))
+			}
 		}
 		if err != nil {
 			return
 		}
 	}
-}
-
-// Bytes returns how many bytes were seen so far.
-func (c *capture) seen() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.total
 }
 
 func (c *capture) result() (out []byte, total, dropped int64) {

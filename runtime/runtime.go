@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -73,6 +74,9 @@ type Invocation struct {
 	Timeout time.Duration
 	// MaxBytes caps the combined output kept.
 	MaxBytes int
+	// Seen, when set, is kept up to date with the output bytes the tool has
+	// written so far, for progress reports. Nil means not wanted.
+	Seen *atomic.Int64
 }
 
 // Limit names what ended a call early.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -73,25 +74,31 @@ func externalTool(t conf.Tool) mcp.Tool {
 func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 	backend := s.backendName(t)
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		entry := s.log.WithFields(logrus.Fields{"tool": t.Name, "class": t.Class, "backend": backend})
+		rec := logrus.Fields{"request_id": requestID(req), "tool": t.Name, "kind": "external", "class": t.Class, "backend": backend}
+		refuse := func(reason string, res *mcp.CallToolResult) (*mcp.CallToolResult, error) {
+			rec["refused"] = reason
+			rec["is_error"] = true
+			s.audit(rec, "call")
+			return res, nil
+		}
 		if err := builtin.NoArgs(rawArgs(req)); err != nil {
-			entry.WithField("refused", "arguments").Info("call")
-			return errorResult("toolgate: %s %v: callers pass no arguments, ever; what the operator configured is what runs", t.Name, err), nil
+			return refuse("arguments", errorResult("toolgate: %s %v: callers pass no arguments, ever; what the operator configured is what runs", t.Name, err))
 		}
 		runner := s.opts.Direct
 		if t.Class == conf.ClassTest {
 			runner = s.opts.Sandbox
 			if runner == nil {
-				entry.WithField("refused", "no sandbox").Info("call")
-				return errorResult("toolgate: %s is a test-class tool and runs only sandboxed, but the %s sandbox backend is unavailable: %v. It is never run unsandboxed; `toolgate doctor` says how to fix the backend.",
-					t.Name, s.opts.SandboxName, s.opts.SandboxErr), nil
+				return refuse("no sandbox", errorResult("toolgate: %s is a test-class tool and runs only sandboxed, but the %s sandbox backend is unavailable: %v. It is never run unsandboxed; `toolgate doctor` says how to fix the backend.",
+					t.Name, s.opts.SandboxName, s.opts.SandboxErr))
 			}
 		}
 		queued := time.Now()
 		release, err := s.acquire(ctx, t.Timeout)
 		if err != nil {
-			entry.WithField("refused", "queue").Info("call")
-			return errorResult("toolgate: %s: %v", t.Name, err), nil
+			if ctx.Err() != nil {
+				s.cancelled.add(requestID(req))
+			}
+			return refuse("queue", errorResult("toolgate: %s: %v", t.Name, err))
 		}
 		defer release()
 		inv := rt.Invocation{
@@ -102,17 +109,36 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 			Dir:      t.DirResolved,
 			Timeout:  t.Timeout,
 			MaxBytes: t.MaxBytes,
+			Seen:     new(atomic.Int64),
+		}
+		rec["call"] = inv.ID
+		rec["queued_ms"] = time.Since(queued).Milliseconds()
+		if token := progressToken(req); token != nil {
+			stop := make(chan struct{})
+			defer close(stop)
+			go s.reportProgress(ctx, token, inv.Seen, stop)
 		}
 		res, err := runner.Run(ctx, inv)
-		entry = entry.WithField("call", inv.ID)
+		if ctx.Err() != nil {
+			// notifications/cancelled (or shutdown): the call is killed and
+			// answers nothing.
+			s.cancelled.add(requestID(req))
+			rec["cancelled"] = true
+		}
 		if err != nil {
-			entry.WithError(err).Warn("call could not run")
+			rec["error"] = err.Error()
+			rec["is_error"] = true
+			s.audit(rec, "call could not run")
 			return errorResult("toolgate: %s could not run: %v", t.Name, err), nil
 		}
-		entry.WithFields(logrus.Fields{
-			"exit": res.ExitCode, "elapsed_ms": res.Elapsed.Milliseconds(), "queued_ms": time.Since(queued).Milliseconds() - res.Elapsed.Milliseconds(),
-			"output_bytes": res.OutputBytes, "truncated": res.Truncated, "timed_out": res.TimedOut, "limit": res.Limit,
-		}).Info("call")
+		rec["exit_code"] = res.ExitCode
+		rec["elapsed_ms"] = res.Elapsed.Milliseconds()
+		rec["output_bytes"] = res.OutputBytes
+		rec["truncated"] = res.Truncated
+		rec["timed_out"] = res.TimedOut
+		rec["limit"] = string(res.Limit)
+		rec["is_error"] = res.Failed()
+		s.audit(rec, "call")
 		return renderResult(res, backend), nil
 	}
 }

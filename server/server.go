@@ -9,12 +9,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
@@ -45,20 +45,24 @@ type Options struct {
 	SandboxErr  error
 	// MaxConcurrent bounds concurrent external calls; the excess queues.
 	MaxConcurrent int
-	// Log receives one entry per call and the server's own messages. It
-	// must not write to stdout.
+	// Log receives the server's own messages. It must not write to stdout.
 	Log *logrus.Logger
+	// Audit receives one record per call (and per refused conf); nil means
+	// Log.
+	Audit *logrus.Logger
 }
 
 // Server is a configured toolgate MCP server.
 type Server struct {
-	opts    Options
-	mcp     *mcpserver.MCPServer
-	log     *logrus.Logger
-	order   map[string]int
-	served  []builtin.ToolStatus
-	sem     chan struct{}
-	callSeq atomic.Uint64
+	opts      Options
+	mcp       *mcpserver.MCPServer
+	log       *logrus.Logger
+	auditLog  *logrus.Logger
+	cancelled cancelled
+	order     map[string]int
+	served    []builtin.ToolStatus
+	sem       chan struct{}
+	callSeq   atomic.Uint64
 }
 
 // New builds the server and its tool registry. The tool set is fixed here:
@@ -71,16 +75,21 @@ func New(opts Options) *Server {
 	if opts.MaxConcurrent <= 0 {
 		opts.MaxConcurrent = runtime.NumCPU() * 4
 	}
+	if opts.Audit == nil {
+		opts.Audit = opts.Log
+	}
 	s := &Server{
-		opts:  opts,
-		log:   opts.Log,
-		order: map[string]int{},
-		sem:   make(chan struct{}, opts.MaxConcurrent),
+		opts:     opts,
+		log:      opts.Log,
+		auditLog: opts.Audit,
+		order:    map[string]int{},
+		sem:      make(chan struct{}, opts.MaxConcurrent),
 	}
 	s.mcp = mcpserver.NewMCPServer("toolgate", opts.Version,
 		mcpserver.WithToolCapabilities(false),
 		mcpserver.WithRecovery(),
 		mcpserver.WithToolFilter(s.sortTools),
+		mcpserver.WithHooks(s.hooks()),
 		mcpserver.WithInstructions("toolgate serves operator-configured, fixed-argv tools. "+
 			"External tools take no arguments: what the operator configured is what runs."),
 	)
@@ -93,15 +102,6 @@ func (s *Server) MCP() *mcpserver.MCPServer { return s.mcp }
 
 // Served lists the tools in tools/list order with the backend each uses.
 func (s *Server) Served() []builtin.ToolStatus { return s.served }
-
-// ServeStdio serves MCP on in/out until in is closed or ctx is done.
-func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
-	stdio := mcpserver.NewStdioServer(s.mcp)
-	stdio.SetErrorLogger(log.New(s.log.WriterLevel(logrus.ErrorLevel), "", 0))
-	mcpserver.WithWorkerPoolSize(100)(stdio)
-	mcpserver.WithQueueSize(10000)(stdio)
-	return stdio.Listen(ctx, in, out)
-}
 
 // sortTools orders tools/list: checkpoint_status, the other built-ins in
 // their fixed order, externals in conf order, then downstream tools.
@@ -166,11 +166,13 @@ func builtinTool(b builtin.Tool) mcp.Tool {
 
 func (s *Server) builtinHandler(b builtin.Tool) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		start := time.Now()
 		res, err := b.Handler(ctx, rawArgs(req))
 		if err != nil {
 			return nil, err
 		}
-		s.log.WithFields(logrus.Fields{"tool": b.Name, "kind": "builtin", "is_error": res.IsError}).Info("call")
+		s.audit(logrus.Fields{"request_id": requestID(req), "tool": b.Name, "kind": "builtin", "backend": "builtin",
+			"is_error": res.IsError, "elapsed_ms": time.Since(start).Milliseconds()}, "call")
 		return toolResult(res.Text, res.Structured, res.IsError), nil
 	}
 }

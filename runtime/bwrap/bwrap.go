@@ -192,6 +192,7 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		Dir:      "/",
 		Timeout:  inv.Timeout,
 		MaxBytes: inv.MaxBytes,
+		Seen:     inv.Seen,
 		Group:    group,
 	})
 }

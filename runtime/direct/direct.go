@@ -42,6 +42,7 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		Dir:      inv.Dir,
 		Timeout:  inv.Timeout,
 		MaxBytes: inv.MaxBytes,
+		Seen:     inv.Seen,
 	}
 	if r.Tracking() == "cgroup2" {
 		g, err := r.Cgroups.NewGroup(inv.ID, rt.Limits{})

@@ -365,6 +365,7 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		Dir:      b,
 		Timeout:  inv.Timeout,
 		MaxBytes: inv.MaxBytes,
+		Seen:     inv.Seen,
 		// Killing `runc run` leaves the container running: stop it
 		// through the runtime, and always kill and delete it after.
 		Stop:   func(int) { r.kill(id) },
