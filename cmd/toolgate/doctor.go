@@ -69,9 +69,10 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 				ok = ok && !chosen
 			}
 		default:
-			r, err := s.newSandboxBackend(b, shim, cg)
+			r, err := s.newSandboxBackend(b, shim, cg, nil)
 			if err == nil {
 				d.item("sandbox "+string(b)+mark, true, describe(r), nil)
+				closeSandbox(r)
 			} else {
 				d.item("sandbox "+string(b)+mark, false, "", err)
 				ok = ok && !chosen

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
@@ -47,14 +49,17 @@ func checkSandboxTool(t conf.Tool) error {
 
 // newSandbox sets up the chosen backend. An error says why it cannot run
 // here; test-class tools then answer isError.
-func (s *settings) newSandbox(shim string, cg *rt.Cgroups) (rt.Runner, error) {
-	return s.newSandboxBackend(rt.Backend(s.backend), shim, cg)
+func (s *settings) newSandbox(shim string, cg *rt.Cgroups, log *logrus.Logger) (rt.Runner, error) {
+	return s.newSandboxBackend(rt.Backend(s.backend), shim, cg, log)
 }
 
-// newSandboxBackend sets up backend b with the configured limits. It never
-// returns a non-nil Runner with an error.
-func (s *settings) newSandboxBackend(b rt.Backend, shim string, cg *rt.Cgroups) (rt.Runner, error) {
+// newSandboxBackend sets up backend b with the configured limits (log may
+// be nil). It never returns a non-nil Runner with an error; close the
+// Runner with closeSandbox.
+func (s *settings) newSandboxBackend(b rt.Backend, shim string, cg *rt.Cgroups, log *logrus.Logger) (rt.Runner, error) {
 	switch b {
+	case rt.BackendOCI:
+		return s.newOCISandbox(shim, log)
 	case rt.BackendBwrap:
 		r, err := bwrap.New(bwrap.Config{Shim: shim, Cgroups: cg, Limits: s.sandbox.limits})
 		if err != nil {

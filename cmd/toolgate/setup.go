@@ -111,11 +111,7 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 		Log:           log,
 	}
 	if live {
-		if rt.Backend(s.backend) == rt.BackendOCI {
-			a.opts.Sandbox, a.opts.SandboxErr = s.newOCISandbox(shim, log)
-		} else {
-			a.opts.Sandbox, a.opts.SandboxErr = s.newSandbox(shim, a.cgroups)
-		}
+		a.opts.Sandbox, a.opts.SandboxErr = s.newSandbox(shim, a.cgroups, log)
 		if a.opts.SandboxErr != nil {
 			log.WithError(a.opts.SandboxErr).WithField("backend", s.backend).Error("sandbox backend unavailable: test-class tools will answer isError, never run unsandboxed")
 		}
