@@ -149,17 +149,35 @@ func (r *Runner) selfTest() error {
 	return nil
 }
 
-// Hint turns a bwrap failure message into the fix an operator needs.
+// Hint turns a bwrap (or enter shim) failure message into the fix an
+// operator needs. The container cases were found by experiment with podman
+// 4.3 (README, "Running the image"): podman's default seccomp profile allows
+// sethostname only with CAP_SYS_ADMIN, and its masked /proc paths make the
+// kernel refuse a new proc mount; images/seccomp.json and
+// --security-opt systempaths=unconfined are the fixes that add no
+// capability.
 func Hint(msg string) string {
 	switch {
 	case strings.Contains(msg, "No permissions to create new namespace") || strings.Contains(msg, "setting up uid map"):
-		return "; unprivileged user namespaces are disabled: set sysctl kernel.unprivileged_userns_clone=1 (Debian) and user.max_user_namespaces > 0; inside a container run it with user namespaces available (podman: --security-opt seccomp=unconfined, or as root in the container --cap-add SYS_ADMIN)"
+		return "; user namespaces cannot be created: on a host set sysctl kernel.unprivileged_userns_clone=1 (Debian) and user.max_user_namespaces > 0; in a container whose seccomp profile refuses new user namespaces, run it with podman --security-opt seccomp=images/seccomp.json (podman's default profile, which allows them, plus sethostname)"
+	case strings.Contains(msg, "max_*_namespaces exceeded") || strings.Contains(msg, "ENOSPC"):
+		return "; the user namespace limit is reached: raise sysctl user.max_user_namespaces on the host (a container shares it)"
+	case strings.Contains(msg, "Can't set hostname"):
+		return "; sethostname is refused: inside a container the seccomp profile allows it only with CAP_SYS_ADMIN (podman's default): run it with podman --security-opt seccomp=images/seccomp.json (podman's default profile plus sethostname), never --privileged"
 	case strings.Contains(msg, "Can't mount proc"):
-		return "; /proc cannot be mounted: inside a container the host masks /proc paths (podman: --security-opt systempaths=unconfined)"
+		return "; /proc cannot be mounted: inside a container the kernel refuses a new proc while /proc paths are masked: run it with podman --security-opt systempaths=unconfined"
+	case strings.Contains(msg, "Unexpected capabilities but not setuid"):
+		return "; bwrap refuses to run as a non-root user that holds capabilities: inside a container drop the --cap-add (as its default non-root user the image needs none)"
+	case strings.Contains(msg, "sandbox: setgroups") || strings.Contains(msg, "sandbox: setresgid") || strings.Contains(msg, "sandbox: setresuid"):
+		return "; as root, toolgate starts each sandbox as uid 65534, which needs CAP_SETUID and CAP_SETGID: inside a container keep them (no --cap-drop ALL), or run the container as its default non-root user"
+	case strings.Contains(msg, "sandbox: set rlimit"):
+		return "; an rlimit cannot be raised above the hard limit toolgate got: lower the matching --sandbox-nofile/--sandbox-nproc/--sandbox-core/--sandbox-fsize, or raise the hard limit (podman --ulimit)"
+	case strings.Contains(msg, "sandbox: join cgroup"):
+		return "; the call's cgroup cannot be joined: inside a container the cgroup hierarchies are read-only: run with --sandbox-pids 0 --sandbox-memory 0 and bound the container instead (podman --pids-limit, --memory)"
 	case strings.Contains(msg, "loopback") || strings.Contains(msg, "RTM_NEWADDR"):
-		return "; the loopback interface of the new network namespace cannot be configured: inside a container add --cap-add NET_ADMIN"
+		return "; the loopback interface of the new network namespace cannot be configured: inside a container run toolgate as a non-root user (bwrap then configures it in its own user namespace), or as root add --cap-add NET_ADMIN"
 	case strings.Contains(msg, "Operation not permitted"):
-		return "; the kernel refused a namespace operation: inside a container see the README's list of podman flags"
+		return "; the kernel refused a namespace operation: inside a container see the README's \"Running the image\" for the podman flags"
 	}
 	return ""
 }
