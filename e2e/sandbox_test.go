@@ -5,6 +5,8 @@ package e2e
 import (
 	"bufio"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -19,38 +21,137 @@ import (
 )
 
 // TestSandboxedTool: a test-class tool runs under the default backend with
-// no network, its dir read-only, and exactly the four variables.
+// no network, its dir read-only, and exactly the four variables, while a
+// read-class tool of the same server (run directly, as the server's own
+// user) reaches the same listener and writes the same dir. On the image
+// target the listener lives in the appliance container's own network
+// namespace: the container has a network and reaches it on its loopback,
+// the sandbox inside it does not, and no packet leaves the machine.
 func TestSandboxedTool(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	requireTarget(t)
+	var addr string
+	if image == "" {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		addr = l.Addr().String()
+	} else {
+		// The conf is read at start, before the container's namespace
+		// exists: pick the port now, listen once the container runs. A
+		// fresh namespace has every port free.
+		addr = fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(20000))
 	}
-	defer l.Close()
 	probe := testbin.Probe(t)
 	dir := testbin.Dir(t)
+	// World-writable, so that the server's own user (root on the host, the
+	// image's non-root user in the container) can write it: the sandbox's
+	// denial is then the read-only bind, not the mode.
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
 	conf := writeConf(t, fmt.Sprintf(`tool net %[1]s test 20 4096 on %[2]s -- net %[3]s
 tool writes %[1]s test 20 4096 on %[2]s -- write %[2]s/x /tmp/x
 tool env %[1]s test 20 4096 on %[2]s -- env
-`, probe, dir, l.Addr()))
-	c, _ := start(t, "2025-06-18", "--conf", conf)
-	for name, want := range map[string][]string{
-		"net":    {"interfaces: lo\n", "connect " + l.Addr().String() + ": denied", "[exit=0 "},
-		"writes": {"write " + dir + "/x: denied", "write /tmp/x: ok"},
-		"env":    {"GIT_CONFIG_NOSYSTEM=1\nGIT_PAGER=cat\nPAGER=cat\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n[exit=0 "},
+tool netdirect %[1]s read 20 4096 off %[2]s -- net %[3]s
+tool writedirect %[1]s read 20 4096 off %[2]s -- write %[2]s/direct
+`, probe, dir, addr))
+	c, _, srv := startServer(t, "2025-06-18", conf)
+	if image != "" {
+		listenInNetns(t, containerPID(t, srv.name), addr)
+	}
+	for _, tc := range []struct {
+		name    string
+		want    []string
+		sandbox bool
+	}{
+		{"net", []string{"interfaces: lo\n", "connect " + addr + ": denied", "[exit=0 "}, true},
+		{"writes", []string{"write " + dir + "/x: denied EROFS", "write /tmp/x: ok"}, true},
+		{"env", []string{"GIT_CONFIG_NOSYSTEM=1\nGIT_PAGER=cat\nPAGER=cat\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n[exit=0 "}, true},
+		{"netdirect", []string{"connect " + addr + ": ok", "[exit=0 "}, false},
+		{"writedirect", []string{"write " + dir + "/direct: ok", "[exit=0 "}, false},
 	} {
-		res, err := call(t, c, name, nil)
+		res, err := call(t, c, tc.name, nil)
 		if err != nil || res.IsError {
-			t.Errorf("%s: %v %q", name, err, text(res))
+			t.Errorf("%s: %v %q", tc.name, err, text(res))
 			continue
 		}
-		for _, w := range want {
+		for _, w := range tc.want {
 			if !strings.Contains(text(res), w) {
-				t.Errorf("%s: output lacks %q:\n%s", name, w, text(res))
+				t.Errorf("%s: output lacks %q:\n%s", tc.name, w, text(res))
 			}
 		}
-		if sc := fmt.Sprint(res.StructuredContent); !strings.Contains(sc, "bwrap") {
-			t.Errorf("%s: backend not reported as bwrap: %s", name, sc)
+		if sc := fmt.Sprint(res.StructuredContent); tc.sandbox && !strings.Contains(sc, "bwrap") {
+			t.Errorf("%s: backend not reported as bwrap: %s", tc.name, sc)
 		}
+		if tc.name == "env" {
+			if env, _, _ := strings.Cut(text(res), "[exit="); strings.Count(env, "\n") != 4 {
+				t.Errorf("env: the sandboxed tool sees %d variables, want exactly 4:\n%s", strings.Count(env, "\n"), env)
+			}
+		}
+		if tc.name == "netdirect" {
+			// The server's own network namespace has more than loopback:
+			// the sandbox's "lo" alone is the sandbox's doing.
+			ifs, _, _ := strings.Cut(strings.TrimPrefix(text(res), "interfaces: "), "\n")
+			if ifs == "lo" || ifs == "" {
+				t.Errorf("netdirect: the server's own interfaces are %q, want more than lo", ifs)
+			}
+		}
+	}
+}
+
+// TestStdinCloseStops: closing stdin while a sandboxed and a direct call
+// are running (both ignore SIGTERM and have a setsid child) stops the server
+// promptly, and nothing it started is left running: no probe process on the
+// host and, for the image, no container left in `podman ps -a`.
+func TestStdinCloseStops(t *testing.T) {
+	probe := testbin.Probe(t)
+	dir := testbin.Dir(t)
+	conf := writeConf(t, fmt.Sprintf(`tool boxed %[1]s test 60 4096 on %[2]s -- ignoreterm
+tool direct %[1]s read 60 4096 off %[2]s -- ignoreterm
+`, probe, dir))
+	srv := serveCmd(t, conf)
+	cmd := exec.Command(srv.argv[0], srv.argv[1:]...)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	out := bufio.NewReader(stdout)
+	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"stdin-close","version":"1"}}}`)
+	if line, err := out.ReadString('\n'); err != nil || !strings.Contains(line, `"protocolVersion":"2025-06-18"`) {
+		t.Fatalf("initialize: %v %q", err, line)
+	}
+	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"boxed"}}`)
+	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"direct"}}`)
+	// Both tools, and their setsid children, are running.
+	waitFor(t, 20*time.Second, func() bool { return len(probes(probe)) >= 4 })
+
+	start := time.Now()
+	stdin.Close()
+	go io.Copy(io.Discard, out)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("server exited with %v after stdin closed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("server still running 10 s after stdin closed")
+	}
+	elapsed := time.Since(start)
+	t.Logf("server exited %s after stdin closed", elapsed)
+	if elapsed > 5*time.Second {
+		t.Errorf("server took %s to stop after stdin closed, want under 5 s", elapsed)
+	}
+	waitFor(t, 5*time.Second, func() bool { return len(probes(probe)) == 0 })
+	if image != "" && !containerGone(t, srv.name) {
+		t.Errorf("container %s still listed by podman ps -a after stdin closed", srv.name)
 	}
 }
 
@@ -58,6 +159,7 @@ tool env %[1]s test 20 4096 on %[2]s -- env
 // sandboxed call and of a direct call leaves nothing that the next start
 // does not sweep.
 func TestServerKilledMidCall(t *testing.T) {
+	onlyBinary(t)
 	probe := testbin.Probe(t)
 	dir := testbin.Dir(t)
 	conf := writeConf(t, fmt.Sprintf(`tool boxed %[1]s test 60 4096 on %[2]s -- ignoreterm
@@ -95,17 +197,6 @@ tool direct %[1]s read 60 4096 off %[2]s -- ignoreterm
 	waitFor(t, 5*time.Second, func() bool { return len(probes(probe)) == 0 })
 	if left := serverCgroups(server); len(left) > 0 {
 		t.Errorf("cgroup dirs of the killed server survived the next start: %v", left)
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -1,7 +1,8 @@
 //go:build e2e
 
-// Package e2e drives the built toolgate binary over stdio with mcp-go's
-// client, as an MCP host would.
+// Package e2e drives toolgate over stdio with mcp-go's client, as an MCP
+// host would: the built binary, or the appliance image under podman
+// (TOOLGATE_E2E_IMAGE; see target_test.go).
 package e2e
 
 import (
@@ -23,34 +24,6 @@ import (
 	"github.com/toolgate/toolgate/internal/testbin"
 )
 
-var binary string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "toolgate-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Chmod(dir, 0o755)
-	binary = filepath.Join(dir, "toolgate")
-	// toolgate finds toolgate-shim next to itself.
-	for _, b := range [][]string{
-		{"build", "-tags", "seccomp", "-o", binary, "../cmd/toolgate"},
-		{"build", "-o", filepath.Join(dir, "toolgate-shim"), "../cmd/toolgate-shim"},
-	} {
-		build := exec.Command("go", b...)
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build:", err)
-			os.Exit(1)
-		}
-	}
-	code := m.Run()
-	testbin.Cleanup()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
 // writeConf writes a tools.conf (mode 0600) and returns its path.
 func writeConf(t *testing.T, text string) string {
 	t.Helper()
@@ -61,11 +34,19 @@ func writeConf(t *testing.T, text string) string {
 	return p
 }
 
-// start launches `toolgate serve` with the given args and initializes an
-// MCP session at protocol version.
-func start(t *testing.T, version string, args ...string) (*client.Client, *mcp.InitializeResult) {
+// start launches `toolgate serve` on the target with conf and the extra
+// serve flags and initializes an MCP session at protocol version.
+func start(t *testing.T, version, conf string, extra ...string) (*client.Client, *mcp.InitializeResult) {
 	t.Helper()
-	c, err := client.NewStdioMCPClient(binary, nil, append([]string{"serve"}, args...)...)
+	c, res, _ := startServer(t, version, conf, extra...)
+	return c, res
+}
+
+// startServer is start that also returns how the server was started.
+func startServer(t *testing.T, version, conf string, extra ...string) (*client.Client, *mcp.InitializeResult, server) {
+	t.Helper()
+	srv := serveCmd(t, conf, extra...)
+	c, err := client.NewStdioMCPClient(srv.argv[0], nil, srv.argv[1:]...)
 	if err != nil {
 		t.Fatalf("start toolgate: %v", err)
 	}
@@ -79,7 +60,7 @@ func start(t *testing.T, version string, args ...string) (*client.Client, *mcp.I
 	if err != nil {
 		t.Fatalf("initialize: %v", err)
 	}
-	return c, res
+	return c, res, srv
 }
 
 func call(t *testing.T, c *client.Client, name string, args any) (*mcp.CallToolResult, error) {
@@ -133,7 +114,7 @@ func TestProtocolNegotiation(t *testing.T) {
 	conf := writeConf(t, "")
 	for _, v := range []string{"2025-06-18", "2025-03-26", "2024-11-05"} {
 		t.Run(v, func(t *testing.T) {
-			_, res := start(t, v, "--conf", conf)
+			_, res := start(t, v, conf)
 			if res.ProtocolVersion != v {
 				t.Errorf("negotiated %q, want %q", res.ProtocolVersion, v)
 			}
@@ -148,7 +129,7 @@ func TestProtocolNegotiation(t *testing.T) {
 }
 
 func TestListAndCall(t *testing.T) {
-	c, _ := start(t, "2025-06-18", "--conf", probeConf(t, ""))
+	c, _ := start(t, "2025-06-18", probeConf(t, ""))
 	got := names(t, c)
 	// Built-ins first (checkpoint_status leads), then externals in conf
 	// order; the exposed-off tool is absent.
@@ -198,7 +179,7 @@ func TestListAndCall(t *testing.T) {
 }
 
 func TestTimeoutAndFlood(t *testing.T) {
-	c, _ := start(t, "2025-06-18", "--conf", probeConf(t, ""))
+	c, _ := start(t, "2025-06-18", probeConf(t, ""))
 	start := time.Now()
 	res, err := call(t, c, "slow", nil)
 	if err != nil || !res.IsError || !strings.Contains(text(res), "[timeout]\n[exit=137 ") {
@@ -218,7 +199,7 @@ func TestTimeoutAndFlood(t *testing.T) {
 }
 
 func TestRefusals(t *testing.T) {
-	c, _ := start(t, "2025-06-18", "--conf", probeConf(t, ""))
+	c, _ := start(t, "2025-06-18", probeConf(t, ""))
 	// Unknown and exposed-off tools: the same JSON-RPC error.
 	_, errUnknown := call(t, c, "no_such_tool", nil)
 	_, errHidden := call(t, c, "hidden", nil)
@@ -239,7 +220,7 @@ func TestRefusedConfServesBuiltinsOnly(t *testing.T) {
 	probe := testbin.Probe(t)
 	dir := testbin.Dir(t)
 	conf := writeConf(t, fmt.Sprintf("tool good %s read 10 4096 off %s -- echo hi\ntool bad /bin/bash read 10 4096 off %s -- -c id\n", probe, dir, dir))
-	c, _ := start(t, "2025-06-18", "--conf", conf)
+	c, _ := start(t, "2025-06-18", conf)
 	for _, n := range names(t, c) {
 		if n == "good" || n == "bad" {
 			t.Errorf("refused conf still serves %q", n)
@@ -268,7 +249,7 @@ func TestConcurrentCalls(t *testing.T) {
 	for i := range 16 {
 		fmt.Fprintf(&extra, "tool c%d %s read 20 4096 off %s -- echo call %d\n", i, probe, dir, i)
 	}
-	c, _ := start(t, "2025-06-18", "--conf", writeConf(t, extra.String()))
+	c, _ := start(t, "2025-06-18", writeConf(t, extra.String()))
 	var wg sync.WaitGroup
 	errs := make(chan string, 16)
 	for i := range 16 {
@@ -294,7 +275,8 @@ func TestConcurrentCalls(t *testing.T) {
 // line it writes to stdout is a JSON-RPC 2.0 message, while its logs go to
 // stderr.
 func TestStdoutIsOnlyJSONRPC(t *testing.T) {
-	cmd := exec.Command(binary, "serve", "--conf", probeConf(t, ""), "--log-level", "debug")
+	srv := serveCmd(t, probeConf(t, ""), "--log-level", "debug")
+	cmd := exec.Command(srv.argv[0], srv.argv[1:]...)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	var stderr strings.Builder
@@ -341,12 +323,12 @@ func TestCheckCommand(t *testing.T) {
 	probe := testbin.Probe(t)
 	dir := testbin.Dir(t)
 	good := writeConf(t, fmt.Sprintf("tool hello %s read 10 4096 off %s -- echo hi\n", probe, dir))
-	out, err := exec.Command(binary, "--list-tools", "--conf", good).CombinedOutput()
+	out, err := toolgateCmd(t, good, "--list-tools").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "hello") || !strings.Contains(string(out), ": loaded") {
 		t.Errorf("--list-tools: %v\n%s", err, out)
 	}
 	bad := writeConf(t, "tool x /bin/sh read 1 1 off / --\n")
-	cmd := exec.Command(binary, "check", "--conf", bad)
+	cmd := toolgateCmd(t, bad, "check")
 	out, err = cmd.CombinedOutput()
 	if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "line 1: exe:") {
 		t.Errorf("check of a refused conf: exit %d, %v\n%s", cmd.ProcessState.ExitCode(), err, out)
