@@ -25,6 +25,7 @@ type settings struct {
 	backend       string
 	logLevel      string
 	logFormat     string
+	auditLog      string
 	sandbox       sandboxFlags
 	oci           ociFlags
 	builtins      builtinFlags
@@ -37,6 +38,7 @@ func (s *settings) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.backend, "backend", string(rt.BackendBwrap), "sandbox backend of test-class tools: bwrap or oci")
 	fs.StringVar(&s.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log format on stderr: text or json")
+	fs.StringVar(&s.auditLog, "audit-log", "", "append one JSON record per call to this file (default: stderr)")
 	s.sandbox.register(fs)
 	s.oci.register(fs)
 	s.builtins.register(fs)
@@ -61,12 +63,30 @@ func (s *settings) logger(stderr io.Writer) (*logrus.Logger, error) {
 	return l, nil
 }
 
+// auditLogger returns the logger of the audit records: JSON lines on stderr,
+// or appended to --audit-log (created 0600).
+func (s *settings) auditLogger(stderr io.Writer) (*logrus.Logger, io.Closer, error) {
+	l := logrus.New()
+	l.SetFormatter(&logrus.JSONFormatter{})
+	l.SetOutput(stderr)
+	if s.auditLog == "" {
+		return l, io.NopCloser(nil), nil
+	}
+	f, err := os.OpenFile(s.auditLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--audit-log: %w", err)
+	}
+	l.SetOutput(f)
+	return l, f, nil
+}
+
 // app is everything serve needs, built from settings.
 type app struct {
-	log     *logrus.Logger
-	conf    *conf.Config
-	cgroups *rt.Cgroups
-	opts    server.Options
+	log       *logrus.Logger
+	auditFile io.Closer
+	conf      *conf.Config
+	cgroups   *rt.Cgroups
+	opts      server.Options
 }
 
 // build loads the conf and sets up the backends. live is false for check,
@@ -91,6 +111,10 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 	}
 	a := &app{log: log}
 	if live {
+		a.opts.Audit, a.auditFile, err = s.auditLogger(stderr)
+		if err != nil {
+			return nil, err
+		}
 		a.cgroups = rt.DetectCgroups()
 		for _, d := range a.cgroups.Sweep() {
 			log.WithField("dir", d).Info("removed the cgroup of a server that did not exit cleanly")
@@ -99,8 +123,12 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 	}
 	a.conf = conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: checkSandboxTool})
 	logConf(log, a.conf)
+	if live {
+		auditConf(a.opts.Audit, a.conf)
+	}
 
 	a.opts = server.Options{
+		Audit:         a.opts.Audit,
 		Version:       version,
 		Conf:          a.conf,
 		Builtins:      builtins,
@@ -122,6 +150,21 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 func (a *app) close() {
 	closeSandbox(a.opts.Sandbox)
 	a.cgroups.Close()
+	if a.auditFile != nil {
+		a.auditFile.Close()
+	}
+}
+
+// auditConf records a refused tools.conf in the audit log: one record per
+// refused line (line number, field, reason; never more of the file).
+func auditConf(audit *logrus.Logger, c *conf.Config) {
+	if c.State != conf.StateRefused {
+		return
+	}
+	for _, ce := range server.ConfStatus(c).Errors {
+		audit.WithFields(logrus.Fields{"kind": "conf", "conf": c.Path, "state": c.State,
+			"line": ce.Line, "field": ce.Field, "reason": ce.Reason}).Info("conf refused")
+	}
 }
 
 func logConf(log *logrus.Logger, c *conf.Config) {
