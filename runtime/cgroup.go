@@ -234,9 +234,8 @@ func (c *Cgroups) detectV2(base, name string) {
 		if len(procs) == 1 && procs[0] == strconv.Itoa(os.Getpid()) {
 			leaf := filepath.Join(base, name+".server")
 			if err := os.Mkdir(leaf, 0o755); err == nil || errors.Is(err, os.ErrExist) {
-				if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte("0"), 0); err == nil {
-					err = enableControllers(base, enable)
-				}
+				// Best effort: the retry below says whether it worked.
+				_ = os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte("0"), 0)
 			}
 		}
 		if err := enableControllers(base, enable); err != nil {
