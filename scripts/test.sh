@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up and run every test toolgate has: installs what is missing (Debian 12),
-# then the unit and integration tests (race detector on) and the stdio
-# end-to-end suite. TOOLGATE_REQUIRE_ALL=1 turns every "missing binary" skip
-# into a failure (CI sets it).
+# then the unit and integration tests (race detector on) and the end-to-end
+# suite both ways (scripts/e2e.sh: the binary over stdio, then the appliance
+# image under podman, built by scripts/image.sh). TOOLGATE_REQUIRE_ALL=1
+# turns every "missing binary" skip into a failure (CI sets it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
@@ -16,5 +17,5 @@ go vet -tags 'seccomp e2e' ./e2e/
 echo "== unit and integration tests" >&2
 go test -race -tags seccomp -count=1 -timeout 20m ./...
 
-echo "== end-to-end over stdio" >&2
-go test -tags 'seccomp e2e' -count=1 -timeout 20m ./e2e/
+echo "== end-to-end: the binary over stdio, then the image under podman" >&2
+scripts/e2e.sh both
