@@ -56,7 +56,6 @@ func podmanFlags() []string {
 		"--security-opt", "seccomp=" + seccompProfile,
 		"--pids-limit", "1024",
 		"--memory", "2g",
-		"--log-driver", "none",
 	}
 }
 
