@@ -66,9 +66,15 @@ CGO_ENABLED=0 go build -trimpath -o "$ctx/toolgate-shim" ./cmd/toolgate-shim
 t2=$(date +%s)
 
 echo "image: podman build $image FROM $base" >&2
+previous=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
 podman build --quiet -f "$repo/Containerfile" \
 	--build-arg BASE="$base" --build-arg VERSION="$version" \
 	-t "$image" "$ctx" >/dev/null
 t3=$(date +%s)
+# The build moved the tag: drop the image it left untagged, so that
+# rebuilds do not pile up (kept when a container still uses it).
+if [ -n "$previous" ] && [ "$previous" != "$(podman image inspect --format '{{.Id}}' "$image")" ]; then
+	podman rmi "$previous" >/dev/null 2>&1 || true
+fi
 size=$(podman image inspect --format '{{.Size}}' "$image")
 echo "image: $image built ($((size / 1048576)) MiB): base $((t1 - t0)) s, binaries $((t2 - t1)) s, podman build $((t3 - t2)) s" >&2
