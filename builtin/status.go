@@ -14,6 +14,30 @@ type Status struct {
 	Conf     ConfStatus   `json:"conf"`
 	Sandbox  SandboxState `json:"sandbox"`
 	Tools    []ToolStatus `json:"tools"`
+	// Registry is the tool-MCP registry of downstream servers; nil when
+	// serve was not given one.
+	Registry *RegistryStatus `json:"registry,omitempty"`
+}
+
+// RegistryStatus is the tool-MCP registry's load outcome and each
+// downstream server's state. It names variables, never their values.
+type RegistryStatus struct {
+	Dir     string             `json:"dir"`
+	State   string             `json:"state"` // absent, loaded, refused
+	Reason  string             `json:"reason,omitempty"`
+	Errors  []string           `json:"errors,omitempty"`
+	Servers []DownstreamStatus `json:"servers,omitempty"`
+}
+
+// DownstreamStatus is one downstream server.
+type DownstreamStatus struct {
+	ID        string   `json:"id"`
+	Transport string   `json:"transport"`
+	Sandbox   string   `json:"sandbox"`
+	State     string   `json:"state"` // listed, failed, unavailable
+	Reason    string   `json:"reason,omitempty"`
+	Served    []string `json:"served"`
+	NotServed []string `json:"not_served,omitempty"` // enabled but not offered
 }
 
 // ConfStatus is the tools.conf load outcome.
@@ -57,7 +81,8 @@ var statusOutputSchema = json.RawMessage(`{
     "protocol": {"type": "string"},
     "conf": {"type": "object"},
     "sandbox": {"type": "object"},
-    "tools": {"type": "array", "items": {"type": "object"}}
+    "tools": {"type": "array", "items": {"type": "object"}},
+    "registry": {"type": "object"}
   },
   "required": ["version", "protocol", "conf", "sandbox", "tools"]
 }`)
@@ -110,6 +135,25 @@ func (s Status) Text() string {
 		b.WriteString(" (available)\n")
 	} else {
 		fmt.Fprintf(&b, " (unavailable: %s)\n", s.Sandbox.Reason)
+	}
+	if r := s.Registry; r != nil {
+		fmt.Fprintf(&b, "tool-mcp registry %s: %s\n", r.Dir, r.State)
+		if r.Reason != "" {
+			fmt.Fprintf(&b, "  %s\n", r.Reason)
+		}
+		for _, e := range r.Errors {
+			fmt.Fprintf(&b, "  refused: %s\n", e)
+		}
+		if r.State == "refused" {
+			b.WriteString("  every downstream server is disabled; built-in and tools.conf tools are unaffected\n")
+		}
+		for _, d := range r.Servers {
+			fmt.Fprintf(&b, "  %s (%s, sandbox %s): %s, %d served", d.ID, d.Transport, d.Sandbox, d.State, len(d.Served))
+			if d.Reason != "" {
+				fmt.Fprintf(&b, ": %s", d.Reason)
+			}
+			b.WriteString("\n")
+		}
 	}
 	fmt.Fprintf(&b, "tools (%d):\n", len(s.Tools))
 	for _, t := range s.Tools {
