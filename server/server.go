@@ -63,6 +63,7 @@ type Server struct {
 	served    []builtin.ToolStatus
 	sem       chan struct{}
 	callSeq   atomic.Uint64
+	down      *downstreamSet // ConnectDownstream
 }
 
 // New builds the server and its tool registry. The tool set is fixed here:
@@ -210,7 +211,8 @@ func (s *Server) status(ctx context.Context) builtin.Status {
 			Backend:   s.opts.SandboxName,
 			Available: s.opts.Sandbox != nil,
 		},
-		Tools: s.served,
+		Tools:    s.served,
+		Registry: s.down.registryStatus(),
 	}
 	if s.opts.SandboxErr != nil {
 		st.Sandbox.Reason = s.opts.SandboxErr.Error()

@@ -1,0 +1,1059 @@
+package server
+
+// Downstream tools: the allowed tools of the tool-MCP servers of the
+// registry (conf.LoadRegistry), served as ID__TOOL after the externals.
+//
+// Listing. The tool set is fixed at start-up (listChanged is false), yet a
+// server's tools and schemas are known only by asking it. ConnectDownstream
+// therefore starts (stdio) or connects to (HTTP) every server once, in
+// parallel, each within its startup_timeout_sec, lists its tools, and
+// registers the enabled ones it offers with their own schemas. Without
+// --eager the server is then stopped again and started lazily on the first
+// call; with --eager the connection is kept. A server that cannot be listed
+// at start-up is not dropped: its enabled tools are served with an open
+// schema and each call tries to start it again.
+//
+// Gating. Only names registered here have a handler, and each handler is
+// bound to one (server, enabled tool) pair: a tool the allowlist omits, or
+// any tool of a server of a refused registry, has no handler and cannot be
+// reached whatever name is guessed. Each handler checks the allowlist again.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+	"github.com/sirupsen/logrus"
+
+	"github.com/toolgate/toolgate/builtin"
+	"github.com/toolgate/toolgate/conf"
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+// DefaultDownstreamMaxBytes caps the JSON size of one downstream result
+// (1 MiB). A larger result is cut (see capResult) and marked isError.
+const DefaultDownstreamMaxBytes = 1 << 20
+
+// DownstreamProtocol is the MCP protocol version toolgate asks downstream
+// servers for; a server may answer with an older one it supports.
+const DownstreamProtocol = mcp.ProtocolVersion20250618
+
+// downstreamCloseGrace is how long a stdio server gets to exit after its
+// stdin is closed before it is killed.
+const downstreamCloseGrace = time.Second
+
+// ErrNeedsBwrap is the reason a sandboxed stdio server cannot run with a
+// sandbox backend that does not run services (the OCI backend).
+var ErrNeedsBwrap = errors.New("downstream servers need the bwrap backend")
+
+// openSchema is the input schema of a tool whose server could not be
+// listed: the downstream server validates the arguments itself.
+var openSchema = json.RawMessage(`{"type":"object"}`)
+
+// States of a downstream server in checkpoint_status.
+const (
+	downstreamListed      = "listed"
+	downstreamFailed      = "failed"
+	downstreamUnavailable = "unavailable"
+)
+
+// downstream is one server of the registry: its connection, started or
+// connected on demand, and what it offered when listed.
+type downstream struct {
+	s       *Server
+	srv     conf.ToolServer
+	starter rt.ServiceStarter // stdio: the backend that runs it
+	backend string            // bwrap, oci, direct or http, for status and logs
+	log     *logrus.Entry
+
+	// unavailable, when set, is why the server never runs here: every
+	// call answers isError with it.
+	unavailable error
+
+	mu       sync.Mutex
+	conn     *dconn
+	starts   int
+	offered  map[string]remoteTool // nil until listed
+	listErr  error                 // why the start-up listing failed
+	notOffer []string              // enabled tools the listing lacked
+
+	// slot serialises calls unless supports_parallel_tool_calls.
+	slot chan struct{}
+}
+
+// dconn is one live connection: a started process or an HTTP session.
+type dconn struct {
+	client *client.Client
+	proc   *rt.Process // nil for HTTP
+	n      int         // start number, for logs
+
+	mu     sync.Mutex
+	reason string // why it ended; "" while alive
+	dead   chan struct{}
+}
+
+func (c *dconn) end(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reason == "" {
+		c.reason = reason
+		close(c.dead)
+	}
+}
+
+func (c *dconn) ended() (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reason, c.reason != ""
+}
+
+// remoteTool is one tool as the downstream server listed it, its schemas
+// kept byte for byte.
+type remoteTool struct {
+	Name         string             `json:"name"`
+	Title        string             `json:"title,omitempty"`
+	Description  string             `json:"description,omitempty"`
+	InputSchema  json.RawMessage    `json:"inputSchema,omitempty"`
+	OutputSchema json.RawMessage    `json:"outputSchema,omitempty"`
+	Annotations  mcp.ToolAnnotation `json:"annotations"`
+}
+
+// DownstreamOptions configure ConnectDownstream.
+type DownstreamOptions struct {
+	// Registry is the tool-MCP registry (any state).
+	Registry *conf.Registry
+	// Services runs sandboxed stdio servers: the sandbox backend when it
+	// can run services, else nil with ServicesErr saying why. A sandboxed
+	// server never falls back to DirectServices.
+	Services    rt.ServiceStarter
+	ServicesErr error
+	// DirectServices runs the stdio servers whose entry says
+	// sandbox = false.
+	DirectServices rt.ServiceStarter
+	// Eager keeps every server running (or connected) from start-up on;
+	// otherwise each is stopped after listing and started again on its
+	// first call.
+	Eager bool
+	// LookupEnv reads the variables the registry names, when a server is
+	// started and at each HTTP request; nil means os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+	// MaxBytes caps the JSON size of one downstream result; 0 means
+	// DefaultDownstreamMaxBytes.
+	MaxBytes int
+}
+
+// downstreamSet is the Server's part for downstream servers.
+type downstreamSet struct {
+	opts    DownstreamOptions
+	servers []*downstream
+	status  *builtin.RegistryStatus
+}
+
+// registryStatus is the registry section of checkpoint_status; nil when
+// there is no registry.
+func (ds *downstreamSet) registryStatus() *builtin.RegistryStatus {
+	if ds == nil {
+		return nil
+	}
+	return ds.status
+}
+
+// ConnectDownstream starts or connects to every server of the registry,
+// lists its tools and registers the enabled ones it offers, after the
+// externals. Call it once, after New and before serving. A refused
+// registry, or a collision of a served name with a tools.conf or built-in
+// name, disables every downstream server and nothing else.
+func (s *Server) ConnectDownstream(ctx context.Context, opts DownstreamOptions) {
+	r := opts.Registry
+	if r == nil || s.down != nil {
+		return
+	}
+	st := &builtin.RegistryStatus{Dir: r.Dir, State: string(r.State), Reason: r.Reason}
+	s.down = &downstreamSet{opts: opts, status: st}
+	e := s.log.WithFields(logrus.Fields{"registry": r.Dir, "state": r.State})
+	switch r.State {
+	case conf.StateAbsent:
+		e.WithField("reason", r.Reason).Info("tool-mcp registry absent: no downstream servers")
+		return
+	case conf.StateRefused:
+		s.refuseRegistry(st, r.Errors)
+		return
+	}
+	if errs := s.collisions(r); len(errs) > 0 {
+		s.refuseRegistry(st, errs)
+		return
+	}
+	downs := make([]*downstream, 0, len(r.Servers))
+	for _, srv := range r.Servers {
+		downs = append(downs, s.newDownstream(srv))
+	}
+	var wg sync.WaitGroup
+	for _, d := range downs {
+		if d.unavailable != nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.discover(ctx)
+		}()
+	}
+	wg.Wait()
+	for _, d := range downs {
+		s.down.servers = append(s.down.servers, d)
+		st.Servers = append(st.Servers, d.register())
+	}
+	e.WithField("servers", len(downs)).Info("tool-mcp registry loaded")
+}
+
+// refuseRegistry records a refused registry: every downstream server is
+// disabled. The reasons name keys and variables, never values.
+func (s *Server) refuseRegistry(st *builtin.RegistryStatus, errs []error) {
+	st.State = string(conf.StateRefused)
+	e := s.log.WithFields(logrus.Fields{"registry": st.Dir, "state": conf.StateRefused})
+	for _, err := range errs {
+		st.Errors = append(st.Errors, err.Error())
+		e.WithField("reason", err.Error()).Error("tool-mcp registry refused")
+	}
+	e.Error("tool-mcp registry refused: every downstream server is disabled; built-in and tools.conf tools are unaffected")
+}
+
+// collisions returns an error for every served name (ID__TOOL of an
+// enabled tool) that is also the name of a tools.conf tool (whose names
+// may contain "__") or of a built-in. The check uses enabled_tools, not
+// what servers offer, so that the outcome does not depend on a server.
+func (s *Server) collisions(r *conf.Registry) []error {
+	taken := map[string]string{}
+	for name := range s.order {
+		taken[name] = "the built-in tool"
+	}
+	if c := s.opts.Conf; c != nil && c.State == conf.StateLoaded {
+		for _, t := range c.Tools {
+			taken[t.Name] = fmt.Sprintf("the tools.conf tool at %s line %d", c.Path, t.Line)
+		}
+	}
+	var errs []error
+	for _, srv := range r.Servers {
+		for _, tool := range srv.EnabledTools {
+			name := srv.ServedName(tool)
+			if what, ok := taken[name]; ok {
+				errs = append(errs, &conf.RegistryError{
+					File: srv.Fragment, Line: srv.Line,
+					Path: "tool_mcp_servers." + srv.ID + ".enabled_tools",
+					Err: fmt.Errorf("served name %q collides with %s of the same name: rename the tools.conf tool or remove %q from enabled_tools",
+						name, what, tool),
+				})
+			}
+		}
+	}
+	return errs
+}
+
+func (s *Server) newDownstream(srv conf.ToolServer) *downstream {
+	d := &downstream{s: s, srv: srv, backend: "http"}
+	if !srv.SupportsParallelToolCalls {
+		d.slot = make(chan struct{}, 1)
+	}
+	if srv.Transport == conf.TransportStdio {
+		switch {
+		case !srv.Sandbox:
+			d.backend, d.starter = string(rt.BackendDirect), s.down.opts.DirectServices
+			if d.starter == nil {
+				d.unavailable = errors.New("no direct service runner configured")
+			}
+		case s.down.opts.Services != nil:
+			d.backend, d.starter = s.opts.SandboxName, s.down.opts.Services
+		default:
+			d.backend = s.opts.SandboxName
+			d.unavailable = s.down.opts.ServicesErr
+			if d.unavailable == nil {
+				d.unavailable = fmt.Errorf("%w; the %s backend cannot run them", ErrNeedsBwrap, s.opts.SandboxName)
+			}
+		}
+	}
+	d.log = s.log.WithFields(logrus.Fields{"server": srv.ID, "transport": srv.Transport, "backend": d.backend})
+	return d
+}
+
+// sandboxState says how the server runs, for status and descriptions.
+func (d *downstream) sandboxState() string {
+	switch {
+	case d.srv.Transport != conf.TransportStdio:
+		return "-"
+	case !d.srv.Sandbox:
+		return "off"
+	case d.srv.Network:
+		return "on, network"
+	}
+	return "on, no network"
+}
+
+// discover connects, lists and, without --eager, disconnects again.
+func (d *downstream) discover(ctx context.Context) {
+	start := time.Now()
+	c, err := d.connect(ctx)
+	if err != nil {
+		d.listErr = err
+		d.log.WithError(err).Error("downstream server not listed at start-up: its enabled tools are served with an open schema and each call tries to start it again")
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
+	tools, err := listTools(lctx, c.client)
+	cancel()
+	if err != nil {
+		d.close(c, "listing failed")
+		d.listErr = fmt.Errorf("tools/list: %s", d.redact(err.Error()))
+		d.log.WithError(d.listErr).Error("downstream server not listed at start-up: its enabled tools are served with an open schema and each call tries to start it again")
+		return
+	}
+	d.offered = tools
+	d.log.WithFields(logrus.Fields{"offered": len(tools), "ms": time.Since(start).Milliseconds()}).Info("downstream server listed")
+	if d.s.down.opts.Eager {
+		d.mu.Lock()
+		d.conn = c
+		d.mu.Unlock()
+		return
+	}
+	d.close(c, "listed at start-up; started again on first use")
+}
+
+// register adds the server's tools to the MCP server and returns its
+// status.
+func (d *downstream) register() builtin.DownstreamStatus {
+	st := builtin.DownstreamStatus{ID: d.srv.ID, Transport: string(d.srv.Transport), Sandbox: d.sandboxState(), State: downstreamListed, Served: []string{}}
+	switch {
+	case d.unavailable != nil:
+		st.State, st.Reason = downstreamUnavailable, d.unavailable.Error()
+		d.log.WithError(d.unavailable).Error("downstream server unavailable: its tools answer isError; it never runs unsandboxed")
+	case d.offered == nil:
+		st.State, st.Reason = downstreamFailed, d.listErr.Error()
+	}
+	for _, tool := range d.srv.EnabledTools {
+		name := d.srv.ServedName(tool)
+		var t mcp.Tool
+		if d.offered == nil {
+			t = mcp.NewToolWithRawSchema(name, d.describe(tool, ""), openSchema)
+			t.Annotations = approvalAnnotations(d.srv.Approval(tool), mcp.ToolAnnotation{})
+		} else {
+			rtool, ok := d.offered[tool]
+			if !ok {
+				st.NotServed = append(st.NotServed, tool)
+				d.log.WithField("tool", tool).Warn("enabled tool not offered by the downstream server: not served")
+				continue
+			}
+			var err error
+			if t, err = d.servedTool(rtool); err != nil {
+				st.NotServed = append(st.NotServed, tool)
+				d.log.WithField("tool", tool).WithError(err).Error("downstream tool not served")
+				continue
+			}
+		}
+		d.s.add(t, d.handler(tool), builtin.ToolStatus{Name: name, Kind: "downstream", Backend: d.backend})
+		st.Served = append(st.Served, name)
+	}
+	return st
+}
+
+// servedTool is how toolgate serves a listed downstream tool: the served
+// name, the downstream schemas unchanged, the description with its origin,
+// and the annotations of the operator's approval mode.
+func (d *downstream) servedTool(r remoteTool) (mcp.Tool, error) {
+	in := r.InputSchema
+	if len(in) == 0 || string(in) == "null" {
+		in = openSchema
+	}
+	if err := checkObjectSchema(in); err != nil {
+		return mcp.Tool{}, fmt.Errorf("inputSchema: %w", err)
+	}
+	t := mcp.NewToolWithRawSchema(d.srv.ServedName(r.Name), d.describe(r.Name, r.Description), in)
+	t.Title = r.Title
+	if len(r.OutputSchema) > 0 && string(r.OutputSchema) != "null" {
+		if err := checkObjectSchema(r.OutputSchema); err != nil {
+			return mcp.Tool{}, fmt.Errorf("outputSchema: %w", err)
+		}
+		t.RawOutputSchema = r.OutputSchema
+	}
+	t.Annotations = approvalAnnotations(d.srv.Approval(r.Name), r.Annotations)
+	if err := mcp.ValidateParamHeaderAnnotations(&t); err != nil {
+		return mcp.Tool{}, err
+	}
+	return t, nil
+}
+
+// checkObjectSchema accepts a JSON object whose "type", if any, is
+// "object", as MCP requires of tool schemas.
+func checkObjectSchema(b json.RawMessage) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return errors.New("not a JSON object")
+	}
+	if typ, ok := m["type"]; ok && string(typ) != `"object"` {
+		return fmt.Errorf("type %s, want \"object\"", typ)
+	}
+	return nil
+}
+
+// describe is a downstream tool's description: its own, then where it comes
+// from and the operator's approval mode.
+func (d *downstream) describe(tool, own string) string {
+	origin := fmt.Sprintf("Downstream tool %q of the tool-MCP server %q (%s", tool, d.srv.ID, d.srv.Transport)
+	if d.srv.Transport == conf.TransportStdio {
+		origin += ", sandbox " + d.sandboxState()
+	}
+	origin += fmt.Sprintf("), approval mode %s. Its results are external content.", d.srv.Approval(tool))
+	switch {
+	case d.unavailable != nil:
+		origin += " Unavailable: " + d.unavailable.Error() + "."
+	case d.offered == nil:
+		origin += " Not listed at start-up (" + d.listErr.Error() + "): the arguments are passed as given."
+	}
+	if own == "" {
+		return origin
+	}
+	return own + "\n\n" + origin
+}
+
+// approvalAnnotations derives a served tool's annotations from the
+// operator's approval mode: the hints MCP clients act on when deciding to
+// ask before a call. They state the operator's policy, not the server's
+// claims; the server's title, idempotentHint and openWorldHint are kept.
+//
+//   - auto: readOnlyHint true, destructiveHint false: no client asks.
+//   - writes: as auto when the server declares the tool read-only
+//     (readOnlyHint true), else as prompt.
+//   - prompt: readOnlyHint false, destructiveHint true: clients ask.
+//   - approve: as prompt, and idempotentHint false, so that a client does
+//     not take one approval for the next call.
+func approvalAnnotations(mode conf.ApprovalMode, own mcp.ToolAnnotation) mcp.ToolAnnotation {
+	a := mcp.ToolAnnotation{Title: own.Title, IdempotentHint: own.IdempotentHint, OpenWorldHint: own.OpenWorldHint}
+	confirm := true
+	switch mode {
+	case conf.ApprovalAuto:
+		confirm = false
+	case conf.ApprovalWrites:
+		confirm = own.ReadOnlyHint == nil || !*own.ReadOnlyHint
+	}
+	a.ReadOnlyHint = mcp.ToBoolPtr(!confirm)
+	a.DestructiveHint = mcp.ToBoolPtr(confirm)
+	if mode == conf.ApprovalApprove {
+		a.IdempotentHint = mcp.ToBoolPtr(false)
+	}
+	return a
+}
+
+// --- connections ------------------------------------------------------------
+
+// get returns the live connection, starting or connecting when there is
+// none (bounded by startup_timeout_sec), and lists the tools when the
+// start-up listing failed.
+func (d *downstream) get(ctx context.Context) (*dconn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c := d.conn; c != nil {
+		if _, ended := c.ended(); !ended {
+			return c, nil
+		}
+		d.conn = nil
+	}
+	c, err := d.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if d.offered == nil {
+		lctx, cancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
+		tools, err := listTools(lctx, c.client)
+		cancel()
+		if err != nil {
+			d.close(c, "listing failed")
+			return nil, fmt.Errorf("tools/list: %s", d.redact(err.Error()))
+		}
+		d.offered = tools
+	}
+	d.conn = c
+	return c, nil
+}
+
+// connect starts (stdio) or connects to (HTTP) the server and completes
+// the MCP handshake, within startup_timeout_sec.
+func (d *downstream) connect(ctx context.Context) (*dconn, error) {
+	if err := d.checkVars(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
+	defer cancel()
+	d.starts++
+	c := &dconn{n: d.starts, dead: make(chan struct{})}
+	start := time.Now()
+	var err error
+	if d.srv.Transport == conf.TransportStdio {
+		err = d.startStdio(ctx, c)
+	} else {
+		err = d.startHTTP(ctx, c)
+	}
+	if err == nil {
+		req := mcp.InitializeRequest{}
+		req.Params.ProtocolVersion = DownstreamProtocol
+		req.Params.ClientInfo = mcp.Implementation{Name: "toolgate", Version: d.s.opts.Version}
+		_, err = c.client.Initialize(ctx, req)
+		if err != nil {
+			reason := "initialize failed"
+			if c.proc != nil {
+				if r, ended := c.ended(); ended {
+					reason = r
+				}
+			}
+			err = fmt.Errorf("initialize: %s", d.redact(err.Error()))
+			if ctx.Err() != nil {
+				err = fmt.Errorf("no MCP handshake within startup_timeout_sec (%s): %s", d.srv.StartupTimeout, reason)
+			} else if reason != "initialize failed" {
+				err = fmt.Errorf("%w (%s)", err, reason)
+			}
+			d.close(c, "initialize failed")
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	d.log.WithFields(logrus.Fields{"start": c.n, "ms": time.Since(start).Milliseconds()}).Info("downstream server ready")
+	return c, nil
+}
+
+// startStdio starts the process and an MCP client over its pipes.
+func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
+	env, err := d.env()
+	if err != nil {
+		return err
+	}
+	binds, err := d.binds()
+	if err != nil {
+		return err
+	}
+	svc := rt.Service{
+		ID:       fmt.Sprintf("mcp-%s-%d", d.srv.ID, c.n),
+		Name:     d.srv.ID,
+		Path:     d.srv.Command,
+		Argv:     append([]string{d.srv.Command}, d.srv.Args...),
+		Dir:      d.srv.Cwd,
+		Env:      env,
+		Network:  d.srv.Network,
+		ReadOnly: binds,
+		Stderr:   d.stderrLine,
+	}
+	p, err := d.starter.StartService(ctx, svc)
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	c.proc = p
+	c.client = client.NewClient(transport.NewIO(p.Stdout(), p.Stdin(), nil), client.WithProtocolVersion(DownstreamProtocol))
+	// The client's context serves the server's requests to toolgate (ping)
+	// for the life of the process, not the start-up's.
+	if err := c.client.Start(context.WithoutCancel(ctx)); err != nil {
+		p.Close()
+		return fmt.Errorf("start the MCP client: %w", err)
+	}
+	go func() {
+		<-p.Done()
+		reason := fmt.Sprintf("the process exited with status %d", p.ExitCode())
+		c.end(reason)
+		_ = c.client.Close()
+		d.log.WithFields(logrus.Fields{"start": c.n, "exit": p.ExitCode()}).Info("downstream server process ended")
+	}()
+	return nil
+}
+
+// startHTTP connects an MCP client to the URL. The headers (the bearer
+// token and env_http_headers read from the environment at each request)
+// are set by the HTTP client's transport, so that every request carries
+// them, mcp-go's session DELETE included; redirects are not followed, and
+// the headers go to the configured origin only.
+func (d *downstream) startHTTP(ctx context.Context, c *dconn) error {
+	origin, err := url.Parse(d.srv.URL)
+	if err != nil {
+		return fmt.Errorf("url: %w", err)
+	}
+	hc := &http.Client{
+		Transport: &headerTransport{d: d, scheme: origin.Scheme, host: origin.Host, base: http.DefaultTransport},
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+	cl, err := client.NewStreamableHttpClient(d.srv.URL,
+		transport.WithHTTPBasicClient(hc),
+		transport.WithHTTPLogger(slog.New(slog.DiscardHandler)),
+	)
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", d.srv.URL, err)
+	}
+	if err := cl.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("connect %s: %s", d.srv.URL, d.redact(err.Error()))
+	}
+	c.client = cl
+	return nil
+}
+
+// close ends a connection: a stdio server gets its stdin closed and
+// downstreamCloseGrace to exit, then it is killed with everything it
+// started; an HTTP session is closed.
+func (d *downstream) close(c *dconn, reason string) {
+	c.end(reason)
+	if c.proc == nil {
+		done := make(chan struct{})
+		go func() {
+			_ = c.client.Close()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(downstreamCloseGrace):
+		}
+		return
+	}
+	_ = c.proc.Stdin().Close()
+	select {
+	case <-c.proc.Done():
+	case <-time.After(downstreamCloseGrace):
+	}
+	c.proc.Close()
+	_ = c.client.Close()
+}
+
+// drop ends c, the current connection, so that the next call starts anew.
+func (d *downstream) drop(c *dconn, reason string) {
+	d.mu.Lock()
+	if d.conn == c {
+		d.conn = nil
+	}
+	d.mu.Unlock()
+	d.log.WithFields(logrus.Fields{"start": c.n, "reason": reason}).Warn("downstream server stopped")
+	d.close(c, reason)
+}
+
+// shutdown ends the live connection, if any.
+func (d *downstream) shutdown() {
+	d.mu.Lock()
+	c := d.conn
+	d.conn = nil
+	d.mu.Unlock()
+	if c != nil {
+		d.close(c, "toolgate is stopping")
+	}
+}
+
+// Close stops every downstream server (and everything each started) and
+// closes the HTTP sessions. Call it when serving ends.
+func (s *Server) Close() {
+	if s.down == nil {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, d := range s.down.servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.shutdown()
+		}()
+	}
+	wg.Wait()
+}
+
+// lookupEnv reads a variable of toolgate's environment.
+func (d *downstream) lookupEnv(name string) (string, bool) {
+	if f := d.s.down.opts.LookupEnv; f != nil {
+		return f(name)
+	}
+	return os.LookupEnv(name)
+}
+
+// checkVars reports the referenced variables that are not set (or empty),
+// by name.
+func (d *downstream) checkVars() error {
+	var missing []string
+	for _, v := range d.srv.Vars() {
+		if val, ok := d.lookupEnv(v.Name); !ok || val == "" {
+			missing = append(missing, fmt.Sprintf("%s (%s)", v.Name, v.Use))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("variable not set in toolgate's environment: %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// env is the server's own environment: the literal env, then the
+// forwarded env_vars, read now.
+func (d *downstream) env() ([]string, error) {
+	var env []string
+	for _, k := range slices.Sorted(maps.Keys(d.srv.Env)) {
+		env = append(env, k+"="+d.srv.Env[k])
+	}
+	for _, name := range d.srv.EnvVars {
+		v, ok := d.lookupEnv(name)
+		if !ok || v == "" {
+			return nil, fmt.Errorf("variable %s (env_vars) not set in toolgate's environment", name)
+		}
+		env = append(env, name+"="+v)
+	}
+	return env, nil
+}
+
+// headerTransport sets the server's headers on every request to its
+// origin.
+type headerTransport struct {
+	d            *downstream
+	scheme, host string
+	base         http.RoundTripper
+}
+
+func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Scheme != t.scheme || r.URL.Host != t.host {
+		return t.base.RoundTrip(r)
+	}
+	r = r.Clone(r.Context())
+	for k, v := range t.d.httpHeaders() {
+		r.Header.Set(k, v)
+	}
+	return t.base.RoundTrip(r)
+}
+
+// httpHeaders are the headers of each request: the literal http_headers,
+// then the bearer token and env_http_headers read from the named variables
+// now.
+func (d *downstream) httpHeaders() map[string]string {
+	h := maps.Clone(d.srv.Headers)
+	if h == nil {
+		h = map[string]string{}
+	}
+	if name := d.srv.BearerTokenEnvVar; name != "" {
+		if v, ok := d.lookupEnv(name); ok && v != "" {
+			h["Authorization"] = "Bearer " + v
+		}
+	}
+	for header, name := range d.srv.EnvHeaders {
+		if v, ok := d.lookupEnv(name); ok && v != "" {
+			h[header] = v
+		}
+	}
+	return h
+}
+
+// binds are the host paths a sandboxed server sees read-only besides /usr,
+// the /etc allow-list, its cwd and its command: every argument that is an
+// absolute path of an existing file or directory (a script, a data
+// directory), canonical.
+func (d *downstream) binds() ([]string, error) {
+	var out []string
+	for _, a := range d.srv.Args {
+		if !filepath.IsAbs(a) {
+			continue
+		}
+		p, err := filepath.EvalSymlinks(a)
+		if err != nil {
+			continue // not a path that exists: an ordinary argument
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// secrets are the values of the variables the server references, as now
+// set: what redact removes.
+func (d *downstream) secrets() []string {
+	var out []string
+	for _, v := range d.srv.Vars() {
+		if val, ok := d.lookupEnv(v.Name); ok && len(val) >= 4 {
+			out = append(out, val)
+		}
+	}
+	return out
+}
+
+// redact replaces the values of the referenced variables in s: text that
+// reaches the log (the server's stderr, error messages) never carries a
+// credential even when the server prints one.
+func (d *downstream) redact(s string) string {
+	for _, v := range d.secrets() {
+		s = strings.ReplaceAll(s, v, "[redacted]")
+	}
+	return s
+}
+
+// stderrLine logs one line of the server's stderr.
+func (d *downstream) stderrLine(line string) {
+	d.log.WithField("stderr", d.redact(line)).Info("downstream server stderr")
+}
+
+// --- calls ------------------------------------------------------------------
+
+// handler answers calls of one enabled tool of the server. Each call is
+// one audit record, marked as external content; a credential's value is
+// never in it.
+func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
+	served := d.srv.ServedName(tool)
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		rec := logrus.Fields{"request_id": requestID(req), "tool": served, "kind": "downstream", "server": d.srv.ID,
+			"transport": string(d.srv.Transport), "backend": d.backend, "content": "external", "call": d.s.nextID()}
+		done := func(res *mcp.CallToolResult) (*mcp.CallToolResult, error) {
+			rec["is_error"] = res.IsError
+			if ctx.Err() != nil {
+				// notifications/cancelled (or shutdown): answer nothing.
+				d.s.cancelled.add(requestID(req))
+				rec["cancelled"] = true
+			}
+			d.s.audit(rec, "call")
+			return res, nil
+		}
+		refuse := func(what, format string, a ...any) (*mcp.CallToolResult, error) {
+			rec["refused"] = what
+			return done(errorResult("toolgate: %s: "+format, append([]any{served}, a...)...))
+		}
+		if !d.srv.Enabled(tool) {
+			return refuse("not enabled", "not in enabled_tools of %q", d.srv.ID)
+		}
+		if d.unavailable != nil {
+			return refuse("unavailable", "the downstream server %q cannot run here: %v. It is never run unsandboxed; `toolgate doctor` says how to fix the backend.", d.srv.ID, d.unavailable)
+		}
+		if err := d.checkVars(); err != nil {
+			return refuse("variables", "%v; not called", err)
+		}
+		queued := time.Now()
+		if d.slot != nil {
+			t := time.NewTimer(d.srv.ToolTimeout)
+			select {
+			case d.slot <- struct{}{}:
+				t.Stop()
+				defer func() { <-d.slot }()
+			case <-t.C:
+				return refuse("queue", "queued for tool_timeout_sec (%s) behind another call of %q (supports_parallel_tool_calls is false); not called", d.srv.ToolTimeout, d.srv.ID)
+			case <-ctx.Done():
+				t.Stop()
+				return refuse("cancelled", "cancelled while queued")
+			}
+		}
+		c, err := d.get(ctx)
+		if err != nil {
+			rec["error"] = err.Error()
+			d.log.WithError(err).Warn("downstream server could not be started")
+			return done(errorResult("toolgate: %s: the downstream server %q could not be started: %v", served, d.srv.ID, err))
+		}
+		if _, ok := d.offers(tool); !ok {
+			return refuse("not offered", "the downstream server %q does not offer %q", d.srv.ID, tool)
+		}
+		var creq mcp.CallToolRequest
+		creq.Params.Name = tool
+		if args := rawArgs(req); args != nil {
+			creq.Params.Arguments = args
+		}
+		cctx, cancel := context.WithTimeout(ctx, d.srv.ToolTimeout)
+		defer cancel()
+		start := time.Now()
+		res, err := c.client.CallTool(cctx, creq)
+		rec["start"] = c.n
+		rec["elapsed_ms"] = time.Since(start).Milliseconds()
+		rec["queued_ms"] = start.Sub(queued).Milliseconds()
+		if err != nil {
+			return done(d.callFailed(ctx, cctx, c, rec, served, err))
+		}
+		out, cut := capResult(res, d.maxBytes())
+		rec["truncated"] = cut
+		return done(out)
+	}
+}
+
+// callFailed turns a failed call into isError, and stops a server that ran
+// past the call's budget or whose HTTP session broke; a crashed process
+// was already noted by its watcher.
+func (d *downstream) callFailed(ctx, cctx context.Context, c *dconn, rec logrus.Fields, served string, err error) *mcp.CallToolResult {
+	msg := d.redact(err.Error())
+	switch {
+	case ctx.Err() != nil:
+		rec["limit"] = string(rt.LimitCancelled)
+		return errorResult("toolgate: %s: [cancelled] the caller cancelled the call", served)
+	case errors.Is(cctx.Err(), context.DeadlineExceeded):
+		rec["limit"], rec["timed_out"] = string(rt.LimitTimeout), true
+		if c.proc != nil {
+			d.drop(c, fmt.Sprintf("a call of %s exceeded tool_timeout_sec (%s)", served, d.srv.ToolTimeout))
+			return errorResult("toolgate: %s: [timeout] no result within tool_timeout_sec (%s); the downstream server %q was stopped with everything it started and is started again on the next call",
+				served, d.srv.ToolTimeout, d.srv.ID)
+		}
+		return errorResult("toolgate: %s: [timeout] no result within tool_timeout_sec (%s)", served, d.srv.ToolTimeout)
+	case c.proc != nil && errors.Is(err, transport.ErrTransportClosed):
+		select {
+		case <-c.dead:
+		case <-time.After(2 * rt.DrainGrace):
+		}
+		reason, _ := c.ended()
+		if reason == "" {
+			reason = "its stdout closed"
+		}
+		rec["error"] = "server ended: " + reason
+		d.log.WithFields(logrus.Fields{"start": c.n, "reason": reason}).Warn("downstream server ended during a call")
+		return errorResult("toolgate: %s: the downstream server %q ended during the call (%s); it is started again on the next call", served, d.srv.ID, reason)
+	case isRPCError(err):
+		rec["rpc_error"] = msg
+		return errorResult("toolgate: %s: the downstream server %q answered an error: %s", served, d.srv.ID, msg)
+	}
+	rec["error"] = msg
+	if c.proc == nil {
+		d.drop(c, "the HTTP session failed: "+msg)
+	}
+	return errorResult("toolgate: %s: the call to the downstream server %q failed: %s", served, d.srv.ID, msg)
+}
+
+// isRPCError reports a JSON-RPC error answer of the server: mcp-go wraps
+// every failure to send or receive in *transport.Error, and returns an
+// error answer as the error its code maps to.
+func isRPCError(err error) bool {
+	var te *transport.Error
+	return !errors.As(err, &te)
+}
+
+// offers reports whether the server listed tool.
+func (d *downstream) offers(tool string) (remoteTool, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t, ok := d.offered[tool]
+	return t, ok
+}
+
+func (d *downstream) maxBytes() int {
+	if n := d.s.down.opts.MaxBytes; n > 0 {
+		return n
+	}
+	return DefaultDownstreamMaxBytes
+}
+
+// listTools asks for tools/list page by page and keeps each tool's JSON,
+// so that the schemas are served byte for byte. The request goes straight
+// to the transport (mcp-go's ListTools decodes schemas into a struct that
+// drops keywords).
+func listTools(ctx context.Context, c *client.Client) (map[string]remoteTool, error) {
+	out := map[string]remoteTool{}
+	cursor := ""
+	for page := 1; ; page++ {
+		if page > 100 {
+			return nil, errors.New("more than 100 pages of tools")
+		}
+		params := map[string]any{}
+		if cursor != "" {
+			params["cursor"] = cursor
+		}
+		resp, err := c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{
+			JSONRPC: mcp.JSONRPC_VERSION,
+			ID:      mcp.NewRequestId(fmt.Sprintf("toolgate-tools-list-%d", page)),
+			Method:  string(mcp.MethodToolsList),
+			Params:  params,
+		})
+		if err != nil {
+			return nil, err
+		}
+		if resp.Error != nil {
+			return nil, resp.Error.AsError()
+		}
+		var res struct {
+			Tools      []remoteTool `json:"tools"`
+			NextCursor string       `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(resp.Result, &res); err != nil {
+			return nil, fmt.Errorf("decode: %w", err)
+		}
+		for _, t := range res.Tools {
+			if t.Name != "" {
+				out[t.Name] = t
+			}
+		}
+		if res.NextCursor == "" || res.NextCursor == cursor {
+			return out, nil
+		}
+		cursor = res.NextCursor
+	}
+}
+
+// capResult returns res unchanged when its JSON fits in max bytes.
+// Otherwise it keeps the content items in order while they fit, cuts the
+// first text item that does not at a character boundary, drops
+// structuredContent and the rest, appends a marker saying what was
+// dropped, and sets isError: the caller did not get the whole result.
+func capResult(res *mcp.CallToolResult, max int) (*mcp.CallToolResult, bool) {
+	b, err := json.Marshal(res)
+	if err == nil && len(b) <= max {
+		return res, false
+	}
+	total := len(b)
+	out := &mcp.CallToolResult{Result: res.Result, IsError: true}
+	budget := max - 512 // room for the marker and the envelope
+	dropped, cut := 0, false
+	for _, c := range res.Content {
+		cb, err := json.Marshal(c)
+		switch {
+		case err == nil && len(cb) <= budget:
+			out.Content = append(out.Content, c)
+			budget -= len(cb)
+		case !cut && budget > 64:
+			if tc, ok := c.(mcp.TextContent); ok {
+				tc.Text = cutJSONText(tc.Text, budget-64)
+				out.Content = append(out.Content, tc)
+				cut, budget = true, 0
+				continue
+			}
+			dropped++
+		default:
+			dropped++
+		}
+	}
+	what := []string{}
+	if res.StructuredContent != nil {
+		what = append(what, "structuredContent")
+	}
+	if cut {
+		what = append(what, "the end of a text item")
+	}
+	if dropped > 0 {
+		what = append(what, fmt.Sprintf("%d content items", dropped))
+	}
+	out.Content = append(out.Content, mcp.NewTextContent(fmt.Sprintf(
+		"[toolgate: the downstream result was %d bytes, over the cap of %d bytes; dropped: %s]", total, max, strings.Join(what, ", "))))
+	return out, true
+}
+
+// cutJSONText returns the longest prefix of s, cut at a character
+// boundary, whose JSON encoding fits in n bytes.
+func cutJSONText(s string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	if len(s) > n {
+		s = s[:n]
+	}
+	for {
+		// Drop a rune cut in two (and any invalid byte at the end).
+		for len(s) > 0 {
+			if r, size := utf8.DecodeLastRuneInString(s); r != utf8.RuneError || size > 1 {
+				break
+			}
+			s = s[:len(s)-1]
+		}
+		b, _ := json.Marshal(s)
+		if len(b) <= n || s == "" {
+			return s
+		}
+		s = s[:len(s)*n/len(b)] // len(b) > n: it shrinks
+	}
+}
