@@ -13,9 +13,15 @@ import (
 
 func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var s settings
+	var down downstreamFlags
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	s.register(fs)
+	down.register(fs)
 	if !parse(fs, args, stderr) {
+		return 2
+	}
+	if err := down.check(); err != nil {
+		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
 		return 2
 	}
 	a, err := s.build(stderr, true)
@@ -29,6 +35,8 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	rt.StartReaper(ctx)
 
 	srv := server.New(a.opts)
+	srv.ConnectDownstream(ctx, down.options(a, s.backend))
+	defer srv.Close()
 	a.log.WithField("tools", len(srv.Served())).Info("serving MCP on stdio")
 	err = srv.ServeStdio(ctx, stdin, stdout)
 	if err != nil && !errors.Is(err, context.Canceled) {

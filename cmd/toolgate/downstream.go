@@ -1,0 +1,58 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/toolgate/toolgate/conf"
+	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/server"
+)
+
+// minDownstreamMaxBytes is the smallest --downstream-max-bytes: room for
+// the truncation marker and some content.
+const minDownstreamMaxBytes = 4096
+
+// downstreamFlags are serve's flags of the tool-MCP registry (the
+// downstream MCP servers, docs/registry.md).
+type downstreamFlags struct {
+	dir      string
+	eager    bool
+	maxBytes int
+}
+
+func (f *downstreamFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.dir, "tool-mcp-dir", conf.DefaultRegistryDir, "directory of the tool-MCP registry's *.toml fragments: the downstream MCP servers to serve")
+	fs.BoolVar(&f.eager, "eager", false, "keep every downstream server running from start-up on (default: stop each once its tools are listed, start it again on its first call)")
+	fs.IntVar(&f.maxBytes, "downstream-max-bytes", server.DefaultDownstreamMaxBytes, "cap on the JSON size of one downstream result; a larger one is cut and marked isError")
+}
+
+// check reports a flag value serve cannot use.
+func (f *downstreamFlags) check() error {
+	if f.maxBytes < minDownstreamMaxBytes {
+		return fmt.Errorf("--downstream-max-bytes %d: want at least %d", f.maxBytes, minDownstreamMaxBytes)
+	}
+	return nil
+}
+
+// options loads the registry and picks what runs its stdio servers: the
+// sandbox backend when it can run services (bwrap), never the direct
+// runner for a sandboxed server.
+func (f *downstreamFlags) options(a *app, backend string) server.DownstreamOptions {
+	opts := server.DownstreamOptions{
+		Registry: conf.LoadRegistry(f.dir, conf.RegistryOptions{}),
+		Eager:    f.eager,
+		MaxBytes: f.maxBytes,
+	}
+	shim, _ := rt.FindShim() // build already required it
+	opts.DirectServices = &rt.DirectServices{Cgroups: a.cgroups, Shim: shim}
+	switch sb := a.opts.Sandbox.(type) {
+	case rt.ServiceStarter:
+		opts.Services = sb
+	case nil:
+		opts.ServicesErr = fmt.Errorf("%w: the %s sandbox backend is unavailable: %v", server.ErrNeedsBwrap, backend, a.opts.SandboxErr)
+	default:
+		opts.ServicesErr = fmt.Errorf("%w: --backend %s runs tools, not long-lived servers", server.ErrNeedsBwrap, backend)
+	}
+	return opts
+}
