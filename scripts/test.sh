@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
+. scripts/npm-deps.sh
 export PATH="/usr/local/go/bin:$PATH"
 export CGO_ENABLED=1
 
