@@ -54,12 +54,18 @@ func TestSandboxedTool(t *testing.T) {
 	conf := writeConf(t, fmt.Sprintf(`tool net %[1]s test 20 4096 on %[2]s -- net %[3]s
 tool writes %[1]s test 20 4096 on %[2]s -- write %[2]s/x /tmp/x
 tool env %[1]s test 20 4096 on %[2]s -- env
+tool status %[1]s test 20 4096 on %[2]s -- status
 tool netdirect %[1]s read 20 4096 off %[2]s -- net %[3]s
 tool writedirect %[1]s read 20 4096 off %[2]s -- write %[2]s/direct
 `, probe, dir, addr))
 	c, _, srv := startServer(t, "2025-06-18", conf)
+	// No capability and no_new_privs in every sandbox; inside the
+	// container the tool also keeps the container's seccomp filter
+	// (images/seccomp.json), which bwrap alone does not install.
+	status := []string{"CapEff: 0000000000000000", "CapBnd: 0000000000000000", "NoNewPrivs: 1", "hostname: sandbox"}
 	if image != "" {
 		listenInNetns(t, containerPID(t, srv.name), addr)
+		status = append(status, "Seccomp: 2")
 	}
 	for _, tc := range []struct {
 		name    string
@@ -69,6 +75,7 @@ tool writedirect %[1]s read 20 4096 off %[2]s -- write %[2]s/direct
 		{"net", []string{"interfaces: lo\n", "connect " + addr + ": denied", "[exit=0 "}, true},
 		{"writes", []string{"write " + dir + "/x: denied EROFS", "write /tmp/x: ok"}, true},
 		{"env", []string{"GIT_CONFIG_NOSYSTEM=1\nGIT_PAGER=cat\nPAGER=cat\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n[exit=0 "}, true},
+		{"status", status, true},
 		{"netdirect", []string{"connect " + addr + ": ok", "[exit=0 "}, false},
 		{"writedirect", []string{"write " + dir + "/direct: ok", "[exit=0 "}, false},
 	} {
