@@ -18,13 +18,13 @@
 # kept as it is.
 
 # podman_env [dir]: dir holds the generated containers.conf (default
-# ${XDG_CACHE_HOME:-$HOME/.cache}/toolgate).
+# ${XDG_CACHE_HOME:-$HOME/.cache}/toolgate, /tmp/.cache/toolgate without HOME).
 podman_env() {
 	if [ -n "${CONTAINERS_CONF:-}" ]; then
 		echo "podman: using CONTAINERS_CONF=$CONTAINERS_CONF as set" >&2
 		return 0
 	fi
-	local dir=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/toolgate}
+	local dir=${1:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/toolgate}
 	local engine="" containers="" why=()
 
 	local ctl=/sys/fs/cgroup/unified/cgroup.controllers
