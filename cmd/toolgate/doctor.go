@@ -95,6 +95,7 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "\nthe chosen sandbox backend cannot run here: test-class tools would answer isError (never run unsandboxed)")
 		return 1
 	}
+	fmt.Fprintln(stdout, "\nrun `toolgate selftest` to prove each sandbox guarantee on this host")
 	if !helpersOK {
 		fmt.Fprintln(stdout, "\na helper given by flag does not work: serve would refuse to start")
 		return 1

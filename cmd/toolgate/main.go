@@ -6,6 +6,7 @@
 //	toolgate check [flags]          print the tools serve would serve, or the refused line; exit 1 when refused
 //	toolgate --list-tools [flags]   the same as check
 //	toolgate doctor [flags]         what backends and helpers work here, and how to fix what does not
+//	toolgate selftest [--all]       run the sandbox escape battery against the configured backends
 //	toolgate registry list|show|validate   inspect the tool-MCP registry without launching a server
 //	toolgate version                print the version
 package main
@@ -20,6 +21,7 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/toolgate/toolgate/internal/probes"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -28,6 +30,12 @@ var version = "dev"
 
 func main() {
 	rt.MaybeShim()
+	if len(os.Args) > 1 && os.Args[1] == probes.ShimArg {
+		// `toolgate selftest` runs this binary as the tool of each sandbox
+		// under test.
+		probes.Main([]string{probes.ShimArg}, os.Args[2:])
+		os.Exit(0)
+	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
@@ -47,6 +55,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return check(args, stdout, stderr)
 	case "doctor":
 		return doctor(args, stdout, stderr)
+	case "selftest":
+		return selftest(args, stdout, stderr)
 	case "spec":
 		return specCmd(args, stdout, stderr)
 	case "registry":
@@ -69,6 +79,7 @@ func usage(w io.Writer) {
   toolgate check [flags]          print what serve would serve, or the refused line and why (exit 1)
   toolgate --list-tools [flags]   same as check
   toolgate doctor [flags]         report which backends and helpers work here
+  toolgate selftest [--all]       run the sandbox escape battery here; print each guarantee held or broken
   toolgate spec [flags] TOOL      print the OCI runtime spec a call of TOOL would use (--backend oci)
   toolgate registry list|show|validate   inspect the tool-MCP registry (run "toolgate registry help")
   toolgate version                print the version

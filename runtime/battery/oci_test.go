@@ -19,14 +19,14 @@ func ociBackends(t *testing.T, _ *rt.Cgroups) []backend {
 	var out []backend
 	for _, name := range oci.KnownRuntimes() {
 		r, err := oci.New(context.Background(), oci.Config{
-			Runtime: name, Shim: testbin.Shim(t), RunDir: runDir(t), Limits: batteryLimits(),
+			Runtime: name, Shim: testbin.Shim(t), RunDir: runDir(t), Limits: testLimits(),
 		})
 		if err != nil {
 			requireOrSkip(t, "oci/%s: %v", name, err)
 			continue
 		}
 		t.Cleanup(func() { r.Close() })
-		out = append(out, backend{"oci-" + string(name), r})
+		out = append(out, backend{"oci/" + string(name), r})
 	}
 	return out
 }

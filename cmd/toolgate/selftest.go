@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/toolgate/toolgate/internal/probes"
+	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/battery"
+)
+
+// selftest runs the sandbox escape battery against the configured backend
+// (or every backend with --all) and prints each guarantee as held or
+// broken. It changes nothing on the host even where a guarantee is broken.
+// It exits 1 when a guarantee is broken or a backend cannot start.
+func selftest(args []string, stdout, stderr io.Writer) int {
+	var s settings
+	fs := flag.NewFlagSet("selftest", flag.ContinueOnError)
+	s.register(fs)
+	all := fs.Bool("all", false, "test every sandbox backend, not only --backend")
+	short := fs.Bool("short", false, "leave out the slow cases (the 1 GB flood)")
+	if !parse(fs, args, stderr) {
+		return 2
+	}
+	// The battery checks that no sandbox sees the server's environment;
+	// the secret must be in this process's environment from exec on.
+	if err := battery.ReexecWithSecret(); err != nil {
+		fmt.Fprintf(stderr, "toolgate selftest: %v\n", err)
+		return 2
+	}
+	self, err := os.Executable()
+	if err == nil {
+		self, err = filepath.EvalSymlinks(self)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "toolgate selftest: %v\n", err)
+		return 2
+	}
+	shim, err := rt.FindShim()
+	if err != nil {
+		fmt.Fprintf(stderr, "toolgate selftest: %v\n", err)
+		return 2
+	}
+	cg := rt.DetectCgroups()
+	defer cg.Close()
+
+	backends := []rt.Backend{rt.Backend(s.backend)}
+	if *all {
+		backends = rt.KnownBackends()
+	}
+	var cases []battery.Case
+	for _, c := range battery.Cases() {
+		if !(*short && c.Slow) {
+			cases = append(cases, c)
+		}
+	}
+	// The toolgate binary itself is the probe: nothing to install.
+	probe := battery.Probe{Path: self, Prefix: []string{probes.ShimArg}}
+	failed := false
+	for _, b := range backends {
+		name := string(b)
+		if b == rt.BackendOCI {
+			name += "/" + s.oci.runtime
+		}
+		fmt.Fprintf(stdout, "== %s\n", name)
+		r, err := s.newSandboxBackend(b, shim, cg, nil)
+		if err != nil {
+			fmt.Fprintf(stdout, "[BROKEN] backend cannot start: %v\n", err)
+			failed = true
+			continue
+		}
+		uid, gid := sandboxIDs()
+		if err := rt.CanExecute(self, uid, gid); err != nil {
+			fmt.Fprintf(stdout, "[BROKEN] the probe (this binary) cannot run in the sandbox: %v\n", err)
+			closeSandbox(r)
+			failed = true
+			continue
+		}
+		env, err := battery.NewEnv(name, r, probe, s.sandbox.limits)
+		if err != nil {
+			fmt.Fprintf(stdout, "[BROKEN] %v\n", err)
+			closeSandbox(r)
+			failed = true
+			continue
+		}
+		for _, c := range cases {
+			o := battery.Run(context.Background(), env, []battery.Case{c})[0]
+			switch o.State {
+			case battery.Held:
+				fmt.Fprintf(stdout, "[held]   %-15s %s\n", o.Case, o.Guarantee)
+			case battery.Skipped:
+				fmt.Fprintf(stdout, "[skip]   %-15s %s\n         %s\n", o.Case, o.Guarantee, o.Detail)
+			default:
+				failed = true
+				fmt.Fprintf(stdout, "[BROKEN] %-15s %s\n         %s\n", o.Case, o.Guarantee, strings.ReplaceAll(o.Detail, "\n", "\n         "))
+			}
+		}
+		env.Close()
+		closeSandbox(r)
+	}
+	if failed {
+		fmt.Fprintln(stdout, "\nselftest: a guarantee is broken or a backend cannot start (see above)")
+		return 1
+	}
+	fmt.Fprintln(stdout, "\nselftest: every guarantee held")
+	return 0
+}

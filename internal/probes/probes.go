@@ -1,0 +1,476 @@
+// Package probes is the test tool of toolgate's runner and sandbox tests and
+// of `toolgate selftest`: a mode per behaviour under test (environment,
+// network, writes, floods, daemons, fork and memory bombs, ptrace). Tests
+// run it as the static program internal/probe; the toolgate binary runs it
+// when its first argument is ShimArg, which is how selftest probes a
+// deployed sandbox without installing anything.
+//
+// Nothing here changes the host, even when a sandbox is broken: the
+// destructive modes (forkbomb, membomb, ptrace, killall) and real writes
+// refuse to run unless the probe is PID 1 of a pid namespace, which it is
+// only as the tool of a sandbox; outside one, writability is asked with
+// access(2), which writes nothing.
+package probes
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ShimArg is the first argument that makes the toolgate binary run the
+// probe.
+const ShimArg = "__toolgate_probe"
+
+// prefix is what re-executions of this program need before the mode: empty
+// for the probe program, ShimArg inside toolgate.
+var prefix []string
+
+// tag, when the last argument is "tag=...", is passed on to every process
+// the probe starts, so that a host-side check can find them all by their
+// command line.
+var tag string
+
+// self returns a command that runs this program in another mode.
+func self(args ...string) *exec.Cmd {
+	argv := append(append([]string(nil), prefix...), args...)
+	if tag != "" {
+		argv = append(argv, tag)
+	}
+	return exec.Command("/proc/self/exe", argv...)
+}
+
+// Main runs the probe mode args[0] and exits. pre is what must precede a
+// mode to re-execute the same program (nil for the probe program).
+// Destructive modes exit 99 outside a sandbox.
+func Main(pre, args []string) {
+	prefix = pre
+	if len(args) < 1 {
+		fail("usage: probe MODE [ARGS...]")
+	}
+	if last := args[len(args)-1]; strings.HasPrefix(last, "tag=") {
+		tag, args = last, args[:len(args)-1]
+	}
+	if len(args) < 1 {
+		fail("usage: probe MODE [ARGS...] [tag=...]")
+	}
+	mode, args := args[0], args[1:]
+	switch mode {
+	case "echo":
+		fmt.Println(strings.Join(args, " "))
+	case "argv":
+		for _, a := range os.Args {
+			fmt.Printf("%q\n", a)
+		}
+	case "env":
+		env := os.Environ()
+		sort.Strings(env)
+		for _, e := range env {
+			fmt.Println(e)
+		}
+	case "cwd":
+		wd, err := os.Getwd()
+		check(err)
+		fmt.Println(wd)
+	case "stdin":
+		b, err := io.ReadAll(os.Stdin)
+		check(err)
+		fmt.Printf("stdin bytes=%d\n", len(b))
+	case "id":
+		fmt.Printf("uid=%d gid=%d euid=%d groups=%v\n", os.Getuid(), os.Getgid(), os.Geteuid(), groups())
+	case "exit":
+		fmt.Println("bye")
+		os.Exit(atoi(arg(args, 0)))
+	case "stderr":
+		fmt.Fprintln(os.Stdout, "to stdout")
+		fmt.Fprintln(os.Stderr, "to stderr")
+	case "flood":
+		flood(int64(atoi(arg(args, 0))))
+	case "sleep":
+		time.Sleep(time.Duration(atoi(arg(args, 0))) * time.Second)
+		fmt.Println("woke")
+	case "ignoreterm":
+		ignoreTerm(args)
+	case "daemon":
+		daemon()
+	case "daemon-child":
+		daemonChild()
+	case "daemon-grandchild":
+		fmt.Printf("grandchild pid=%d\n", os.Getpid())
+		os.Stdout.Sync()
+		time.Sleep(60 * time.Second)
+	case "detached":
+		detached()
+	case "detached-child":
+		// Closed stdio, own session: a true daemon. It sleeps.
+		time.Sleep(60 * time.Second)
+	case "net":
+		netProbe(args)
+	case "write":
+		for _, p := range args {
+			fmt.Printf("write %s: %s\n", p, result(tryWrite(p)))
+		}
+	case "writable":
+		// access(2) only: asks without writing.
+		for _, p := range args {
+			fmt.Printf("writable %s: %s\n", p, result(accessWrite(p)))
+		}
+	case "read":
+		for _, p := range args {
+			_, err := os.ReadFile(p)
+			fmt.Printf("read %s: %s\n", p, result(err))
+		}
+	case "exists":
+		for _, p := range args {
+			_, err := os.Lstat(p)
+			fmt.Printf("exists %s: %v\n", p, err == nil)
+		}
+	case "status":
+		status()
+	case "environ-all":
+		environAll(arg(args, 0))
+	case "userns":
+		err := syscall.Unshare(syscall.CLONE_NEWUSER)
+		fmt.Printf("unshare user: %s\n", result(err))
+	case "forkbomb":
+		requireSandbox()
+		forkbomb(atoi(arg(args, 0)))
+	case "forkbomb-child":
+		time.Sleep(30 * time.Second)
+	case "membomb":
+		requireSandbox()
+		membomb(atoi(arg(args, 0)))
+	case "ptrace":
+		requireSandbox()
+		ptraceAll()
+	case "killall":
+		requireSandbox()
+		fmt.Println("kill -1:", result(syscall.Kill(-1, syscall.SIGKILL)))
+	case "pid":
+		fmt.Printf("pid=%d ppid=%d\n", os.Getpid(), os.Getppid())
+	default:
+		fail("unknown mode " + mode)
+	}
+}
+
+func fail(msg string) {
+	fmt.Fprintln(os.Stderr, "probe:", msg)
+	os.Exit(2)
+}
+
+func check(err error) {
+	if err != nil {
+		fail(err.Error())
+	}
+}
+
+func arg(args []string, i int) string {
+	if i >= len(args) {
+		fail("missing argument")
+	}
+	return args[i]
+}
+
+func atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	check(err)
+	return n
+}
+
+func result(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return "denied " + errnoName(errno)
+	}
+	return "denied " + err.Error()
+}
+
+func errnoName(e syscall.Errno) string {
+	switch e {
+	case syscall.EROFS:
+		return "EROFS"
+	case syscall.EACCES:
+		return "EACCES"
+	case syscall.EPERM:
+		return "EPERM"
+	case syscall.ENOENT:
+		return "ENOENT"
+	case syscall.ECONNREFUSED:
+		return "ECONNREFUSED"
+	case syscall.ENETUNREACH:
+		return "ENETUNREACH"
+	case syscall.EHOSTUNREACH:
+		return "EHOSTUNREACH"
+	case syscall.ENOSPC:
+		return "ENOSPC"
+	case syscall.ENOSYS:
+		return "ENOSYS"
+	case syscall.EAGAIN:
+		return "EAGAIN"
+	case syscall.ESRCH:
+		return "ESRCH"
+	}
+	return fmt.Sprintf("errno %d (%s)", int(e), e.Error())
+}
+
+func groups() []int {
+	g, _ := os.Getgroups()
+	return g
+}
+
+// tryWrite appends a byte to p, creating it, when this probe runs as PID 1
+// of a pid namespace (a sandbox); elsewhere it only asks access(2).
+func tryWrite(p string) error {
+	if os.Getpid() != 1 {
+		return accessWrite(p)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString("x")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// flood writes n bytes, alternating stdout and stderr in 64 KiB chunks.
+func flood(n int64) {
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 4096)
+	outs := []*os.File{os.Stdout, os.Stderr}
+	var written int64
+	for i := 0; written < n; i++ {
+		c := chunk
+		if rest := n - written; rest < int64(len(c)) {
+			c = c[:rest]
+		}
+		m, err := outs[i%2].Write(c)
+		written += int64(m)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "flood: write error after %d: %v\n", written, err)
+			os.Exit(3)
+		}
+	}
+}
+
+// ignoreTerm ignores TERM, INT and HUP, starts a child in its own session
+// that does too, and sleeps.
+func ignoreTerm(args []string) {
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	if len(args) == 0 || args[0] != "child" {
+		c := self("ignoreterm", "child")
+		c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		c.Stdout = os.Stdout
+		check(c.Start())
+		fmt.Printf("child pid=%d\n", c.Process.Pid)
+	}
+	fmt.Printf("ignoring pid=%d\n", os.Getpid())
+	os.Stdout.Sync()
+	time.Sleep(120 * time.Second)
+}
+
+// daemon: the direct child starts a setsid child, which starts a
+// grandchild that keeps stdout (the output pipe) open, and both parents
+// exit at once.
+func daemon() {
+	c := self("daemon-child")
+	c.Stdout = os.Stdout
+	c.Stderr = os.Stderr
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	check(c.Start())
+	check(c.Wait())
+	fmt.Println("parent exiting")
+}
+
+func daemonChild() {
+	c := self("daemon-grandchild")
+	c.Stdout = os.Stdout
+	c.Stderr = os.Stderr
+	check(c.Start())
+	// Wait until the grandchild has printed its pid.
+	time.Sleep(100 * time.Millisecond)
+}
+
+// detached starts a child with its own session and no stdio at all (the
+// pipe is not held), prints its pid and exits.
+func detached() {
+	c := self("detached-child")
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	check(c.Start())
+	fmt.Printf("detached pid=%d\n", c.Process.Pid)
+}
+
+// netProbe lists interfaces and tries a TCP connect to each address given.
+func netProbe(addrs []string) {
+	ifs, err := net.Interfaces()
+	check(err)
+	var names []string
+	for _, i := range ifs {
+		names = append(names, i.Name)
+	}
+	fmt.Printf("interfaces: %s\n", strings.Join(names, ","))
+	for _, a := range addrs {
+		c, err := net.DialTimeout("tcp", a, 2*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		fmt.Printf("connect %s: %s\n", a, result(err))
+	}
+	// Own loopback still works inside a sandbox.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Printf("loopback listen: %s\n", result(err))
+		return
+	}
+	defer l.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err == nil {
+		c.Close()
+	}
+	fmt.Printf("loopback: %s\n", result(err))
+}
+
+// status prints the security-relevant lines of /proc/self/status.
+func status() {
+	f, err := os.Open("/proc/self/status")
+	check(err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		l := sc.Text()
+		for _, k := range []string{"Cap", "NoNewPrivs", "Seccomp:", "Uid", "Gid"} {
+			if strings.HasPrefix(l, k) {
+				fmt.Println(strings.Join(strings.Fields(l), " "))
+			}
+		}
+	}
+	host, _ := os.Hostname()
+	fmt.Printf("hostname: %s\n", host)
+	// Asked of the kernel directly: gVisor does not report NoNewPrivs in
+	// /proc/self/status.
+	nnp, _, e := syscall.Syscall6(syscall.SYS_PRCTL, 39 /* PR_GET_NO_NEW_PRIVS */, 0, 0, 0, 0, 0)
+	if e != 0 {
+		fmt.Printf("prctl no_new_privs: %s\n", result(e))
+	} else {
+		fmt.Printf("prctl no_new_privs: %d\n", nnp)
+	}
+}
+
+// environAll prints every visible process environment that contains
+// marker, or "none".
+func environAll(marker string) {
+	found := 0
+	dirs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, p := range dirs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if bytes.Contains(b, []byte(marker)) {
+			fmt.Printf("found in %s\n", p)
+			found++
+		}
+	}
+	fmt.Printf("environ: %d processes visible, %d with the marker\n", len(dirs), found)
+}
+
+// requireSandbox refuses to run a destructive probe unless this process is
+// PID 1 of its pid namespace (the tool of a sandbox).
+func requireSandbox() {
+	if os.Getpid() != 1 {
+		fmt.Fprintf(os.Stderr, "probe: refusing: not PID 1 of a pid namespace (pid %d): this probe would damage the host\n", os.Getpid())
+		os.Exit(99)
+	}
+}
+
+// forkbomb starts up to n sleeping children and reports how many started.
+func forkbomb(n int) {
+	started := 0
+	var lastErr error
+	for started < n {
+		c := self("forkbomb-child")
+		if err := c.Start(); err != nil {
+			lastErr = err
+			break
+		}
+		started++
+	}
+	fmt.Printf("forkbomb: started %d of %d: %s\n", started, n, result(lastErr))
+}
+
+// membomb allocates and touches mib MiB, reporting progress.
+func membomb(mib int) {
+	var keep [][]byte
+	for i := 1; i <= mib; i++ {
+		b := make([]byte, 1<<20)
+		for j := 0; j < len(b); j += 4096 {
+			b[j] = 1
+		}
+		keep = append(keep, b)
+		if i%64 == 0 {
+			fmt.Printf("membomb: %d MiB\n", i)
+			os.Stdout.Sync()
+		}
+	}
+	runtime.KeepAlive(keep)
+	fmt.Printf("membomb: all %d MiB allocated\n", mib)
+}
+
+// ptraceAll tries to attach to every visible process that is not this one.
+func ptraceAll() {
+	runtime.LockOSThread()
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	attached := 0
+	for _, d := range dirs {
+		pid, _ := strconv.Atoi(filepath.Base(d))
+		if pid == os.Getpid() {
+			continue
+		}
+		_, _, e := syscall.Syscall6(syscall.SYS_PTRACE, 0x4206 /* PTRACE_SEIZE */, uintptr(pid), 0, 0, 0, 0)
+		if e == 0 {
+			attached++
+			fmt.Printf("ptrace %d: attached\n", pid)
+			syscall.Syscall6(syscall.SYS_PTRACE, syscall.PTRACE_DETACH, uintptr(pid), 0, 0, 0, 0)
+		}
+		if f, err := os.Open(d + "/mem"); err == nil {
+			attached++
+			fmt.Printf("open %s/mem: ok\n", d)
+			f.Close()
+		}
+	}
+	fmt.Printf("ptrace: %d visible, %d attachable\n", len(dirs)-1, attached)
+}
+
+// accessWrite asks the kernel whether p (or, when p does not exist, its
+// directory) could be written, without writing: a read-only mount answers
+// EROFS.
+func accessWrite(p string) error {
+	const wOK = 2
+	target := p
+	if _, err := os.Lstat(p); err != nil {
+		target = filepath.Dir(p)
+	}
+	return syscall.Faccessat(atFDCWD, target, wOK, atEACCESS)
+}
+
+const (
+	atFDCWD   = -100
+	atEACCESS = 0x200
+)

@@ -1,0 +1,561 @@
+// Package battery is the sandbox escape and fault battery: the guarantees
+// every sandbox backend must give, each a Case that runs the probe (package
+// internal/probes) as a tool through a real rt.Runner and checks what it
+// reports. The same cases are the backends' test suite (battery_test.go)
+// and `toolgate selftest` on a deployed host.
+//
+// Running the battery changes nothing on the host, even where a guarantee
+// is broken: the probe writes and runs its destructive modes only as PID 1
+// of a pid namespace (a sandbox), and asks access(2) otherwise; the host
+// side only starts a listener on 127.0.0.1 and files in a private temp dir.
+package battery
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+// SecretVar is in the server's own environment while the battery runs; no
+// sandbox may see it. It must be there from exec: /proc/PID/environ shows
+// a process's initial environment, not later setenv calls (ReexecWithSecret).
+const SecretVar = "TOOLGATE_BATTERY_SECRET"
+
+// ReexecWithSecret re-executes the running program with SecretVar in its
+// initial environment, unless it is there already; call it first thing
+// (TestMain, selftest). It returns only when the variable is present.
+func ReexecWithSecret() error {
+	if os.Getenv(SecretVar) != "" {
+		return nil
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	env := append(os.Environ(), SecretVar+"=leaked-"+hex.EncodeToString(b[:]))
+	return syscall.Exec("/proc/self/exe", os.Args, env)
+}
+
+// Probe says how to run the probe program: Path, then Prefix, then a mode.
+type Probe struct {
+	Path   string
+	Prefix []string
+}
+
+// Env is what the cases share for one backend.
+type Env struct {
+	// Backend names the backend ("bwrap", "oci/runc").
+	Backend string
+	Runner  rt.Runner
+	Probe   Probe
+	// Limits are the limits the backend was configured with.
+	Limits rt.SandboxLimits
+	// Dir is the tool dir of every call: private, 0755, removed at the end.
+	Dir string
+
+	listener net.Listener
+	secret   string // a root-only host file, for the hard link case
+	tag      string // marks every process of this run
+	seq      atomic.Int64
+}
+
+// Outcome is one case's result.
+type Outcome struct {
+	Case      string
+	Guarantee string
+	// State is "held", "broken" or "skipped".
+	State   string
+	Detail  string
+	Elapsed time.Duration
+}
+
+// The outcome states.
+const (
+	Held    = "held"
+	Broken  = "broken"
+	Skipped = "skipped"
+)
+
+// errSkip marks a case that cannot run here (the reason follows).
+var errSkip = errors.New("skipped")
+
+// Case is one guarantee and how to check it. Run returns nil when the
+// guarantee held.
+type Case struct {
+	Name      string
+	Guarantee string
+	// Slow cases (seconds) are left out of short runs.
+	Slow bool
+	Run  func(ctx context.Context, e *Env) error
+}
+
+// NewEnv prepares the host side for runner: a private tool dir, a listener
+// on 127.0.0.1, a root-only file to hard-link, the secret in the server's
+// environment. Close undoes it all.
+func NewEnv(backend string, runner rt.Runner, probe Probe, limits rt.SandboxLimits) (*Env, error) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	tag := hex.EncodeToString(b[:])
+	dir := filepath.Join(os.TempDir(), "toolgate-battery-"+tag)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("battery: %w", err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("battery: %w", err)
+	}
+	e := &Env{Backend: backend, Runner: runner, Probe: probe, Limits: limits, Dir: dir, tag: "tag=" + tag}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		e.Close()
+		return nil, fmt.Errorf("battery: listener: %w", err)
+	}
+	e.listener = l
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	e.secret = filepath.Join(os.TempDir(), "toolgate-battery-secret-"+tag)
+	if err := os.WriteFile(e.secret, []byte("host secret\n"), 0o600); err != nil {
+		e.Close()
+		return nil, fmt.Errorf("battery: %w", err)
+	}
+	return e, nil
+}
+
+// Close removes what NewEnv made.
+func (e *Env) Close() {
+	if e.listener != nil {
+		e.listener.Close()
+	}
+	os.Remove(e.secret)
+	os.RemoveAll(e.Dir)
+}
+
+// call runs the probe with args through the backend.
+func (e *Env) call(ctx context.Context, timeout time.Duration, max int, args ...string) (rt.Result, error) {
+	argv := append(append([]string{e.Probe.Path}, e.Probe.Prefix...), args...)
+	argv = append(argv, e.tag)
+	res, err := e.Runner.Run(ctx, rt.Invocation{
+		ID:   fmt.Sprintf("battery-%s-%d", e.tag[4:12], e.seq.Add(1)),
+		Name: "probe", Path: e.Probe.Path, Argv: argv,
+		Dir: e.Dir, Timeout: timeout, MaxBytes: max,
+	})
+	if err != nil {
+		return res, fmt.Errorf("the call could not run: %w", err)
+	}
+	return res, nil
+}
+
+// want returns an error naming every line of lines missing from out.
+func want(out []byte, lines ...string) error {
+	var missing []string
+	for _, l := range lines {
+		if !strings.Contains(string(out), l+"\n") {
+			missing = append(missing, strconv.Quote(l))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("expected %s in the probe's report:\n%s", strings.Join(missing, ", "), clip(out))
+	}
+	return nil
+}
+
+func clip(b []byte) string {
+	if len(b) > 2000 {
+		return string(b[:2000]) + "..."
+	}
+	return string(b)
+}
+
+// Run runs cases through e and returns their outcomes in order. Each case
+// gets a fresh tool dir content (the dir itself is shared).
+func Run(ctx context.Context, e *Env, cases []Case) []Outcome {
+	out := make([]Outcome, 0, len(cases))
+	for _, c := range cases {
+		start := time.Now()
+		err := c.Run(ctx, e)
+		o := Outcome{Case: c.Name, Guarantee: c.Guarantee, State: Held, Elapsed: time.Since(start)}
+		switch {
+		case errors.Is(err, errSkip):
+			o.State, o.Detail = Skipped, strings.TrimPrefix(err.Error(), errSkip.Error()+": ")
+		case err != nil:
+			o.State, o.Detail = Broken, err.Error()
+		}
+		out = append(out, o)
+		clean(e.Dir)
+	}
+	return out
+}
+
+// clean empties the tool dir between cases.
+func clean(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, en := range entries {
+		os.RemoveAll(filepath.Join(dir, en.Name()))
+	}
+}
+
+// Cases returns the battery, in the order it runs.
+func Cases() []Case {
+	return []Case{
+		{Name: "network", Guarantee: "no network: only lo, the host's 127.0.0.1 unreachable (the sandbox's own loopback works)", Run: caseNetwork},
+		{Name: "read-only", Guarantee: "the tool's dir, /, /etc and /usr are read-only; /tmp is writable, private and gone after the call", Run: caseWrites},
+		{Name: "environment", Guarantee: "exactly PATH, PAGER, GIT_PAGER, GIT_CONFIG_NOSYSTEM; no visible process carries the server's environment", Run: caseEnvironment},
+		{Name: "privileges", Guarantee: "no capabilities, no_new_privs, PID 1 of its own pid namespace, hostname sandbox, no nested user namespace", Run: casePrivileges},
+		{Name: "host-invisible", Guarantee: "/home, /root, /var, /boot, the server's runtime dir, /etc/shadow and /etc/ssh are absent; /etc/shadow is unreadable", Run: caseHostInvisible},
+		{Name: "links", Guarantee: "symlinks and hard links placed in the dir read nothing outside it", Run: caseLinks},
+		{Name: "ptrace", Guarantee: "no process is attachable with ptrace", Run: casePtrace},
+		{Name: "fork-bomb", Guarantee: "a fork bomb is stopped by the process limit and the backend keeps serving", Run: caseForkBomb},
+		{Name: "memory-bomb", Guarantee: "a memory bomb is stopped by the memory limit and the backend keeps serving", Run: caseMemoryBomb},
+		{Name: "flood", Guarantee: "1 GB of output is capped at 1 MiB with bounded server memory", Slow: true, Run: caseFlood},
+		{Name: "timeout", Guarantee: "a tool that ignores SIGTERM, and its children, die at the timeout", Run: caseTimeout},
+		{Name: "daemon", Guarantee: "a daemonized grandchild neither delays the call nor survives it", Run: caseDaemon},
+		{Name: "kill-all", Guarantee: "kill(-1, SIGKILL) from inside kills only the sandbox", Run: caseKillAll},
+	}
+}
+
+func caseNetwork(ctx context.Context, e *Env) error {
+	addr := e.listener.Addr().String()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%w: the host cannot reach its own listener (%v), so the check would prove nothing", errSkip, err)
+	}
+	c.Close()
+	res, err := e.call(ctx, 20*time.Second, 4096, "net", addr)
+	if err != nil {
+		return err
+	}
+	return want(res.Output, "interfaces: lo", "connect "+addr+": denied ECONNREFUSED", "loopback: ok")
+}
+
+func caseWrites(ctx context.Context, e *Env) error {
+	if err := os.WriteFile(filepath.Join(e.Dir, "existing"), []byte("keep"), 0o666); err != nil {
+		return err
+	}
+	paths := []string{e.Dir + "/new", e.Dir + "/existing", "/new", "/etc/new", "/etc/passwd", "/usr/new"}
+	res, err := e.call(ctx, 20*time.Second, 4096, append([]string{"write"}, append(paths, "/tmp/mine")...)...)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range paths {
+		if !strings.Contains(string(res.Output), "write "+p+": denied") {
+			errs = append(errs, fmt.Errorf("write %s was not denied", p))
+		}
+	}
+	if err := want(res.Output, "write /tmp/mine: ok"); err != nil {
+		errs = append(errs, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.Dir, "existing")); string(b) != "keep" {
+		errs = append(errs, fmt.Errorf("the dir's file was modified: %q", b))
+	}
+	if _, err := os.Stat(filepath.Join(e.Dir, "new")); err == nil {
+		errs = append(errs, errors.New("a file appeared in the dir on the host"))
+	}
+	res, err = e.call(ctx, 20*time.Second, 4096, "exists", "/tmp/mine")
+	if err != nil {
+		return err
+	}
+	if err := want(res.Output, "exists /tmp/mine: false"); err != nil {
+		errs = append(errs, fmt.Errorf("/tmp outlived the call: %w", err))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w\n%s", errors.Join(errs...), clip(res.Output))
+	}
+	return nil
+}
+
+func caseEnvironment(ctx context.Context, e *Env) error {
+	res, err := e.call(ctx, 20*time.Second, 4096, "env")
+	if err != nil {
+		return err
+	}
+	exact := "GIT_CONFIG_NOSYSTEM=1\nGIT_PAGER=cat\nPAGER=cat\nPATH=" + rt.DefaultPath + "\n"
+	if string(res.Output) != exact {
+		return fmt.Errorf("environment is %q, want exactly %q", res.Output, exact)
+	}
+	own, _ := os.ReadFile("/proc/self/environ")
+	if !strings.Contains(string(own), SecretVar+"=") {
+		return fmt.Errorf("%w: the server was not started with %s in its environment (ReexecWithSecret)", errSkip, SecretVar)
+	}
+	res, err = e.call(ctx, 20*time.Second, 4096, "environ-all", SecretVar)
+	if err != nil {
+		return err
+	}
+	if !regexp.MustCompile(`environ: \d+ processes visible, 0 with the marker`).Match(res.Output) {
+		return fmt.Errorf("the server's environment is visible in the sandbox:\n%s", clip(res.Output))
+	}
+	return nil
+}
+
+func casePrivileges(ctx context.Context, e *Env) error {
+	res, err := e.call(ctx, 20*time.Second, 4096, "status")
+	if err != nil {
+		return err
+	}
+	if err := want(res.Output, "CapInh: 0000000000000000", "CapPrm: 0000000000000000", "CapEff: 0000000000000000",
+		"CapBnd: 0000000000000000", "prctl no_new_privs: 1", "hostname: sandbox"); err != nil {
+		return err
+	}
+	// Every capability line the kernel reports is empty (gVisor does not
+	// report CapAmb).
+	if m := regexp.MustCompile(`Cap[A-Za-z]+: (0*[1-9a-f][0-9a-f]*)`).Find(res.Output); m != nil {
+		return fmt.Errorf("a capability is held: %s", m)
+	}
+	res, err = e.call(ctx, 20*time.Second, 4096, "pid")
+	if err != nil {
+		return err
+	}
+	if err := want(res.Output, "pid=1 ppid=0"); err != nil {
+		return err
+	}
+	res, err = e.call(ctx, 20*time.Second, 4096, "userns")
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(res.Output), "unshare user: denied") {
+		return fmt.Errorf("a nested user namespace was created:\n%s", clip(res.Output))
+	}
+	return nil
+}
+
+func caseHostInvisible(ctx context.Context, e *Env) error {
+	runDir := os.Getenv("XDG_RUNTIME_DIR")
+	if runDir == "" {
+		runDir = "/run"
+	}
+	hidden := []string{"/home", "/root", "/var", "/boot", runDir, "/etc/shadow", "/etc/ssh"}
+	res, err := e.call(ctx, 20*time.Second, 4096, append([]string{"exists"}, hidden...)...)
+	if err != nil {
+		return err
+	}
+	for _, p := range hidden {
+		if !strings.Contains(string(res.Output), "exists "+p+": false") {
+			return fmt.Errorf("%s is visible in the sandbox:\n%s", p, clip(res.Output))
+		}
+	}
+	res, err = e.call(ctx, 20*time.Second, 4096, "read", "/etc/shadow")
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(res.Output), "read /etc/shadow: denied") {
+		return fmt.Errorf("/etc/shadow is readable:\n%s", clip(res.Output))
+	}
+	return nil
+}
+
+func caseLinks(ctx context.Context, e *Env) error {
+	links := map[string]string{
+		"abs": "/etc/shadow", "up": "../../../../../../etc/shadow", "proc": "/proc/1/root/etc/shadow",
+		"root": "/", "secret": e.secret,
+	}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(e.Dir, name)); err != nil {
+			return err
+		}
+	}
+	args := []string{"read", e.Dir + "/abs", e.Dir + "/up", e.Dir + "/proc", e.Dir + "/root/etc/shadow", e.Dir + "/secret"}
+	// A hard link to a root-only file (possible only when the server is
+	// root and the dir is on the same filesystem).
+	hard := filepath.Join(e.Dir, "hard")
+	if err := os.Link(e.secret, hard); err == nil {
+		args = append(args, hard)
+	}
+	res, err := e.call(ctx, 20*time.Second, 4096, args...)
+	if err != nil {
+		return err
+	}
+	for _, p := range args[1:] {
+		if !strings.Contains(string(res.Output), "read "+p+": denied") {
+			return fmt.Errorf("read %s was not denied:\n%s", p, clip(res.Output))
+		}
+	}
+	return nil
+}
+
+func casePtrace(ctx context.Context, e *Env) error {
+	res, err := e.call(ctx, 20*time.Second, 1<<16, "ptrace")
+	if err != nil {
+		return err
+	}
+	if !regexp.MustCompile(`ptrace: \d+ visible, 0 attachable`).Match(res.Output) {
+		return fmt.Errorf("a process is attachable:\n%s", clip(res.Output))
+	}
+	return nil
+}
+
+// stillServing checks the backend answers a trivial call after a bomb.
+func stillServing(ctx context.Context, e *Env) error {
+	res, err := e.call(ctx, 20*time.Second, 4096, "echo", "still serving")
+	if err != nil {
+		return err
+	}
+	return want(res.Output, "still serving")
+}
+
+func caseForkBomb(ctx context.Context, e *Env) error {
+	res, err := e.call(ctx, 30*time.Second, 4096, "forkbomb", "2000")
+	if err != nil {
+		return err
+	}
+	m := regexp.MustCompile(`forkbomb: started (\d+) of 2000`).FindSubmatch(res.Output)
+	bound := e.Limits.Pids
+	if bound <= 0 || int64(e.Limits.NProc) < bound {
+		bound = int64(e.Limits.NProc)
+	}
+	switch {
+	case m != nil:
+		n, _ := strconv.Atoi(string(m[1]))
+		if int64(n) >= bound {
+			return fmt.Errorf("the fork bomb started %d processes; the limit is %d", n, bound)
+		}
+	case e.Backend == "oci/runsc" && res.ExitCode != 0 && !res.TimedOut:
+		// gVisor: the Sentry's own tasks count against the cgroup and the
+		// bomb's memory kills the whole sandbox before it reports
+		// (SANDBOX.md §3): stopped, without a report.
+	default:
+		return fmt.Errorf("the fork bomb was not stopped (exit %d, limit %q, timed out %v):\n%s", res.ExitCode, res.Limit, res.TimedOut, clip(res.Output))
+	}
+	if err := e.survivors(); err != nil {
+		return err
+	}
+	return stillServing(ctx, e)
+}
+
+func caseMemoryBomb(ctx context.Context, e *Env) error {
+	if e.Limits.Memory <= 0 {
+		return fmt.Errorf("%w: no memory limit is configured (--sandbox-memory 0)", errSkip)
+	}
+	mib := int(e.Limits.Memory>>20) * 2
+	res, err := e.call(ctx, 60*time.Second, 1<<16, "membomb", strconv.Itoa(mib))
+	if err != nil {
+		return err
+	}
+	if strings.Contains(string(res.Output), fmt.Sprintf("all %d MiB allocated", mib)) {
+		return fmt.Errorf("%d MiB allocated under a %d MiB limit", mib, e.Limits.Memory>>20)
+	}
+	if res.ExitCode != 128+9 || res.TimedOut {
+		return fmt.Errorf("the memory bomb ended with exit %d (timed out %v), not an OOM kill (137)", res.ExitCode, res.TimedOut)
+	}
+	return stillServing(ctx, e)
+}
+
+func caseFlood(ctx context.Context, e *Env) error {
+	before := vmHWM()
+	res, err := e.call(ctx, 120*time.Second, 1<<20, "flood", strconv.Itoa(1<<30))
+	if err != nil {
+		return err
+	}
+	if len(res.Output) != 1<<20 || !res.Truncated || res.OutputBytes != 1<<30 || res.ExitCode != 0 {
+		return fmt.Errorf("kept %d of %d bytes, truncated %v, exit %d", len(res.Output), res.OutputBytes, res.Truncated, res.ExitCode)
+	}
+	if grew := vmHWM() - before; grew > 32<<20 {
+		return fmt.Errorf("the server's peak RSS grew by %d MiB for a 1 GB flood", grew>>20)
+	}
+	return nil
+}
+
+// vmHWM is this process's peak RSS in bytes.
+func vmHWM() int64 {
+	b, _ := os.ReadFile("/proc/self/status")
+	m := regexp.MustCompile(`VmHWM:\s+(\d+) kB`).FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return n << 10
+}
+
+func caseTimeout(ctx context.Context, e *Env) error {
+	start := time.Now()
+	res, err := e.call(ctx, 2*time.Second, 4096, "ignoreterm")
+	if err != nil {
+		return err
+	}
+	if !res.TimedOut || res.Limit != rt.LimitTimeout {
+		return fmt.Errorf("not timed out: exit %d, limit %q", res.ExitCode, res.Limit)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		return fmt.Errorf("a 2 s timeout took %s", d)
+	}
+	return e.survivors()
+}
+
+func caseDaemon(ctx context.Context, e *Env) error {
+	start := time.Now()
+	if _, err := e.call(ctx, 20*time.Second, 4096, "exit", "0"); err != nil {
+		return err
+	}
+	trivial := time.Since(start)
+	start = time.Now()
+	res, err := e.call(ctx, 30*time.Second, 4096, "daemon")
+	if err != nil {
+		return err
+	}
+	if d := time.Since(start); d > 2*trivial+rt.DrainGrace+500*time.Millisecond {
+		return fmt.Errorf("the daemon delayed the call: %s (a trivial call: %s)", d, trivial)
+	}
+	if err := want(res.Output, "parent exiting"); err != nil {
+		return err
+	}
+	return e.survivors()
+}
+
+func caseKillAll(ctx context.Context, e *Env) error {
+	if _, err := e.call(ctx, 20*time.Second, 4096, "killall"); err != nil {
+		return err
+	}
+	return stillServing(ctx, e)
+}
+
+// survivors fails if a process of this battery run is alive on the host
+// shortly after its call returned (found by the tag on its command line).
+func (e *Env) survivors() error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		alive := e.alive()
+		if len(alive) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes survived their call: %v", alive)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (e *Env) alive() []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, en := range entries {
+		if _, err := strconv.Atoi(en.Name()); err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + en.Name() + "/cmdline")
+		if err != nil || !strings.Contains(string(cmd), e.tag) {
+			continue
+		}
+		stat, _ := os.ReadFile("/proc/" + en.Name() + "/stat")
+		if f := strings.Fields(string(stat)); len(f) > 2 && f[2] == "Z" {
+			continue
+		}
+		out = append(out, en.Name())
+	}
+	return out
+}
