@@ -85,9 +85,20 @@ func orNone(s []string) string {
 
 // mount is one line of /proc/self/mountinfo that matters here.
 type mount struct {
+	root   string // the path within the filesystem that is mounted
 	point  string
 	fstype string
 	super  []string
+}
+
+// dir returns where the cgroup at path (as /proc/self/cgroup names it) is
+// under this mount: a container's cgroup mount may show only a subtree.
+func (m mount) dir(path string) (string, bool) {
+	rel, ok := strings.CutPrefix(path, m.root)
+	if !ok || (rel != "" && rel[0] != '/' && m.root != "/") {
+		return "", false
+	}
+	return filepath.Join(m.point, rel), true
 }
 
 func readMounts() ([]mount, error) {
@@ -107,6 +118,7 @@ func readMounts() ([]mount, error) {
 			continue
 		}
 		out = append(out, mount{
+			root:   unescapeMount(fields[3]),
 			point:  unescapeMount(fields[4]),
 			fstype: fields[sep+1],
 			super:  strings.Split(fields[sep+3], ","),
@@ -166,7 +178,12 @@ func DetectCgroups() *Cgroups {
 			if !ok {
 				continue
 			}
-			c.detectV2(filepath.Join(m.point, p), name)
+			base, ok := m.dir(p)
+			if !ok {
+				c.Notes = append(c.Notes, fmt.Sprintf("cgroup2: own cgroup %s is outside the mounted subtree %s", p, m.root))
+				continue
+			}
+			c.detectV2(base, name)
 		}
 	}
 	if c.V2 == "" && !slices.ContainsFunc(mounts, func(m mount) bool { return m.fstype == "cgroup2" }) {
@@ -184,7 +201,12 @@ func DetectCgroups() *Cgroups {
 			if !ok {
 				continue
 			}
-			dir := filepath.Join(m.point, p, name)
+			base, ok := m.dir(p)
+			if !ok {
+				c.Notes = append(c.Notes, fmt.Sprintf("v1 %s: own cgroup %s is outside the mounted subtree %s", ctl, p, m.root))
+				break
+			}
+			dir := filepath.Join(base, name)
 			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 				c.Notes = append(c.Notes, fmt.Sprintf("v1 %s: %v", ctl, err))
 				break

@@ -3,6 +3,7 @@ package bwrap
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,5 +44,27 @@ func TestRunSmoke(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("%v: exit %d %s in %s\n%s", args, res.ExitCode, res.Limit, res.Elapsed, res.Output)
+	}
+}
+
+// TestHint: each failure text seen in experiments (README, "Running the
+// image") maps to the fix an operator needs.
+func TestHint(t *testing.T) {
+	for _, tc := range []struct{ msg, want string }{
+		{"bwrap: No permissions to create new namespace, likely because the kernel does not allow non-privileged user namespaces", "unprivileged_userns_clone"},
+		{"bwrap: setting up uid map: Permission denied", "user namespaces cannot be created"},
+		{"bwrap: Can't set hostname to sandbox: Operation not permitted", "images/seccomp.json"},
+		{"bwrap: Can't mount proc on /newroot/proc: Operation not permitted", "systempaths=unconfined"},
+		{"bwrap: Unexpected capabilities but not setuid, old file caps config?", "drop the --cap-add"},
+		{"toolgate: sandbox: setgroups: operation not permitted", "CAP_SETUID and CAP_SETGID"},
+		{"toolgate: sandbox: set rlimit nofile=1024: operation not permitted", "--sandbox-nofile"},
+		{"toolgate: sandbox: join cgroup /sys/fs/cgroup/pids/x/cgroup.procs: read-only file system", "--sandbox-pids 0 --sandbox-memory 0"},
+		{"bwrap: loopback: Failed RTM_NEWADDR: Operation not permitted", "NET_ADMIN"},
+		{"bwrap: something new", ""},
+	} {
+		got := Hint(tc.msg)
+		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+			t.Errorf("Hint(%q) = %q, want it to name %q", tc.msg, got, tc.want)
+		}
 	}
 }
