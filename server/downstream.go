@@ -317,7 +317,7 @@ func (d *downstream) discover(ctx context.Context) {
 	tools, err := listTools(lctx, c.client)
 	cancel()
 	if err != nil {
-		d.close(c, "listing failed")
+		d.close(c, "listing failed", 0)
 		d.listErr = fmt.Errorf("tools/list: %s", d.redact(err.Error()))
 		d.log.WithError(d.listErr).Error("downstream server not listed at start-up: its enabled tools are served with an open schema and each call tries to start it again")
 		return
@@ -330,7 +330,7 @@ func (d *downstream) discover(ctx context.Context) {
 		d.mu.Unlock()
 		return
 	}
-	d.close(c, "listed at start-up; started again on first use")
+	d.close(c, "listed at start-up; started again on first use", downstreamCloseGrace)
 }
 
 // register adds the server's tools to the MCP server and returns its
@@ -480,7 +480,7 @@ func (d *downstream) get(ctx context.Context) (*dconn, error) {
 		tools, err := listTools(lctx, c.client)
 		cancel()
 		if err != nil {
-			d.close(c, "listing failed")
+			d.close(c, "listing failed", 0)
 			return nil, fmt.Errorf("tools/list: %s", d.redact(err.Error()))
 		}
 		d.offered = tools
@@ -506,29 +506,29 @@ func (d *downstream) connect(ctx context.Context) (*dconn, error) {
 	} else {
 		err = d.startHTTP(ctx, c)
 	}
-	if err == nil {
-		req := mcp.InitializeRequest{}
-		req.Params.ProtocolVersion = DownstreamProtocol
-		req.Params.ClientInfo = mcp.Implementation{Name: "toolgate", Version: d.s.opts.Version}
-		_, err = c.client.Initialize(ctx, req)
-		if err != nil {
-			reason := "initialize failed"
-			if c.proc != nil {
-				if r, ended := c.ended(); ended {
-					reason = r
-				}
-			}
-			err = fmt.Errorf("initialize: %s", d.redact(err.Error()))
-			if ctx.Err() != nil {
-				err = fmt.Errorf("no MCP handshake within startup_timeout_sec (%s): %s", d.srv.StartupTimeout, reason)
-			} else if reason != "initialize failed" {
-				err = fmt.Errorf("%w (%s)", err, reason)
-			}
-			d.close(c, "initialize failed")
-		}
-	}
 	if err != nil {
 		return nil, err
+	}
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = DownstreamProtocol
+	req.Params.ClientInfo = mcp.Implementation{Name: "toolgate", Version: d.s.opts.Version}
+	if _, err := c.client.Initialize(ctx, req); err != nil {
+		msg := d.redact(err.Error())
+		switch {
+		case ctx.Err() != nil:
+			msg = fmt.Sprintf("no MCP handshake within startup_timeout_sec (%s)", d.srv.StartupTimeout)
+		case c.proc != nil:
+			// Say why the process ended, when it did.
+			select {
+			case <-c.dead:
+			case <-time.After(2 * rt.DrainGrace):
+			}
+			if r, ended := c.ended(); ended {
+				msg += " (" + r + ")"
+			}
+		}
+		d.close(c, "initialize failed", 0)
+		return nil, fmt.Errorf("initialize: %s", msg)
 	}
 	d.log.WithFields(logrus.Fields{"start": c.n, "ms": time.Since(start).Milliseconds()}).Info("downstream server ready")
 	return c, nil
@@ -540,10 +540,7 @@ func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
 	if err != nil {
 		return err
 	}
-	binds, err := d.binds()
-	if err != nil {
-		return err
-	}
+	binds := d.binds()
 	svc := rt.Service{
 		ID:       fmt.Sprintf("mcp-%s-%d", d.srv.ID, c.n),
 		Name:     d.srv.ID,
@@ -607,10 +604,10 @@ func (d *downstream) startHTTP(ctx context.Context, c *dconn) error {
 	return nil
 }
 
-// close ends a connection: a stdio server gets its stdin closed and
-// downstreamCloseGrace to exit, then it is killed with everything it
-// started; an HTTP session is closed.
-func (d *downstream) close(c *dconn, reason string) {
+// close ends a connection: a stdio server gets its stdin closed and grace
+// to exit, then it is killed with everything it started; an HTTP session
+// is closed (waiting at most downstreamCloseGrace for the server).
+func (d *downstream) close(c *dconn, reason string, grace time.Duration) {
 	c.end(reason)
 	if c.proc == nil {
 		done := make(chan struct{})
@@ -625,15 +622,19 @@ func (d *downstream) close(c *dconn, reason string) {
 		return
 	}
 	_ = c.proc.Stdin().Close()
-	select {
-	case <-c.proc.Done():
-	case <-time.After(downstreamCloseGrace):
+	if grace > 0 {
+		select {
+		case <-c.proc.Done():
+		case <-time.After(grace):
+		}
 	}
 	c.proc.Close()
 	_ = c.client.Close()
 }
 
-// drop ends c, the current connection, so that the next call starts anew.
+// drop ends c, the current connection, at once (a server that ran past a
+// call's budget, a broken HTTP session), so that the next call starts
+// anew.
 func (d *downstream) drop(c *dconn, reason string) {
 	d.mu.Lock()
 	if d.conn == c {
@@ -641,7 +642,7 @@ func (d *downstream) drop(c *dconn, reason string) {
 	}
 	d.mu.Unlock()
 	d.log.WithFields(logrus.Fields{"start": c.n, "reason": reason}).Warn("downstream server stopped")
-	d.close(c, reason)
+	d.close(c, reason, 0)
 }
 
 // shutdown ends the live connection, if any.
@@ -651,7 +652,7 @@ func (d *downstream) shutdown() {
 	d.conn = nil
 	d.mu.Unlock()
 	if c != nil {
-		d.close(c, "toolgate is stopping")
+		d.close(c, "toolgate is stopping", downstreamCloseGrace)
 	}
 }
 
@@ -756,7 +757,7 @@ func (d *downstream) httpHeaders() map[string]string {
 // the /etc allow-list, its cwd and its command: every argument that is an
 // absolute path of an existing file or directory (a script, a data
 // directory), canonical.
-func (d *downstream) binds() ([]string, error) {
+func (d *downstream) binds() []string {
 	var out []string
 	for _, a := range d.srv.Args {
 		if !filepath.IsAbs(a) {
@@ -770,7 +771,7 @@ func (d *downstream) binds() ([]string, error) {
 			out = append(out, p)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // secrets are the values of the variables the server references, as now

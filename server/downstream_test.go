@@ -718,3 +718,30 @@ func TestDownstreamMissingVariable(t *testing.T) {
 		t.Errorf("absent tool once listed = %q", resultText(res))
 	}
 }
+
+// TestDownstreamStartFailure: a server that exits at start is reported with
+// its exit status, at start-up and on each call, which tries again.
+func TestDownstreamStartFailure(t *testing.T) {
+	r := loadRegistry(t, map[string]string{"10-bad.toml": `schema_version = 8
+
+[tool_mcp_servers.bad]
+transport = "stdio"
+command = "/bin/false"
+sandbox = false
+enabled_tools = ["x"]
+default_tools_approval_mode = "auto"
+`})
+	h := newHarness(t, Options{}, DownstreamOptions{Registry: r}, nil)
+	st := h.status(t)
+	if ds := st.Registry.Servers[0]; ds.State != "failed" || !strings.Contains(ds.Reason, "initialize: ") || !strings.Contains(ds.Reason, "(the process exited with status 1)") {
+		t.Errorf("status = %+v", ds)
+	}
+	res := h.call(t, "bad__x", nil)
+	if !res.IsError || !strings.Contains(resultText(res), `the downstream server "bad" could not be started: initialize: `) ||
+		!strings.Contains(resultText(res), "(the process exited with status 1)") {
+		t.Errorf("call = %q", resultText(res))
+	}
+	if n := strings.Count(h.logs.String(), "process ended"); n != 2 {
+		t.Errorf("%d starts logged, want 2 (start-up, then the call)", n)
+	}
+}
