@@ -49,7 +49,7 @@ func (f *fakeRunner) invocations() []rt.Invocation {
 	return append([]rt.Invocation(nil), f.calls...)
 }
 
-func loadConf(t *testing.T, text string) *conf.Config {
+func loadConf(t testing.TB, text string) *conf.Config {
 	t.Helper()
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "tool")
