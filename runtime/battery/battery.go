@@ -508,7 +508,9 @@ func caseDaemon(ctx context.Context, e *Env) error {
 	if err != nil {
 		return err
 	}
-	if d := time.Since(start); d > 2*trivial+rt.DrainGrace+500*time.Millisecond {
+	// Loose on purpose (shared, loaded machines): a daemon that held the
+	// call would hold it for the grandchild's 60 s, or the call's timeout.
+	if d := time.Since(start); d > 3*trivial+rt.DrainGrace+time.Second {
 		return fmt.Errorf("the daemon delayed the call: %s (a trivial call: %s)", d, trivial)
 	}
 	if err := want(res.Output, "parent exiting"); err != nil {
