@@ -741,6 +741,12 @@ default_tools_approval_mode = "auto"
 		!strings.Contains(resultText(res), "(the process exited with status 1)") {
 		t.Errorf("call = %q", resultText(res))
 	}
+	// The end of a process is logged by the goroutine that waits for it,
+	// which may run after the call has answered.
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Count(h.logs.String(), "process ended") < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if n := strings.Count(h.logs.String(), "process ended"); n != 2 {
 		t.Errorf("%d starts logged, want 2 (start-up, then the call)", n)
 	}
