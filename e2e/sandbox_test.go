@@ -246,3 +246,55 @@ func serverCgroups(pid int) []string {
 	})
 	return out
 }
+
+// TestSIGTERMStops: SIGTERM in the middle of calls kills them and everything
+// they started, and the server exits 0 within 2 s.
+func TestSIGTERMStops(t *testing.T) {
+	probe := testbin.Probe(t)
+	dir := testbin.Dir(t)
+	conf := writeConf(t, fmt.Sprintf(`tool boxed %[1]s test 60 4096 on %[2]s -- ignoreterm
+tool direct %[1]s read 60 4096 off %[2]s -- ignoreterm
+`, probe, dir))
+	srv := serveCmd(t, conf)
+	cmd := exec.Command(srv.argv[0], srv.argv[1:]...)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	defer stdin.Close()
+	out := bufio.NewReader(stdout)
+	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"sigterm","version":"1"}}}`)
+	if _, err := out.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"boxed"}}`)
+	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"direct"}}`)
+	waitFor(t, 20*time.Second, func() bool { return len(probes(probe)) >= 4 })
+	go io.Copy(io.Discard, out)
+
+	start := time.Now()
+	if image != "" {
+		if b, err := exec.Command(podman, "kill", "--signal", "TERM", srv.name).CombinedOutput(); err != nil {
+			t.Fatalf("podman kill: %v %s", err, b)
+		}
+	} else if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("server exited with %v after SIGTERM, want 0", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("server still running 10 s after SIGTERM")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("server took %s to stop after SIGTERM, want under 2 s", d)
+	}
+	waitFor(t, 5*time.Second, func() bool { return len(probes(probe)) == 0 })
+}

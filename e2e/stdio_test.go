@@ -334,3 +334,43 @@ func TestCheckCommand(t *testing.T) {
 		t.Errorf("check of a refused conf: exit %d, %v\n%s", cmd.ProcessState.ExitCode(), err, out)
 	}
 }
+
+// TestManySessions: 8 MCP sessions (8 server processes) with 8 concurrent
+// calls each: 64 calls in flight, no output or id ever mixed.
+func TestManySessions(t *testing.T) {
+	probe := testbin.Probe(t)
+	dir := testbin.Dir(t)
+	var conf strings.Builder
+	for i := range 8 {
+		fmt.Fprintf(&conf, "tool r%d %s read 30 4096 off %s -- echo read %d\n", i, probe, dir, i)
+		fmt.Fprintf(&conf, "tool t%d %s test 30 4096 on %s -- echo test %d\n", i, probe, dir, i)
+	}
+	path := writeConf(t, conf.String())
+	clients := make([]*client.Client, 8)
+	for s := range clients {
+		clients[s], _ = start(t, "2025-06-18", path)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for s, c := range clients {
+		for i := range 8 {
+			wg.Go(func() {
+				kind := []string{"read", "test"}[(s+i)%2]
+				name := fmt.Sprintf("%c%d", kind[0], i)
+				res, err := call(t, c, name, nil)
+				if err != nil {
+					errs <- fmt.Sprintf("session %d %s: %v", s, name, err)
+					return
+				}
+				if want := fmt.Sprintf("%s %d\n[exit=0 ", kind, i); !strings.HasPrefix(text(res), want) {
+					errs <- fmt.Sprintf("session %d %s: %q, want %q", s, name, text(res), want)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
