@@ -18,5 +18,10 @@ go vet -tags 'seccomp e2e' ./e2e/
 echo "== unit and integration tests" >&2
 go test -race -tags seccomp -count=1 -timeout 20m ./...
 
+echo "== fuzzing, ${FUZZ_TIME:=30s} per target" >&2
+for target in ./conf/:FuzzParse ./conf/:FuzzParseFragment ./server/:FuzzServeLine; do
+	go test -tags seccomp -run '^$' -fuzz "^${target#*:}\$" -fuzztime "$FUZZ_TIME" -fuzzminimizetime 5s "${target%%:*}"
+done
+
 echo "== end-to-end: the binary over stdio, then the image under podman" >&2
 scripts/e2e.sh both
