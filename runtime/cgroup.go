@@ -83,31 +83,36 @@ func orNone(s []string) string {
 	return strings.Join(s, ",")
 }
 
-// mount is one line of /proc/self/mountinfo that matters here.
-type mount struct {
-	root   string // the path within the filesystem that is mounted
-	point  string
-	fstype string
-	super  []string
+// Mount is one line of /proc/self/mountinfo, as far as cgroups need it.
+type Mount struct {
+	// Root is the path within the filesystem that is mounted.
+	Root string
+	// Point is where it is mounted.
+	Point string
+	// FSType is the filesystem type ("cgroup", "cgroup2", ...).
+	FSType string
+	// Super are the super options (a v1 cgroup's controllers).
+	Super []string
 }
 
 // dir returns where the cgroup at path (as /proc/self/cgroup names it) is
 // under this mount: a container's cgroup mount may show only a subtree.
-func (m mount) dir(path string) (string, bool) {
-	rel, ok := strings.CutPrefix(path, m.root)
-	if !ok || (rel != "" && rel[0] != '/' && m.root != "/") {
+func (m Mount) dir(path string) (string, bool) {
+	rel, ok := strings.CutPrefix(path, m.Root)
+	if !ok || (rel != "" && rel[0] != '/' && m.Root != "/") {
 		return "", false
 	}
-	return filepath.Join(m.point, rel), true
+	return filepath.Join(m.Point, rel), true
 }
 
-func readMounts() ([]mount, error) {
+// Mounts parses /proc/self/mountinfo.
+func Mounts() ([]Mount, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	var out []mount
+	var out []Mount
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -117,11 +122,11 @@ func readMounts() ([]mount, error) {
 		if sep < 5 || len(fields) < sep+4 {
 			continue
 		}
-		out = append(out, mount{
-			root:   unescapeMount(fields[3]),
-			point:  unescapeMount(fields[4]),
-			fstype: fields[sep+1],
-			super:  strings.Split(fields[sep+3], ","),
+		out = append(out, Mount{
+			Root:   unescapeMount(fields[3]),
+			Point:  unescapeMount(fields[4]),
+			FSType: fields[sep+1],
+			Super:  strings.Split(fields[sep+3], ","),
 		})
 	}
 	return out, sc.Err()
@@ -161,7 +166,7 @@ func ownCgroups() (map[string]string, error) {
 // never fails: what is unusable is recorded in Notes. Call Close at exit.
 func DetectCgroups() *Cgroups {
 	c := &Cgroups{V1: map[string]string{}}
-	mounts, err := readMounts()
+	mounts, err := Mounts()
 	if err != nil {
 		c.Notes = append(c.Notes, "read mountinfo: "+err.Error())
 		return c
@@ -173,20 +178,20 @@ func DetectCgroups() *Cgroups {
 	}
 	name := GroupPrefix + strconv.Itoa(os.Getpid())
 	for _, m := range mounts {
-		if m.fstype == "cgroup2" && c.V2 == "" {
+		if m.FSType == "cgroup2" && c.V2 == "" {
 			p, ok := own["0"]
 			if !ok {
 				continue
 			}
 			base, ok := m.dir(p)
 			if !ok {
-				c.Notes = append(c.Notes, fmt.Sprintf("cgroup2: own cgroup %s is outside the mounted subtree %s", p, m.root))
+				c.Notes = append(c.Notes, fmt.Sprintf("cgroup2: own cgroup %s is outside the mounted subtree %s", p, m.Root))
 				continue
 			}
 			c.detectV2(base, name)
 		}
 	}
-	if c.V2 == "" && !slices.ContainsFunc(mounts, func(m mount) bool { return m.fstype == "cgroup2" }) {
+	if c.V2 == "" && !slices.ContainsFunc(mounts, func(m Mount) bool { return m.FSType == "cgroup2" }) {
 		c.Notes = append(c.Notes, "no cgroup2 hierarchy mounted")
 	}
 	for _, ctl := range []string{"pids", "memory"} {
@@ -194,7 +199,7 @@ func DetectCgroups() *Cgroups {
 			continue
 		}
 		for _, m := range mounts {
-			if m.fstype != "cgroup" || !slices.Contains(m.super, ctl) {
+			if m.FSType != "cgroup" || !slices.Contains(m.Super, ctl) {
 				continue
 			}
 			p, ok := own[ctl]
@@ -203,7 +208,7 @@ func DetectCgroups() *Cgroups {
 			}
 			base, ok := m.dir(p)
 			if !ok {
-				c.Notes = append(c.Notes, fmt.Sprintf("v1 %s: own cgroup %s is outside the mounted subtree %s", ctl, p, m.root))
+				c.Notes = append(c.Notes, fmt.Sprintf("v1 %s: own cgroup %s is outside the mounted subtree %s", ctl, p, m.Root))
 				break
 			}
 			dir := filepath.Join(base, name)
@@ -238,7 +243,7 @@ func (c *Cgroups) detectV2(base, name string) {
 	}
 	c.V2 = dir
 	want := []string{"pids", "memory"}
-	avail := readWords(filepath.Join(base, "cgroup.controllers"))
+	avail := ReadWords(filepath.Join(base, "cgroup.controllers"))
 	var enable []string
 	for _, w := range want {
 		if slices.Contains(avail, w) {
@@ -252,7 +257,7 @@ func (c *Cgroups) detectV2(base, name string) {
 	// children. When this process is alone in its cgroup, it moves itself
 	// into a leaf so that the controllers can be enabled below.
 	if err := enableControllers(base, enable); err != nil {
-		procs := readWords(filepath.Join(base, "cgroup.procs"))
+		procs := ReadWords(filepath.Join(base, "cgroup.procs"))
 		if len(procs) == 1 && procs[0] == strconv.Itoa(os.Getpid()) {
 			leaf := filepath.Join(base, name+".server")
 			if err := os.Mkdir(leaf, 0o755); err == nil || errors.Is(err, os.ErrExist) {
@@ -273,7 +278,7 @@ func (c *Cgroups) detectV2(base, name string) {
 }
 
 func enableControllers(dir string, ctls []string) error {
-	have := readWords(filepath.Join(dir, "cgroup.subtree_control"))
+	have := ReadWords(filepath.Join(dir, "cgroup.subtree_control"))
 	var add []string
 	for _, ctl := range ctls {
 		if !slices.Contains(have, ctl) {
@@ -286,7 +291,9 @@ func enableControllers(dir string, ctls []string) error {
 	return os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(strings.Join(add, " ")), 0)
 }
 
-func readWords(path string) []string {
+// ReadWords returns the whitespace-separated words of a (cgroup) file, nil
+// when it cannot be read.
+func ReadWords(path string) []string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil
@@ -486,7 +493,7 @@ func (g *Group) Kill() {
 // empty or a bounded number of rounds passed (forks race the reads).
 func killProcs(dir string) {
 	for range 50 {
-		procs := readWords(filepath.Join(dir, "cgroup.procs"))
+		procs := ReadWords(filepath.Join(dir, "cgroup.procs"))
 		if len(procs) == 0 {
 			return
 		}

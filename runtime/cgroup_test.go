@@ -16,9 +16,9 @@ func TestMountDir(t *testing.T) {
 		{"/libpod_parent/libpod-1", "/sys/fs/cgroup/pids", "/libpod_parent/libpod-10", "", false},
 		{"/a", "/sys/fs/cgroup", "/b", "", false},
 	} {
-		got, ok := mount{root: tc.root, point: tc.point}.dir(tc.path)
+		got, ok := Mount{Root: tc.root, Point: tc.point}.dir(tc.path)
 		if got != tc.want || ok != tc.ok {
-			t.Errorf("mount{%s at %s}.dir(%s) = %q, %v; want %q, %v", tc.root, tc.point, tc.path, got, ok, tc.want, tc.ok)
+			t.Errorf("Mount{%s at %s}.dir(%s) = %q, %v; want %q, %v", tc.root, tc.point, tc.path, got, ok, tc.want, tc.ok)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package oci
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -37,34 +36,25 @@ type controllers struct {
 // changes nothing.
 func detectControllers() controllers {
 	var c controllers
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := rt.Mounts()
 	if err != nil {
 		return c
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		sep := slices.Index(fields, "-")
-		if sep < 5 || len(fields) < sep+4 {
-			continue
-		}
-		point, fstype, super := fields[4], fields[sep+1], strings.Split(fields[sep+3], ",")
-		switch fstype {
+	for _, m := range mounts {
+		switch m.FSType {
 		case "cgroup":
-			if slices.Contains(super, "pids") {
+			if slices.Contains(m.Super, "pids") {
 				c.pids = true
 			}
-			if slices.Contains(super, "memory") {
+			if slices.Contains(m.Super, "memory") {
 				c.memory = true
-				if _, err := os.Stat(filepath.Join(point, "memory.memsw.limit_in_bytes")); err == nil {
+				if _, err := os.Stat(filepath.Join(m.Point, "memory.memsw.limit_in_bytes")); err == nil {
 					c.swap = true
 				}
 			}
 		case "cgroup2":
-			ctls := readWords(filepath.Join(point, "cgroup.controllers"))
-			if point == "/sys/fs/cgroup" {
+			ctls := rt.ReadWords(filepath.Join(m.Point, "cgroup.controllers"))
+			if m.Point == "/sys/fs/cgroup" {
 				c.pids = c.pids || slices.Contains(ctls, "pids")
 				c.memory = c.memory || slices.Contains(ctls, "memory")
 			}
@@ -73,17 +63,9 @@ func detectControllers() controllers {
 	var root, unified unix.Statfs_t
 	if unix.Statfs("/sys/fs/cgroup", &root) == nil && root.Type != unix.CGROUP2_SUPER_MAGIC &&
 		unix.Statfs("/sys/fs/cgroup/unified", &unified) == nil && unified.Type == unix.CGROUP2_SUPER_MAGIC {
-		c.hybridControllers = len(readWords(unifiedControllers)) > 0
+		c.hybridControllers = len(rt.ReadWords(unifiedControllers)) > 0
 	}
 	return c
-}
-
-func readWords(path string) []string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil
-	}
-	return strings.Fields(string(b))
 }
 
 // prepare lays out the server directory once: RunDir/<pid> (0700) with the
