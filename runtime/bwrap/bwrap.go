@@ -184,28 +184,15 @@ func Hint(msg string) string {
 
 // Run runs inv in a fresh sandbox.
 func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
-	var group *rt.Group
-	if r.cg != nil && (r.cg.V2 != "" || r.limits.Pids > 0 || r.limits.Memory > 0) {
-		g, err := r.cg.NewGroup(inv.ID, rt.Limits{Pids: r.limits.Pids, Memory: r.limits.Memory})
-		if err != nil {
-			return rt.Result{}, fmt.Errorf("sandbox cgroup: %w", err)
-		}
-		defer g.Close()
-		group = g
-	}
 	plan := Plan{Shim: r.shim, Exe: inv.Argv[0], ExeResolved: inv.Path, Argv: inv.Argv, Dir: inv.Dir, TmpSize: r.limits.TmpSize}
-	shim := rt.ShimSpec{
-		Mode:    rt.ShimEnter,
-		Joins:   group.Joins(),
-		Rlimits: r.limits.Rlimits(),
-		UID:     r.uid,
-		GID:     r.gid,
-		Path:    r.bwrap,
-		Argv:    append([]string{r.bwrap}, Args(r.host, plan)...),
+	group, argv, err := r.enter(inv.ID, plan)
+	if err != nil {
+		return rt.Result{}, err
 	}
+	defer group.Close()
 	return rt.Exec(ctx, rt.Cmd{
 		Path:     r.shim,
-		Args:     append([]string{r.shim}, shim.Args()...),
+		Args:     argv,
 		Env:      rt.Env,
 		Dir:      "/",
 		Timeout:  inv.Timeout,
@@ -222,4 +209,28 @@ func (r *Runner) Version() string {
 		return "unknown"
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// enter creates the call's cgroup (when the host has one) and returns it
+// with the argv that starts plan: the enter shim (v1 cgroup join, rlimits,
+// uid drop, no_new_privs), which execs bwrap. The caller closes the group.
+func (r *Runner) enter(id string, plan Plan) (*rt.Group, []string, error) {
+	var group *rt.Group
+	if r.cg != nil && (r.cg.V2 != "" || r.limits.Pids > 0 || r.limits.Memory > 0) {
+		g, err := r.cg.NewGroup(id, rt.Limits{Pids: r.limits.Pids, Memory: r.limits.Memory})
+		if err != nil {
+			return nil, nil, fmt.Errorf("sandbox cgroup: %w", err)
+		}
+		group = g
+	}
+	shim := rt.ShimSpec{
+		Mode:    rt.ShimEnter,
+		Joins:   group.Joins(),
+		Rlimits: r.limits.Rlimits(),
+		UID:     r.uid,
+		GID:     r.gid,
+		Path:    r.bwrap,
+		Argv:    append([]string{r.bwrap}, Args(r.host, plan)...),
+	}
+	return group, append([]string{r.shim}, shim.Args()...), nil
 }

@@ -39,30 +39,17 @@ func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, e
 			return nil, fmt.Errorf("sandbox %s: %w", s.Name, err)
 		}
 	}
-	var group *rt.Group
-	if r.cg != nil && (r.cg.V2 != "" || r.limits.Pids > 0 || r.limits.Memory > 0) {
-		g, err := r.cg.NewGroup(s.ID, rt.Limits{Pids: r.limits.Pids, Memory: r.limits.Memory})
-		if err != nil {
-			return nil, fmt.Errorf("sandbox cgroup: %w", err)
-		}
-		group = g
-	}
 	plan := Plan{
 		Shim: r.shim, Exe: s.Argv[0], ExeResolved: s.Path, Argv: s.Argv, Dir: s.Dir,
 		TmpSize: r.limits.TmpSize, Service: true, ShareNet: s.Network, ReadOnly: s.ReadOnly,
 	}
-	enter := rt.ShimSpec{
-		Mode:    rt.ShimEnter,
-		Joins:   group.Joins(),
-		Rlimits: r.limits.Rlimits(),
-		UID:     r.uid,
-		GID:     r.gid,
-		Path:    r.bwrap,
-		Argv:    append([]string{r.bwrap}, Args(r.host, plan)...),
+	group, argv, err := r.enter(s.ID, plan)
+	if err != nil {
+		return nil, err
 	}
 	p, err := rt.StartProcess(rt.ServiceCmd{
 		Path:   r.shim,
-		Args:   append([]string{r.shim}, enter.Args()...),
+		Args:   argv,
 		Env:    rt.ServiceEnv(s.Env),
 		Dir:    "/",
 		Group:  group,
