@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/bwrap"
+)
+
+// sandboxAttr runs a process as the sandbox uid when the bench is root, as
+// the bwrap backend runs bwrap.
+func sandboxAttr() *syscall.SysProcAttr {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: rt.SandboxUID, Gid: rt.SandboxGID, Groups: []uint32{}}}
+}
+
+func lstat(p string) (isLink, isDir bool, err error) {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return false, false, err
+	}
+	return fi.Mode()&os.ModeSymlink != 0, fi.IsDir(), nil
+}
+
+// bwrapArgv is the exact argv the bwrap backend builds for the probe tool
+// (bwrap.Args): the init shim bound inside and run first.
+func (b *bench) bwrapArgv() ([]string, error) {
+	bin, err := bwrap.Find()
+	if err != nil {
+		return nil, err
+	}
+	h := bwrap.DetectHost(lstat, os.Readlink)
+	p := bwrap.Plan{Shim: b.shim, Exe: b.probe, ExeResolved: b.probe, Argv: b.toolArgv(), Dir: b.work, TmpSize: rt.DefaultTmpSize}
+	return append([]string{bin}, bwrap.Args(h, p)...), nil
+}
+
+// runcPath runs `runc run` of a hand-written minimal bundle: an empty
+// rootfs with /usr and the tool's dirs bound read-only, /proc, new pid,
+// net, ipc, uts and mount namespaces, uid 65534, the tool's argv. No
+// seccomp, no cgroup limits, no rlimits: the least a runc container costs
+// here.
+func (b *bench) runcPath() (*path, error) {
+	p := &path{group: "floor", name: "raw runc run", note: "hand-written minimal bundle: no seccomp, no cgroup limits, no rlimits, no masked paths"}
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		return p, err
+	}
+	dir := filepath.Join(b.cache, "runc-floor")
+	_ = os.RemoveAll(dir)
+	root := filepath.Join(dir, "rootfs")
+	bin := filepath.Dir(b.probe)
+	for _, d := range []string{"usr", "proc", "dev", "tmp", strings.TrimPrefix(b.work, "/"), strings.TrimPrefix(bin, "/")} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return p, err
+		}
+	}
+	for _, l := range []string{"bin", "lib", "lib64", "sbin"} {
+		if t, err := os.Readlink("/" + l); err == nil {
+			_ = os.Symlink(t, filepath.Join(root, l))
+		}
+	}
+	s := &specs.Spec{
+		Version: specs.Version,
+		Root:    &specs.Root{Path: root, Readonly: true},
+		Process: &specs.Process{Args: b.toolArgv(), Cwd: b.work, Env: rt.Env, NoNewPrivileges: true,
+			User: specs.User{UID: rt.SandboxUID, GID: rt.SandboxGID}},
+		Hostname: "sandbox",
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/usr", Type: "bind", Source: "/usr", Options: []string{"rbind", "ro"}},
+			{Destination: b.work, Type: "bind", Source: b.work, Options: []string{"rbind", "ro"}},
+			{Destination: bin, Type: "bind", Source: bin, Options: []string{"rbind", "ro"}},
+		},
+		Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: "pid"}, {Type: "network"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}}},
+	}
+	data, err := json.Marshal(s)
+	if err != nil {
+		return p, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o600); err != nil {
+		return p, err
+	}
+	state := filepath.Join(dir, "state")
+	i := 0
+	p.call = func() error {
+		i++
+		id := "toolgate-bench-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(i)
+		var out bytes.Buffer
+		cmd := &exec.Cmd{Path: runc, Args: []string{runc, "--root", state, "run", "--bundle", dir, id}, Env: rt.Env, Dir: dir, Stdout: &out, Stderr: &out}
+		if err := cmd.Run(); err != nil || !strings.Contains(out.String(), "hello") {
+			_ = exec.Command(runc, "--root", state, "delete", "--force", id).Run()
+			return fmt.Errorf("runc run: %v: %s", err, firstLine(out.String()))
+		}
+		return nil
+	}
+	p.close = func() { _ = os.RemoveAll(dir) }
+	return p, nil
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// procStatus reads the "Key: value" lines of /proc/PID/status.
+func procStatus(pid int) map[string]string {
+	out := map[string]string{}
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok {
+			out[k] = strings.TrimSpace(v)
+		}
+	}
+	return out
+}
+
+// kib parses "1234 kB".
+func kib(v string) int64 {
+	n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+	return n
+}
+
+// rss returns VmRSS and VmHWM of pid in KiB.
+func rss(pid int) (cur, peak int64) {
+	st := procStatus(pid)
+	return kib(st["VmRSS"]), kib(st["VmHWM"])
+}
+
+func threads(pid int) int {
+	n, _ := strconv.Atoi(procStatus(pid)["Threads"])
+	return n
+}
+
+func openFDs(pid int) int {
+	e, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	if err != nil {
+		return -1
+	}
+	return len(e)
+}
+
+// descendants returns every process below pid (by the ppid in
+// /proc/*/stat), and how many of them are zombies.
+func descendants(pid int) (all, zombies int) {
+	entries, _ := os.ReadDir("/proc")
+	parent := map[int]int{}
+	state := map[int]byte{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) S ppid ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+4 > len(b) {
+			continue
+		}
+		fields := strings.Fields(string(b[i+2:]))
+		if len(fields) < 2 {
+			continue
+		}
+		pp, _ := strconv.Atoi(fields[1])
+		parent[p] = pp
+		state[p] = fields[0][0]
+	}
+	for p := range parent {
+		for q, n := parent[p], 0; q > 0 && n < 64; q, n = parent[q], n+1 {
+			if q == pid {
+				all++
+				if state[p] == 'Z' {
+					zombies++
+				}
+				break
+			}
+		}
+	}
+	return all, zombies
+}
+
+// cgroupDirs counts the directories at or below a directory named
+// toolgate-<pid> anywhere under /sys/fs/cgroup.
+func cgroupDirs(pid int) int {
+	name := "toolgate-" + strconv.Itoa(pid)
+	n := 0
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if strings.Contains(p+"/", "/"+name+"/") {
+			n++
+		}
+		return nil
+	})
+	return n
+}

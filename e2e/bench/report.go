@@ -1,0 +1,208 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// targets checks issue 7's targets against what was measured.
+func (b *bench) targets() []Target {
+	var out []Target
+	ratio := func(name, a, floor string, limit float64) {
+		t := Target{Name: name, Want: fmt.Sprintf("median ≤ %.2f× %s", limit, floor)}
+		ra, ok1 := b.row(a)
+		rf, ok2 := b.row(floor)
+		if !ok1 || !ok2 {
+			t.Unmeasured = "a path was not measured"
+			out = append(out, t)
+			return
+		}
+		r := ra.MedianMS / rf.MedianMS
+		t.Measured = fmt.Sprintf("%s / %s ms = %.2f×", fmtMS(ra.MedianMS), fmtMS(rf.MedianMS), r)
+		t.Held = r <= limit
+		out = append(out, t)
+	}
+
+	t := Target{Name: "direct adds ≤ 1 ms over fork+exec", Want: "median(direct) − median(fork+exec) ≤ 1 ms"}
+	if ra, ok := b.row("direct (read tool)"); ok {
+		if rf, ok := b.row("fork+exec from Go"); ok {
+			add := ra.MedianMS - rf.MedianMS
+			t.Measured = fmt.Sprintf("%s − %s = %.2f ms", fmtMS(ra.MedianMS), fmtMS(rf.MedianMS), add)
+			t.Held = add <= 1
+		}
+	}
+	if t.Measured == "" {
+		t.Unmeasured = "a path was not measured"
+	}
+	out = append(out, t)
+
+	ratio("bwrap ≤ 1.15× raw bwrap", "bwrap", "raw bwrap", 1.15)
+	ratio("oci/runc ≤ 1.15× raw runc run", "oci/runc", "raw runc run", 1.15)
+
+	t = Target{Name: "bwrap faster than srt per call", Want: "median(bwrap) < median(srt)"}
+	if ra, ok := b.row("bwrap"); ok {
+		if rs, ok := b.row("srt (sandbox-runtime)"); ok {
+			t.Measured = fmt.Sprintf("%s ms vs %s ms (%.1f× faster)", fmtMS(ra.MedianMS), fmtMS(rs.MedianMS), rs.MedianMS/ra.MedianMS)
+			t.Held = ra.MedianMS < rs.MedianMS
+		}
+	}
+	if t.Measured == "" {
+		t.Unmeasured = "a path was not measured"
+	}
+	out = append(out, t)
+
+	t = Target{Name: "bwrap ≥ 10× faster than a container per call", Want: "median(podman run) ≥ 10 × median(bwrap)"}
+	if ra, ok := b.row("bwrap"); ok {
+		if rp, ok := b.row("podman run --rm per call"); ok {
+			t.Measured = fmt.Sprintf("%s ms vs %s ms (%.1f×)", fmtMS(ra.MedianMS), fmtMS(rp.MedianMS), rp.MedianMS/ra.MedianMS)
+			t.Held = rp.MedianMS >= 10*ra.MedianMS
+		}
+	}
+	if t.Measured == "" {
+		t.Unmeasured = "a path was not measured"
+	}
+	out = append(out, t)
+
+	for _, f := range b.res.Flood {
+		t := Target{Name: "1 GB flood capped (" + f.Path + ")", Want: "< 2 s, server peak RSS < 64 MB"}
+		if f.Skipped != "" {
+			t.Unmeasured = f.Skipped
+		} else {
+			t.Measured = fmt.Sprintf("median %s ms (p99 %s ms), peak RSS %.1f MB", fmtMS(f.MedianMS), fmtMS(f.P99MS), float64(f.PeakRSSKiB)*1024/1e6)
+			t.Held = f.MedianMS < 2000 && float64(f.PeakRSSKiB)*1024 < 64e6
+		}
+		out = append(out, t)
+	}
+	for _, r := range b.res.RSS {
+		t := Target{Name: "no leak: RSS after 5,000 calls within 10% of after 100", Want: "|after5000 − after100| ≤ 10% of after100"}
+		if r.Skipped != "" {
+			t.Unmeasured = r.Skipped
+		} else {
+			d := float64(r.After5000-r.After100) / float64(r.After100) * 100
+			t.Measured = fmt.Sprintf("%d KiB → %d KiB (%+.1f%%)", r.After100, r.After5000, d)
+			t.Held = d <= 10 && d >= -10
+		}
+		out = append(out, t)
+	}
+	for _, s := range b.res.Startup {
+		if s.Tools != 500 {
+			continue
+		}
+		t := Target{Name: "start-up with 500 tools < 50 ms", Want: "median exec → initialize answer < 50 ms"}
+		if s.Skipped != "" {
+			t.Unmeasured = s.Skipped
+		} else {
+			t.Measured = fmt.Sprintf("median %s ms, p99 %s ms", fmtMS(s.MedianMS), fmtMS(s.P99MS))
+			t.Held = s.MedianMS < 50
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+func (b *bench) markdown() string {
+	var w strings.Builder
+	m := b.res.Machine
+	fmt.Fprintf(&w, "### Benchmark (%s)\n\n", b.res.Started.Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&w, "Machine: %s, %s CPUs (%s), %s, kernel %s, cgroups %s; %s, %s, %s, %s, %s, node %s; toolgate %s (%s). ",
+		m["os"], m["cpus"], m["cpu"], m["memory"], m["kernel"], m["cgroups"], m["bwrap"], m["runc"], m["crun"], m["runsc"], m["podman"], m["node"], m["toolgate"], m["go"])
+	fmt.Fprintf(&w, "Tool: the probe (a static Go program) printing `hello`; %d measured calls per path after warm-up, one at a time. Run took %.0f s.\n\n", b.calls, b.res.Seconds)
+
+	w.WriteString("| path | median ms | p99 ms | × floor | calls | how |\n|---|---:|---:|---:|---:|---|\n")
+	floorOf := map[string]string{
+		"direct (read tool)":              "fork+exec from Go",
+		"bwrap":                           "raw bwrap",
+		"oci/runc":                        "raw runc run",
+		"oci/crun":                        "raw runc run",
+		"oci/runsc":                       "raw runc run",
+		"srt (sandbox-runtime)":           "raw bwrap",
+		"mcp-server-commands (MCP stdio)": "fork+exec from Go",
+		"podman run --rm per call":        "raw runc run",
+	}
+	group := ""
+	for _, r := range b.res.Rows {
+		if r.Group != group {
+			group = r.Group
+			fmt.Fprintf(&w, "| **%s** | | | | | |\n", group)
+		}
+		if r.Skipped != "" {
+			fmt.Fprintf(&w, "| %s | – | – | | 0 | skipped: %s |\n", r.Name, mdEscape(r.Skipped))
+			continue
+		}
+		x := ""
+		if f, ok := b.row(floorOf[r.Name]); ok && f.MedianMS > 0 {
+			x = fmt.Sprintf("%.2f× %s", r.MedianMS/f.MedianMS, shortFloor(f.Name))
+		}
+		fmt.Fprintf(&w, "| %s | %s | %s | %s | %d | %s |\n", r.Name, fmtMS(r.MedianMS), fmtMS(r.P99MS), x, r.Calls, mdEscape(r.Note))
+	}
+
+	if len(b.res.Throughput) > 0 {
+		w.WriteString("\n| throughput (one server, one session, N calls in flight) | calls/s | median ms | p99 ms | calls |\n|---|---:|---:|---:|---:|\n")
+		for _, t := range b.res.Throughput {
+			if t.Skipped != "" {
+				fmt.Fprintf(&w, "| %s ×%d | skipped: %s | | | |\n", t.Path, t.Concurrency, mdEscape(t.Skipped))
+				continue
+			}
+			fmt.Fprintf(&w, "| %s, %d concurrent | %.0f | %s | %s | %d |\n", t.Path, t.Concurrency, t.CallsPerSec, fmtMS(t.MedianMS), fmtMS(t.P99MS), t.Calls)
+		}
+	}
+	if len(b.res.Startup) > 0 {
+		w.WriteString("\n| start-up (exec → initialize answer, default backend bwrap) | median ms | p99 ms | starts |\n|---|---:|---:|---:|\n")
+		for _, s := range b.res.Startup {
+			if s.Skipped != "" {
+				fmt.Fprintf(&w, "| %s | skipped: %s | | |\n", s.Conf, mdEscape(s.Skipped))
+				continue
+			}
+			fmt.Fprintf(&w, "| %s conf | %s | %s | %d |\n", s.Conf, fmtMS(s.MedianMS), fmtMS(s.P99MS), s.Starts)
+		}
+	}
+	if len(b.res.Flood) > 0 {
+		w.WriteString("\n| 1 GB flood, max-bytes 1 MiB | median ms | p99 ms | kept | written | server peak RSS | calls |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		for _, f := range b.res.Flood {
+			if f.Skipped != "" {
+				fmt.Fprintf(&w, "| %s | skipped: %s | | | | | |\n", f.Path, mdEscape(f.Skipped))
+				continue
+			}
+			fmt.Fprintf(&w, "| %s | %s | %s | %d | %d | %.1f MB | %d |\n", f.Path, fmtMS(f.MedianMS), fmtMS(f.P99MS), f.KeptBytes, f.OutputBytes, float64(f.PeakRSSKiB)*1024/1e6, f.Calls)
+		}
+	}
+	if len(b.res.RSS) > 0 {
+		w.WriteString("\n| server RSS | idle | after 100 calls | after 5,000 calls | peak | threads | fds |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		for _, r := range b.res.RSS {
+			if r.Skipped != "" {
+				fmt.Fprintf(&w, "| %s | skipped: %s | | | | | |\n", r.Path, mdEscape(r.Skipped))
+				continue
+			}
+			fmt.Fprintf(&w, "| %s | %.1f MB | %.1f MB | %.1f MB | %.1f MB | %d | %d |\n", r.Path,
+				mb(r.IdleKiB), mb(r.After100), mb(r.After5000), mb(r.PeakKiB), r.ThreadsEnd, r.FDsEnd)
+		}
+	}
+	if len(b.res.Targets) > 0 {
+		w.WriteString("\n| target | measured | |\n|---|---|---|\n")
+		for _, t := range b.res.Targets {
+			verdict := "missed"
+			switch {
+			case t.Unmeasured != "":
+				verdict, t.Measured = "not measured", t.Unmeasured
+			case t.Held:
+				verdict = "held"
+			}
+			fmt.Fprintf(&w, "| %s | %s | **%s** |\n", t.Name, mdEscape(t.Measured), verdict)
+		}
+	}
+	return w.String()
+}
+
+func mb(k int64) float64 { return float64(k) * 1024 / 1e6 }
+
+func shortFloor(name string) string {
+	switch name {
+	case "fork+exec from Go":
+		return "fork+exec"
+	case "raw runc run":
+		return "runc"
+	}
+	return name
+}
+
+func mdEscape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }

@@ -1,0 +1,547 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+// bench is one run of the benchmark.
+type bench struct {
+	common
+	calls       int
+	warm        int
+	starts      int
+	floodCalls  int
+	rssCalls    int
+	sections    []string
+	ociRuntimes []string
+	out         string
+	srt         string
+	srtSettings string
+	node        string
+	commands    string
+	podmanImage string
+	podmanNote  string
+	stderr      io.Writer
+	log         io.WriteCloser
+
+	res Results
+}
+
+// Results is everything one run measured: bench.json.
+type Results struct {
+	Machine    map[string]string `json:"machine"`
+	Started    time.Time         `json:"started"`
+	Seconds    float64           `json:"seconds"`
+	Rows       []Row             `json:"per_call"`
+	Throughput []Throughput      `json:"throughput"`
+	Startup    []Startup         `json:"startup"`
+	Flood      []Flood           `json:"flood"`
+	RSS        []RSS             `json:"rss"`
+	Targets    []Target          `json:"targets"`
+}
+
+func runBench(args []string, stdout, stderr io.Writer) int {
+	b := &bench{stderr: stderr}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	b.register(fs)
+	fs.IntVar(&b.calls, "calls", 200, "measured calls per path")
+	fs.IntVar(&b.warm, "warm", 10, "unmeasured warm-up calls per path")
+	fs.IntVar(&b.starts, "starts", 200, "server starts per start-up figure")
+	fs.IntVar(&b.floodCalls, "flood-calls", 20, "1 GB flood calls per path")
+	fs.IntVar(&b.rssCalls, "rss-calls", 5000, "calls of the RSS run")
+	var sections, runtimes string
+	fs.StringVar(&sections, "only", "", "comma list of sections to run: floors,toolgate,peers,throughput,startup,flood,rss (default all)")
+	fs.StringVar(&runtimes, "oci-runtimes", "runc,crun,runsc", "OCI runtimes to measure through toolgate")
+	fs.StringVar(&b.out, "out", "", "directory for bench.md and bench.json (default CACHE/results)")
+	fs.StringVar(&b.srt, "srt", "", "srt (@anthropic-ai/sandbox-runtime); empty skips it")
+	fs.StringVar(&b.srtSettings, "srt-settings", "", "srt settings file")
+	fs.StringVar(&b.node, "node", "node", "node, for mcp-server-commands")
+	fs.StringVar(&b.commands, "commands", "", "mcp-server-commands' build/index.js; empty skips it")
+	fs.StringVar(&b.podmanImage, "podman-image", "", "image with the probe for podman run; empty skips it")
+	fs.StringVar(&b.podmanNote, "podman-note", "", "how podman was set up, for the table")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	b.sections, b.ociRuntimes = splitList(sections), splitList(runtimes)
+	if err := b.setup(); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 2
+	}
+	if b.out == "" {
+		b.out = filepath.Join(b.cache, "results")
+	}
+	b.log = logFile(b.logPath)
+	defer b.log.Close()
+	b.res.Started = time.Now().UTC()
+	b.res.Machine = machine(b.toolgate)
+
+	conf, err := b.writeConf("bench.conf", b.benchConf())
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 2
+	}
+	for _, s := range []struct {
+		name string
+		run  func(conf string)
+	}{
+		{"percall", b.perCall},
+		{"throughput", b.throughput},
+		{"startup", b.startup},
+		{"flood", b.flood},
+		{"rss", b.rss},
+	} {
+		if want(b.sections, s.name) || s.name == "percall" && (want(b.sections, "floors") || want(b.sections, "toolgate") || want(b.sections, "peers")) {
+			logf(stderr, "== %s", s.name)
+			s.run(conf)
+		}
+	}
+	b.res.Targets = b.targets()
+	b.res.Seconds = time.Since(b.res.Started).Seconds()
+
+	md := b.markdown()
+	fmt.Fprint(stdout, md)
+	if err := os.MkdirAll(b.out, 0o755); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	js, _ := json.MarshalIndent(b.res, "", "  ")
+	for name, data := range map[string][]byte{"bench.md": []byte(md), "bench.json": append(js, '\n')} {
+		if err := os.WriteFile(filepath.Join(b.out, name), data, 0o644); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return 1
+		}
+	}
+	logf(stderr, "wrote %s and %s", filepath.Join(b.out, "bench.md"), filepath.Join(b.out, "bench.json"))
+	return 0
+}
+
+// benchConf is the tools.conf of the toolgate paths.
+func (b *bench) benchConf() string {
+	return fmt.Sprintf(`# toolgate bench
+tool rd %[1]s read 60 65536 off %[2]s -- echo hello
+tool ts %[1]s test 60 65536 on %[2]s -- echo hello
+tool flood %[1]s read 60 1048576 off %[2]s -- flood 1073741824
+tool tflood %[1]s test 60 1048576 on %[2]s -- flood 1073741824
+`, b.probe, b.work)
+}
+
+func (b *bench) add(r Row) {
+	if r.Skipped != "" {
+		logf(b.stderr, "%s / %s: skipped: %s", r.Group, r.Name, r.Skipped)
+	} else {
+		logf(b.stderr, "%s / %s: median %s ms, p99 %s ms (%d calls)", r.Group, r.Name, fmtMS(r.MedianMS), fmtMS(r.P99MS), r.Calls)
+	}
+	b.res.Rows = append(b.res.Rows, r)
+}
+
+// row returns the measured row named name, if any.
+func (b *bench) row(name string) (Row, bool) {
+	for _, r := range b.res.Rows {
+		if r.Name == name && r.Skipped == "" {
+			return r, true
+		}
+	}
+	return Row{}, false
+}
+
+// path is one per-call path of the table: call runs one call and checks
+// its answer.
+type path struct {
+	group, name, note string
+	call              func() error
+	close             func()
+	d                 sample
+	err               error
+}
+
+// perCall measures every per-call path round-robin, one call of each in
+// turn, so that a shared machine's load falls on all of them alike and
+// the ratios stay fair.
+func (b *bench) perCall(conf string) {
+	var paths []*path
+	add := func(p *path, err error) {
+		if err != nil {
+			p.err = err
+		}
+		paths = append(paths, p)
+	}
+	if want(b.sections, "floors") {
+		add(b.execPath("floor", "fork+exec from Go", "os/exec, one pipe for stdout+stderr", b.toolArgv(), b.work, nil, rtEnv()), nil)
+		argv, err := b.bwrapArgv()
+		add(b.execPath("floor", "raw bwrap", "runtime/bwrap.Args argv (init shim inside) as uid 65534; no enter shim, no cgroup, no rlimits", argv, "/", sandboxAttr(), rtEnv()), err)
+		add(b.runcPath())
+	}
+	if want(b.sections, "toolgate") {
+		s, err := b.sessionFor(conf, "bwrap")
+		add(b.mcpPath(s, "toolgate (MCP stdio)", "direct (read tool)", "per-call cgroup2 group (CLONE_INTO_CGROUP, cgroup.kill)", "rd", nil), err)
+		add(b.mcpPath(s, "toolgate (MCP stdio)", "bwrap", "enter shim: v1 pids+memory cgroup, rlimits, uid 65534; the full bwrap policy", "ts", nil), err)
+		for _, name := range b.ociRuntimes {
+			s, err := b.sessionFor(conf, "oci/"+name)
+			add(b.mcpPath(s, "toolgate (MCP stdio)", "oci/"+name, "generated spec: seccomp, pids+memory cgroup, rlimits, uid 65534, masked paths", "ts", nil), err)
+		}
+	}
+	if want(b.sections, "peers") {
+		b.peerPaths(add)
+	}
+	for i := range b.warm + b.calls {
+		for _, p := range paths {
+			if p.err != nil {
+				continue
+			}
+			t0 := time.Now()
+			err := p.call()
+			el := time.Since(t0)
+			if err != nil {
+				p.err = fmt.Errorf("call %d: %w", i, err)
+				continue
+			}
+			if i >= b.warm {
+				p.d = append(p.d, el)
+			}
+		}
+		if (i+1)%50 == 0 {
+			logf(b.stderr, "per-call: %d/%d rounds", i+1, b.warm+b.calls)
+		}
+	}
+	for _, p := range paths {
+		if p.close != nil {
+			p.close()
+		}
+		b.addSample(p.group, p.name, p.note, p.d, p.err)
+	}
+}
+
+func rtEnv() []string { return append([]string(nil), rt.Env...) }
+
+func (b *bench) execPath(group, name, note string, argv []string, dir string, attr *syscall.SysProcAttr, env []string) *path {
+	return &path{group: group, name: name, note: note, call: func() error {
+		var out bytes.Buffer
+		cmd := &exec.Cmd{Path: argv[0], Args: argv, Env: env, Dir: dir, Stdout: &out, Stderr: &out, SysProcAttr: attr}
+		err := cmd.Run()
+		if err != nil || !strings.Contains(out.String(), "hello") {
+			return fmt.Errorf("%s: %v: %s", filepath.Base(argv[0]), err, firstLine(out.String()))
+		}
+		return nil
+	}}
+}
+
+func (b *bench) mcpPath(s *session, group, name, note, tool string, args map[string]any) *path {
+	p := &path{group: group, name: name, note: note}
+	if s == nil {
+		return p
+	}
+	p.close = s.close
+	p.call = func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+		defer cancel()
+		res, text, err := s.call(ctx, tool, args)
+		if err != nil {
+			return err
+		}
+		if res.IsError || !strings.Contains(text, "hello") {
+			return fmt.Errorf("isError=%v: %s", res.IsError, firstLine(text))
+		}
+		return nil
+	}
+	return p
+}
+
+func (b *bench) addSample(group, name, note string, d sample, err error) {
+	if err != nil {
+		b.add(skippedRow(group, name, err))
+		return
+	}
+	b.add(newRow(group, name, note, d))
+}
+
+// sessionFor starts a toolgate server for sandbox path p.
+func (b *bench) sessionFor(conf, p string) (*session, error) {
+	return dial(b.serverArgv(conf, backendFlags(p)...), os.Environ(), b.log)
+}
+
+func (b *bench) peerPaths(add func(*path, error)) {
+	const group = "what operators use instead"
+	if b.srt == "" {
+		add(&path{group: group, name: "srt (sandbox-runtime)"}, errors.New("not installed (-srt)"))
+	} else {
+		argv := []string{b.srt}
+		if b.srtSettings != "" {
+			argv = append(argv, "--settings", b.srtSettings)
+		}
+		argv = append(argv, b.toolArgv()...)
+		add(b.execPath(group, "srt (sandbox-runtime)", "bwrap + network proxies per call (node), same probe", argv, b.work, nil, peerEnv()), nil)
+	}
+	if b.commands == "" {
+		add(&path{group: group, name: "mcp-server-commands (MCP stdio)"}, errors.New("not installed (-commands)"))
+	} else {
+		s, err := dial([]string{b.node, b.commands}, peerEnv(), b.log)
+		args := map[string]any{"command": strings.Join(b.toolArgv(), " "), "workdir": b.work}
+		add(b.mcpPath(s, group, "mcp-server-commands (MCP stdio)", "node child_process.exec through /bin/sh; no sandbox, no output cap", "run_command", args), err)
+	}
+	if b.podmanImage == "" {
+		add(&path{group: group, name: "podman run --rm per call"}, errors.New("no image (-podman-image)"))
+	} else {
+		podman, err := exec.LookPath("podman")
+		argv := []string{podman, "run", "--rm", "--network", "none", "-v", b.probe + ":/probe:ro", b.podmanImage, "/probe", "echo", "hello"}
+		note := "--network none, " + b.podmanImage
+		if b.podmanNote != "" {
+			note += "; " + b.podmanNote
+		}
+		add(b.execPath(group, "podman run --rm per call", note, argv, b.work, nil, peerEnv()), err)
+	}
+}
+
+// peerEnv is the environment of the peers: the bench's own (podman needs
+// CONTAINERS_CONF, node needs PATH and HOME).
+func peerEnv() []string { return os.Environ() }
+
+func (b *bench) throughput(conf string) {
+	for _, p := range []struct{ name, tool, backend string }{{"direct", "rd", "bwrap"}, {"bwrap", "ts", "bwrap"}} {
+		s, err := b.sessionFor(conf, p.backend)
+		if err != nil {
+			b.res.Throughput = append(b.res.Throughput, Throughput{Path: p.name, Skipped: firstLine(err.Error())})
+			continue
+		}
+		for _, conc := range []int{1, 8, 32} {
+			t := Throughput{Path: p.name, Concurrency: conc}
+			total := max(b.calls, conc*25)
+			d, el, err := concurrentCalls(s, p.tool, conc, total)
+			if err != nil {
+				t.Skipped = firstLine(err.Error())
+			} else {
+				t.Calls = len(d)
+				t.CallsPerSec = float64(len(d)) / el.Seconds()
+				t.MedianMS, t.P99MS = ms(d.median()), ms(d.p99())
+				logf(b.stderr, "throughput %s x%d: %.0f calls/s, median %s ms, p99 %s ms", p.name, conc, t.CallsPerSec, fmtMS(t.MedianMS), fmtMS(t.P99MS))
+			}
+			b.res.Throughput = append(b.res.Throughput, t)
+		}
+		s.close()
+	}
+}
+
+// concurrentCalls makes total calls of tool from conc concurrent callers
+// on one session.
+func concurrentCalls(s *session, tool string, conc, total int) (sample, time.Duration, error) {
+	var mu sync.Mutex
+	var d sample
+	var first error
+	next := make(chan struct{}, total)
+	for range total {
+		next <- struct{}{}
+	}
+	close(next)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range conc {
+		wg.Go(func() {
+			for range next {
+				ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+				c0 := time.Now()
+				res, text, err := s.call(ctx, tool, nil)
+				el := time.Since(c0)
+				cancel()
+				mu.Lock()
+				if err == nil && (res.IsError || !strings.Contains(text, "hello")) {
+					err = fmt.Errorf("isError: %s", firstLine(text))
+				}
+				if err != nil && first == nil {
+					first = err
+				}
+				d = append(d, el)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return d, time.Since(t0), first
+}
+
+func (b *bench) startup(string) {
+	big := strings.Builder{}
+	big.WriteString("# 500 tools\n")
+	for i := range 500 {
+		fmt.Fprintf(&big, "tool t%03d %s read 60 65536 off %s -- echo hello %d\n", i, b.probe, b.work, i)
+	}
+	for _, c := range []struct {
+		name, text string
+		tools      int
+	}{{"empty", "# no tools\n", 0}, {"500 tools", big.String(), 500}} {
+		st := Startup{Conf: c.name, Tools: c.tools}
+		path, err := b.writeConf("startup-"+strings.ReplaceAll(c.name, " ", "-")+".conf", c.text)
+		var d sample
+		for i := 0; err == nil && i < b.starts+min(b.warm, 5); i++ {
+			var s *session
+			s, err = dial(b.serverArgv(path), os.Environ(), b.log)
+			if err != nil {
+				break
+			}
+			if i >= min(b.warm, 5) {
+				d = append(d, s.ready.Sub(s.started))
+			}
+			s.close()
+		}
+		if err != nil {
+			st.Skipped = firstLine(err.Error())
+		} else {
+			st.Starts, st.MedianMS, st.P99MS = len(d), ms(d.median()), ms(d.p99())
+			logf(b.stderr, "start-up %s: median %s ms, p99 %s ms", c.name, fmtMS(st.MedianMS), fmtMS(st.P99MS))
+		}
+		b.res.Startup = append(b.res.Startup, st)
+	}
+}
+
+func (b *bench) flood(conf string) {
+	for _, p := range []struct{ name, tool string }{{"direct", "flood"}, {"bwrap", "tflood"}} {
+		f := Flood{Path: p.name}
+		s, err := b.sessionFor(conf, "bwrap")
+		if err == nil {
+			var d sample
+			for range b.floodCalls {
+				var res *toolResult
+				t0 := time.Now()
+				res, err = callStructured(s, p.tool)
+				if err != nil {
+					break
+				}
+				d = append(d, time.Since(t0))
+				f.KeptBytes = res.OutputBytes - res.DroppedBytes
+				f.OutputBytes = res.OutputBytes
+				if !res.Truncated {
+					err = fmt.Errorf("flood not truncated: %+v", res)
+					break
+				}
+			}
+			_, f.PeakRSSKiB = rss(s.pid())
+			s.close()
+			if err == nil {
+				f.Calls, f.MedianMS, f.P99MS = len(d), ms(d.median()), ms(d.p99())
+				logf(b.stderr, "flood %s: median %s ms, p99 %s ms, server peak RSS %d KiB", p.name, fmtMS(f.MedianMS), fmtMS(f.P99MS), f.PeakRSSKiB)
+			}
+		}
+		if err != nil {
+			f.Skipped = firstLine(err.Error())
+		}
+		b.res.Flood = append(b.res.Flood, f)
+	}
+}
+
+// toolResult is the structuredContent of an external call.
+type toolResult struct {
+	ExitCode     int   `json:"exit_code"`
+	Truncated    bool  `json:"truncated"`
+	OutputBytes  int64 `json:"output_bytes"`
+	DroppedBytes int64 `json:"dropped_bytes"`
+}
+
+func callStructured(s *session, tool string) (*toolResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	res, text, err := s.call(ctx, tool, nil)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		return nil, err
+	}
+	var out toolResult
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, fmt.Errorf("structuredContent: %w: %s", err, firstLine(text))
+	}
+	return &out, nil
+}
+
+func (b *bench) rss(conf string) {
+	r := RSS{Path: "direct and bwrap, alternating"}
+	s, err := b.sessionFor(conf, "bwrap")
+	if err == nil {
+		time.Sleep(200 * time.Millisecond)
+		r.IdleKiB, _ = rss(s.pid())
+		for i := 0; i < b.rssCalls && err == nil; i++ {
+			tool := "rd"
+			if i%2 == 1 {
+				tool = "ts"
+			}
+			_, err = s.timedCalls(tool, nil, "hello", 0, 1)
+			if i+1 == 100 {
+				r.After100, _ = rss(s.pid())
+			}
+		}
+		r.After5000, r.PeakKiB = rss(s.pid())
+		r.ThreadsEnd, r.FDsEnd = threads(s.pid()), openFDs(s.pid())
+		s.close()
+	}
+	if err != nil {
+		r.Skipped = firstLine(err.Error())
+	} else {
+		logf(b.stderr, "rss: idle %d KiB, after 100 calls %d KiB, after %d calls %d KiB (peak %d KiB)", r.IdleKiB, r.After100, b.rssCalls, r.After5000, r.PeakKiB)
+	}
+	b.res.RSS = append(b.res.RSS, r)
+}
+
+// machine describes where the run happened.
+func machine(toolgate string) map[string]string {
+	m := map[string]string{"cpus": fmt.Sprint(runtime.NumCPU()), "go": runtime.Version()}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m["kernel"] = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/etc/os-release"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "PRETTY_NAME="); ok {
+				m["os"] = strings.Trim(v, `"`)
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m["cpu"] = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "MemTotal:"); ok {
+				m["memory"] = fmt.Sprintf("%d GiB", (kib(v)+(1<<19))>>20)
+			}
+		}
+	}
+	if st, err := os.Stat("/sys/fs/cgroup/unified"); err == nil && st.IsDir() {
+		m["cgroups"] = "hybrid (v1 controllers, cgroup2 at /sys/fs/cgroup/unified)"
+	} else if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		m["cgroups"] = "cgroup2"
+	}
+	for name, argv := range map[string][]string{
+		"bwrap":    {"bwrap", "--version"},
+		"runc":     {"runc", "--version"},
+		"crun":     {"crun", "--version"},
+		"runsc":    {"runsc", "--version"},
+		"podman":   {"podman", "--version"},
+		"node":     {"node", "--version"},
+		"toolgate": {toolgate, "version"},
+	} {
+		if out, err := exec.Command(argv[0], argv[1:]...).Output(); err == nil {
+			m[name] = firstLine(string(out))
+		}
+	}
+	return m
+}

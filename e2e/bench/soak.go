@@ -1,0 +1,397 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// kind is one kind of soak call: which tool, and what answer it must get.
+type kind struct {
+	name   string
+	tool   string
+	weight int
+	// cancel, when set, cancels the call this long after it started
+	// (notifications/cancelled); the call must answer nothing.
+	cancel time.Duration
+	check  func(res *toolResult, isError bool, text string) error
+}
+
+func expectOK(want string) func(*toolResult, bool, string) error {
+	return func(r *toolResult, isError bool, text string) error {
+		if isError || r.ExitCode != 0 || !strings.Contains(text, want) {
+			return fmt.Errorf("want success with %q, got isError=%v exit=%d: %s", want, isError, r.ExitCode, firstLine(text))
+		}
+		return nil
+	}
+}
+
+func expectExit(code int) func(*toolResult, bool, string) error {
+	return func(r *toolResult, isError bool, text string) error {
+		if !isError || r.ExitCode != code {
+			return fmt.Errorf("want isError exit %d, got isError=%v exit=%d: %s", code, isError, r.ExitCode, firstLine(text))
+		}
+		return nil
+	}
+}
+
+func expectTruncated(r *toolResult, isError bool, text string) error {
+	if isError || !r.Truncated || r.OutputBytes <= r.DroppedBytes {
+		return fmt.Errorf("want a truncated success, got isError=%v %+v", isError, *r)
+	}
+	return nil
+}
+
+func expectTimeout(r *toolResult, isError bool, text string) error {
+	if !isError || !strings.Contains(text, "[timeout]") {
+		return fmt.Errorf("want a timeout, got isError=%v exit=%d: %s", isError, r.ExitCode, firstLine(text))
+	}
+	return nil
+}
+
+// soakKinds is the mix of one server: direct tools and the sandboxed ones
+// of its backend.
+func soakKinds(sandbox string) []kind {
+	ks := []kind{
+		{name: "direct ok", tool: "ok", weight: 30, check: expectOK("hello")},
+		{name: "direct fail", tool: "fail", weight: 8, check: expectExit(3)},
+		{name: "direct flood", tool: "flood", weight: 4, check: expectTruncated},
+		{name: "direct daemon", tool: "daemon", weight: 2, check: expectOK("grandchild")},
+		{name: "direct timeout", tool: "slow", weight: 1, check: expectTimeout},
+		{name: "direct cancelled", tool: "sleep", weight: 3, cancel: 150 * time.Millisecond},
+	}
+	return append(ks,
+		kind{name: sandbox + " ok", tool: "sok", weight: 30, check: expectOK("hello")},
+		kind{name: sandbox + " fail", tool: "sfail", weight: 8, check: expectExit(3)},
+		kind{name: sandbox + " flood", tool: "sflood", weight: 4, check: expectTruncated},
+		kind{name: sandbox + " timeout", tool: "sslow", weight: 1, check: expectTimeout},
+		kind{name: sandbox + " cancelled", tool: "ssleep", weight: 3, cancel: 300 * time.Millisecond},
+	)
+}
+
+func (c *common) soakConf() string {
+	return fmt.Sprintf(`# toolgate soak
+tool ok %[1]s read 30 65536 off %[2]s -- echo hello
+tool fail %[1]s read 30 65536 off %[2]s -- exit 3
+tool flood %[1]s read 30 65536 off %[2]s -- flood 16777216
+tool daemon %[1]s read 30 65536 off %[2]s -- daemon
+tool slow %[1]s read 1 65536 off %[2]s -- sleep 30
+tool sleep %[1]s read 30 65536 off %[2]s -- sleep 30
+tool sok %[1]s test 30 65536 on %[2]s -- echo hello
+tool sfail %[1]s test 30 65536 on %[2]s -- exit 3
+tool sflood %[1]s test 30 65536 on %[2]s -- flood 16777216
+tool sslow %[1]s test 1 65536 on %[2]s -- sleep 30
+tool ssleep %[1]s test 30 65536 on %[2]s -- sleep 30
+`, c.probe, c.work)
+}
+
+// snapshot is what a server holds at one moment.
+type snapshot struct {
+	FDs        int   `json:"fds"`
+	Threads    int   `json:"threads"`
+	RSSKiB     int64 `json:"rss_kib"`
+	Children   int   `json:"children"`
+	Zombies    int   `json:"zombies"`
+	Containers int   `json:"containers"`
+	Bundles    int   `json:"bundles"`
+	Cgroups    int   `json:"cgroup_dirs"`
+}
+
+// Phase is one server of the soak.
+type Phase struct {
+	Backend  string         `json:"backend"`
+	Calls    int            `json:"calls"`
+	Seconds  float64        `json:"seconds"`
+	ByKind   map[string]int `json:"by_kind"`
+	Failures []string       `json:"failures,omitempty"`
+	Before   snapshot       `json:"before"`
+	After    snapshot       `json:"after"`
+	Problems []string       `json:"problems,omitempty"`
+}
+
+type soaker struct {
+	common
+	calls, conc int
+	ociRuntime  string
+	stderr      io.Writer
+	log         io.WriteCloser
+}
+
+func runSoak(args []string, stdout, stderr io.Writer) int {
+	s := &soaker{stderr: stderr}
+	var out string
+	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	s.register(fs)
+	fs.IntVar(&s.calls, "calls", 10000, "mixed calls in all (SOAK_CALLS in scripts/soak.sh)")
+	fs.IntVar(&s.conc, "concurrency", 8, "calls in flight")
+	fs.StringVar(&s.ociRuntime, "oci-runtime", "runc", "runtime of the OCI server; empty skips it")
+	fs.StringVar(&out, "out", "", "directory for soak.md and soak.json (default CACHE/results)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := s.setup(); err != nil {
+		fmt.Fprintf(stderr, "soak: %v\n", err)
+		return 2
+	}
+	if out == "" {
+		out = filepath.Join(s.cache, "results")
+	}
+	s.log = logFile(s.logPath)
+	defer s.log.Close()
+	conf, err := s.writeConf("soak.conf", s.soakConf())
+	if err != nil {
+		fmt.Fprintf(stderr, "soak: %v\n", err)
+		return 2
+	}
+	backends := []string{"bwrap"}
+	if s.ociRuntime != "" {
+		backends = append(backends, "oci/"+s.ociRuntime)
+	}
+	var phases []Phase
+	ok := true
+	done := 0
+	for i, b := range backends {
+		n := s.calls * 7 / 10
+		if len(backends) == 1 {
+			n = s.calls
+		}
+		if i == len(backends)-1 {
+			n = s.calls - done
+		}
+		done += n
+		p := s.phase(conf, b, n)
+		if len(p.Failures) > 0 || len(p.Problems) > 0 {
+			ok = false
+		}
+		phases = append(phases, p)
+	}
+	md := soakMarkdown(phases, s.conc)
+	fmt.Fprint(stdout, md)
+	if err := os.MkdirAll(out, 0o755); err == nil {
+		js, _ := json.MarshalIndent(phases, "", "  ")
+		_ = os.WriteFile(filepath.Join(out, "soak.json"), append(js, '\n'), 0o644)
+		_ = os.WriteFile(filepath.Join(out, "soak.md"), []byte(md), 0o644)
+	}
+	if !ok {
+		fmt.Fprintln(stderr, "soak: FAILED: a call answered wrongly or the server did not return to its start values")
+		return 1
+	}
+	fmt.Fprintln(stderr, "soak: every call answered as expected and the server returned to its start values")
+	return 0
+}
+
+// phase soaks one server with n mixed calls.
+func (s *soaker) phase(conf, backend string, n int) Phase {
+	p := Phase{Backend: backend, ByKind: map[string]int{}}
+	sandbox := backend
+	logf(s.stderr, "soak %s: %d calls, %d in flight", backend, n, s.conc)
+	sess, err := dial(s.serverArgv(conf, backendFlags(backend)...), os.Environ(), s.log)
+	if err != nil {
+		p.Failures = append(p.Failures, "start: "+err.Error())
+		return p
+	}
+	defer sess.close()
+	pid := sess.pid()
+	kinds := soakKinds(sandbox)
+	// Warm-up: every kind a few times, so that what the server keeps for
+	// good (Go runtime threads, buffers) exists before the first snapshot.
+	var warm []kind
+	for _, k := range kinds {
+		for range s.conc {
+			warm = append(warm, k)
+		}
+	}
+	s.run(sess, warm, &Phase{ByKind: map[string]int{}})
+	p.Before = s.snap(pid, backend, true)
+	var seq []kind
+	total := 0
+	for _, k := range kinds {
+		total += k.weight
+	}
+	for len(seq) < n {
+		for _, k := range kinds {
+			for range max(1, k.weight*n/total) {
+				if len(seq) < n {
+					seq = append(seq, k)
+				}
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	r.Shuffle(len(seq), func(i, j int) { seq[i], seq[j] = seq[j], seq[i] })
+	t0 := time.Now()
+	s.run(sess, seq, &p)
+	p.Seconds = time.Since(t0).Seconds()
+	p.Calls = len(seq)
+	p.After = s.snap(pid, backend, true)
+	p.Problems = compare(p.Before, p.After)
+	logf(s.stderr, "soak %s: %d calls in %.0f s, %d wrong answers, %d problems", backend, p.Calls, p.Seconds, len(p.Failures), len(p.Problems))
+	return p
+}
+
+// run makes the calls of seq from s.conc workers.
+func (s *soaker) run(sess *session, seq []kind, p *Phase) {
+	var mu sync.Mutex
+	next := make(chan kind, len(seq))
+	for _, k := range seq {
+		next <- k
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range s.conc {
+		wg.Go(func() {
+			for k := range next {
+				err := s.one(sess, k)
+				mu.Lock()
+				p.ByKind[k.name]++
+				if err != nil && len(p.Failures) < 50 {
+					p.Failures = append(p.Failures, k.name+": "+err.Error())
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (s *soaker) one(sess *session, k kind) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	if k.cancel > 0 {
+		var c2 context.CancelFunc
+		ctx, c2 = context.WithTimeout(ctx, k.cancel)
+		defer c2()
+	}
+	res, text, err := sess.call(ctx, k.tool, nil)
+	if k.cancel > 0 {
+		if err == nil {
+			return fmt.Errorf("cancelled call answered: isError=%v: %s", res.IsError, firstLine(text))
+		}
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("cancelled call: %w", err)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	raw, _ := json.Marshal(res.StructuredContent)
+	var tr toolResult
+	if err := json.Unmarshal(raw, &tr); err != nil {
+		return fmt.Errorf("structuredContent: %w: %s", err, firstLine(text))
+	}
+	return k.check(&tr, res.IsError, text)
+}
+
+// snap takes a snapshot of the server, after waiting (bounded) for the
+// processes of its last calls to be gone.
+func (s *soaker) snap(pid int, backend string, settle bool) snapshot {
+	deadline := time.Now().Add(5 * time.Second)
+	for settle && time.Now().Before(deadline) {
+		if c, _ := descendants(pid); c == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	var sn snapshot
+	sn.FDs, sn.Threads = openFDs(pid), threads(pid)
+	sn.RSSKiB, _ = rss(pid)
+	sn.Children, sn.Zombies = descendants(pid)
+	sn.Cgroups = cgroupDirs(pid)
+	if rtName, ok := strings.CutPrefix(backend, "oci/"); ok {
+		dir := filepath.Join("/run/toolgate", strconv.Itoa(pid))
+		if e, err := os.ReadDir(filepath.Join(dir, "bundles")); err == nil {
+			sn.Bundles = len(e)
+		}
+		if bin, err := exec.LookPath(rtName); err == nil {
+			quiet := "-q"
+			if rtName == "runsc" {
+				quiet = "-quiet"
+			}
+			out, err := exec.Command(bin, "--root", filepath.Join(dir, "state-"+rtName), "list", quiet).Output()
+			if err == nil {
+				sn.Containers = len(strings.Fields(string(out)))
+			} else {
+				sn.Containers = -1
+			}
+		}
+	}
+	return sn
+}
+
+// Tolerances of the two figures a Go server cannot bring back exactly: the
+// runtime keeps the OS threads it once needed (idle, parked), and the heap
+// breathes with the garbage collector.
+const (
+	rssSlackPercent = 10
+	rssSlackKiB     = 4 << 10
+)
+
+// compare lists what did not return to its start value.
+func compare(b, a snapshot) []string {
+	var out []string
+	exact := func(name string, bv, av int) {
+		if av != bv {
+			out = append(out, fmt.Sprintf("%s: %d before, %d after", name, bv, av))
+		}
+	}
+	exact("open fds", b.FDs, a.FDs)
+	exact("child processes", b.Children, a.Children)
+	exact("zombies", b.Zombies, a.Zombies)
+	exact("containers", b.Containers, a.Containers)
+	exact("bundles", b.Bundles, a.Bundles)
+	exact("cgroup dirs", b.Cgroups, a.Cgroups)
+	if a.Threads > b.Threads+4 {
+		out = append(out, fmt.Sprintf("threads: %d before, %d after (more than 4 new)", b.Threads, a.Threads))
+	}
+	if slack := max(b.RSSKiB*rssSlackPercent/100, rssSlackKiB); a.RSSKiB > b.RSSKiB+slack {
+		out = append(out, fmt.Sprintf("rss: %d KiB before, %d KiB after (more than %d KiB growth)", b.RSSKiB, a.RSSKiB, slack))
+	}
+	return out
+}
+
+func soakMarkdown(phases []Phase, conc int) string {
+	var w strings.Builder
+	fmt.Fprintf(&w, "### Soak (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	for _, p := range phases {
+		fmt.Fprintf(&w, "One server, `--backend %s`: %d mixed calls, %d in flight, in %.0f s (", strings.Replace(p.Backend, "oci/", "oci --oci-runtime ", 1), p.Calls, conc, p.Seconds)
+		var kinds []string
+		for _, k := range soakKinds(p.Backend) {
+			if n := p.ByKind[k.name]; n > 0 {
+				kinds = append(kinds, fmt.Sprintf("%s %d", k.name, n))
+			}
+		}
+		w.WriteString(strings.Join(kinds, ", "))
+		fmt.Fprintf(&w, "); wrong answers: %d.\n\n", len(p.Failures))
+		w.WriteString("| | fds | threads | RSS | children | zombies | containers | bundles | cgroup dirs |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, r := range []struct {
+			name string
+			s    snapshot
+		}{{"before", p.Before}, {"after", p.After}} {
+			fmt.Fprintf(&w, "| %s | %d | %d | %.1f MB | %d | %d | %d | %d | %d |\n", r.name, r.s.FDs, r.s.Threads, mb(r.s.RSSKiB), r.s.Children, r.s.Zombies, r.s.Containers, r.s.Bundles, r.s.Cgroups)
+		}
+		if len(p.Problems) == 0 && len(p.Failures) == 0 {
+			w.WriteString("\nAll back to their start values (threads within 4, RSS within 10% or 4 MiB).\n\n")
+			continue
+		}
+		w.WriteString("\n")
+		for _, x := range append(p.Failures, p.Problems...) {
+			fmt.Fprintf(&w, "- FAIL: %s\n", x)
+		}
+		w.WriteString("\n")
+	}
+	return w.String()
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// sample is the durations of one measured path.
+type sample []time.Duration
+
+func (s sample) sorted() sample {
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return c
+}
+
+// quantile returns the q-quantile (nearest rank) of s.
+func (s sample) quantile(q float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	c := s.sorted()
+	i := int(math.Ceil(q*float64(len(c)))) - 1
+	return c[max(0, min(i, len(c)-1))]
+}
+
+func (s sample) median() time.Duration { return s.quantile(0.5) }
+func (s sample) p99() time.Duration    { return s.quantile(0.99) }
+
+func ms(d time.Duration) float64 {
+	return math.Round(float64(d)/float64(time.Microsecond)) / 1000
+}
+
+// Row is one measured path of the per-call table.
+type Row struct {
+	Group    string  `json:"group"`
+	Name     string  `json:"name"`
+	Calls    int     `json:"calls"`
+	MedianMS float64 `json:"median_ms"`
+	P99MS    float64 `json:"p99_ms"`
+	// Skipped says why the path was not measured.
+	Skipped string `json:"skipped,omitempty"`
+	Note    string `json:"note,omitempty"`
+
+	median, p99 time.Duration
+}
+
+func newRow(group, name, note string, s sample) Row {
+	return Row{Group: group, Name: name, Note: note, Calls: len(s),
+		MedianMS: ms(s.median()), P99MS: ms(s.p99()), median: s.median(), p99: s.p99()}
+}
+
+func skippedRow(group, name string, err error) Row {
+	return Row{Group: group, Name: name, Skipped: firstLine(err.Error())}
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}
+
+// Throughput is one concurrency level of one path.
+type Throughput struct {
+	Path        string  `json:"path"`
+	Concurrency int     `json:"concurrency"`
+	Calls       int     `json:"calls"`
+	CallsPerSec float64 `json:"calls_per_sec"`
+	MedianMS    float64 `json:"median_ms"`
+	P99MS       float64 `json:"p99_ms"`
+	Skipped     string  `json:"skipped,omitempty"`
+}
+
+// Startup is the time from exec to the initialize answer.
+type Startup struct {
+	Conf     string  `json:"conf"`
+	Tools    int     `json:"tools"`
+	Starts   int     `json:"starts"`
+	MedianMS float64 `json:"median_ms"`
+	P99MS    float64 `json:"p99_ms"`
+	Skipped  string  `json:"skipped,omitempty"`
+}
+
+// Flood is a capped 1 GB flood through one path.
+type Flood struct {
+	Path        string  `json:"path"`
+	Calls       int     `json:"calls"`
+	MedianMS    float64 `json:"median_ms"`
+	P99MS       float64 `json:"p99_ms"`
+	KeptBytes   int64   `json:"kept_bytes"`
+	OutputBytes int64   `json:"output_bytes"`
+	PeakRSSKiB  int64   `json:"server_peak_rss_kib"`
+	Skipped     string  `json:"skipped,omitempty"`
+}
+
+// RSS is the server's resident set at points of a long run.
+type RSS struct {
+	Path       string `json:"path"`
+	IdleKiB    int64  `json:"idle_kib"`
+	After100   int64  `json:"after_100_kib"`
+	After5000  int64  `json:"after_5000_kib"`
+	PeakKiB    int64  `json:"peak_kib"`
+	ThreadsEnd int    `json:"threads_end"`
+	FDsEnd     int    `json:"fds_end"`
+	Skipped    string `json:"skipped,omitempty"`
+}
+
+// Target is one checked target.
+type Target struct {
+	Name     string `json:"name"`
+	Want     string `json:"want"`
+	Measured string `json:"measured"`
+	Held     bool   `json:"held"`
+	// Unmeasured is set when a path the target needs was skipped.
+	Unmeasured string `json:"unmeasured,omitempty"`
+}
+
+func fmtMS(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}

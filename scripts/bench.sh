@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The side-by-side benchmark of every execution path (issue 7): floors
+# (fork+exec, raw bwrap with the backend's own argv, raw runc run of a
+# minimal bundle), toolgate over MCP stdio (direct, bwrap, oci/runc,
+# oci/crun, oci/runsc) and what operators would use instead (srt from
+# @anthropic-ai/sandbox-runtime, mcp-server-commands over MCP, podman run
+# --rm per call), then throughput, start-up, a capped 1 GB flood and the
+# server's RSS. Prints a markdown table and writes bench.md and bench.json,
+# with each target held or missed.
+#
+# Installs what it needs, idempotently (Debian 12, as root): the build and
+# sandbox packages (scripts/deps.sh), socat and ripgrep (srt needs them),
+# node and npm when missing, the two npm peers at pinned versions under
+# $TOOLGATE_BENCH_DIR/npm, and a local podman image (no registry is needed:
+# localhost/toolgate-base:bookworm when scripts/image.sh built it, else a
+# one-file image holding the static probe, made with podman import).
+# Nothing is sent off this machine.
+#
+#   TOOLGATE_BENCH_DIR   work directory (default /var/cache/toolgate/bench)
+#   BENCH_CALLS          measured calls per path (default 200)
+#   extra arguments go to the bench program (e2e/bench: run -h)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
+
+need=()
+command -v socat >/dev/null 2>&1 || need+=(socat)
+command -v rg >/dev/null 2>&1 || need+=(ripgrep)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
+if [ ${#need[@]} -gt 0 ]; then
+	SUDO=""
+	[ "$(id -u)" -eq 0 ] || SUDO=sudo
+	echo "bench: installing ${need[*]}" >&2
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+bench_build
+
+# The peers, pinned; npm runs only when one is missing.
+npm_dir=$bench_dir/npm
+peers=("@anthropic-ai/sandbox-runtime@0.0.83" "mcp-server-commands@0.5.0")
+missing=()
+for p in "${peers[@]}"; do
+	name=${p%@*} version=${p##*@}
+	pj=$npm_dir/node_modules/$name/package.json
+	if ! { [ -f "$pj" ] && node -e 'process.exit(require(process.argv[1]).version === process.argv[2] ? 0 : 1)' "$pj" "$version"; }; then
+		missing+=("$p")
+	fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "bench: npm install ${missing[*]} into $npm_dir" >&2
+	mkdir -p "$npm_dir"
+	npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error "${peers[@]}" >&2
+fi
+args=(-srt "$npm_dir/node_modules/.bin/srt" -srt-settings "$bench_dir/srt-settings.json"
+	-commands "$npm_dir/node_modules/mcp-server-commands/build/index.js" -node "$(command -v node)")
+# srt with nothing allowed: no network, no writes (the same probe, read-only).
+cat >"$bench_dir/srt-settings.json" <<'JSON'
+{"network": {"allowedDomains": [], "deniedDomains": []}, "filesystem": {"denyRead": [], "allowWrite": [], "denyWrite": []}}
+JSON
+
+# podman: the host's quirks are detected by scripts/podman.sh (runc under
+# hybrid cgroups, cgroupfs without systemd, lowered rlimits without
+# CAP_SYS_RESOURCE), never assumed.
+. scripts/podman.sh
+podman_note=""
+if podman_env "$bench_dir"; then
+	[ -z "${CONTAINERS_CONF:-}" ] || podman_note="host settings from scripts/podman.sh: $(grep -E '^(runtime|cgroup_manager|default_ulimits)' "$CONTAINERS_CONF" | tr '\n' ' ' | sed 's/ *$//')"
+	image=localhost/toolgate-base:bookworm
+	if ! podman image exists "$image"; then
+		image=localhost/toolgate-bench:probe
+		if ! podman image exists "$image"; then
+			echo "bench: building $image (just the static probe) with podman import" >&2
+			tmp=$(mktemp -d)
+			cp "$bench_dir/bin/probe" "$tmp/probe"
+			tar -C "$tmp" -cf "$tmp/probe.tar" probe
+			podman import --change 'CMD ["/probe"]' "$tmp/probe.tar" "$image" >/dev/null
+			rm -rf "$tmp"
+		fi
+	fi
+	args+=(-podman-image "$image" -podman-note "$podman_note")
+else
+	echo "bench: podman cannot run here: the container-per-call row is skipped" >&2
+fi
+
+exec "$bench_dir/bin/bench" run -toolgate "$bench_dir/bin/toolgate" -probe "$bench_dir/bin/probe" \
+	-cache "$bench_dir" -calls "${BENCH_CALLS:-200}" "${args[@]}" "$@"
