@@ -101,3 +101,23 @@ id -u`
 		t.Errorf("image contents:\n%s", got)
 	}
 }
+
+// TestImageSelftest: `toolgate selftest` inside the container, with the
+// documented flags, reports every guarantee of the bwrap sandbox held (the
+// per-call memory limit is off in a container, so its case is skipped).
+func TestImageSelftest(t *testing.T) {
+	onlyImage(t)
+	argv := append([]string{"run", "--rm", "--entrypoint", "/usr/local/bin/toolgate"}, podmanFlags()...)
+	argv = append(argv, image, "selftest", "--short", "--sandbox-pids", "0", "--sandbox-memory", "0")
+	out, err := exec.Command(podman, argv...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("selftest in the container: %v\n%s", err, out)
+	}
+	s := string(out)
+	if !strings.Contains(s, "selftest: every guarantee held") || strings.Contains(s, "[BROKEN]") {
+		t.Errorf("selftest output:\n%s", s)
+	}
+	if n := strings.Count(s, "[held]"); n < 11 {
+		t.Errorf("%d guarantees held, want all but the memory limit:\n%s", n, s)
+	}
+}
