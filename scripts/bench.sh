@@ -18,6 +18,9 @@
 #
 #   TOOLGATE_BENCH_DIR   work directory (default /var/cache/toolgate/bench)
 #   BENCH_CALLS          measured calls per path (default 200)
+#   BENCH_BASELINE       a git revision: toolgate built from it is measured in
+#                        the same rounds (direct, bwrap, oci/runc), for
+#                        before/after figures of a change
 #   extra arguments go to the bench program (e2e/bench: run -h)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,6 +62,20 @@ args=(-srt "$npm_dir/node_modules/.bin/srt" -srt-settings "$bench_dir/srt-settin
 cat >"$bench_dir/srt-settings.json" <<'JSON'
 {"network": {"allowedDomains": [], "deniedDomains": []}, "filesystem": {"denyRead": [], "allowWrite": [], "denyWrite": []}}
 JSON
+
+if [ -n "${BENCH_BASELINE:-}" ]; then
+	base_dir=$bench_dir/baseline
+	rev=$(git rev-parse --verify "$BENCH_BASELINE^{commit}")
+	wt=$(mktemp -d)
+	git worktree add --detach --quiet "$wt" "$rev"
+	echo "bench: building the baseline toolgate from $rev" >&2
+	mkdir -p "$base_dir"
+	(cd "$wt" && CGO_ENABLED=1 go build -tags seccomp -ldflags "-X main.version=$(git rev-parse --short "$rev")" -o "$base_dir/toolgate" ./cmd/toolgate &&
+		CGO_ENABLED=0 go build -o "$base_dir/toolgate-shim" ./cmd/toolgate-shim)
+	git worktree remove --force "$wt"
+	chmod 0755 "$base_dir" "$base_dir"/*
+	args+=(-baseline "$base_dir/toolgate")
+fi
 
 # podman: the host's quirks are detected by scripts/podman.sh (runc under
 # hybrid cgroups, cgroupfs without systemd, lowered rlimits without
