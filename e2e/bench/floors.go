@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,5 +107,86 @@ func (b *bench) runcPath() (*path, error) {
 		return nil
 	}
 	p.close = func() { _ = os.RemoveAll(dir) }
+	return p, nil
+}
+
+// runcOwnBundlePath runs `runc run` of the bundle toolgate generates for the
+// test tool (`toolgate spec --backend oci`: seccomp, pids and memory
+// cgroup, rlimits, masked paths, the init shim), on a skeleton rootfs laid
+// out as the oci backend lays out its own: what runc itself costs with
+// toolgate's policy, without toolgate.
+func (b *bench) runcOwnBundlePath(conf string) (*path, error) {
+	p := &path{group: "floor", name: "runc run, toolgate's own bundle", note: "`toolgate spec --backend oci` of the same tool, run by hand: runc's cost of the full policy"}
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		return p, err
+	}
+	out, err := exec.Command(b.toolgate, "spec", "--conf", conf, "--backend", "oci", "ts").Output()
+	if err != nil {
+		return p, fmt.Errorf("toolgate spec: %w", err)
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(out, &s); err != nil {
+		return p, fmt.Errorf("toolgate spec: %w", err)
+	}
+	dir := filepath.Join(b.cache, "runc-own")
+	_ = os.RemoveAll(dir)
+	root := filepath.Join(dir, "rootfs")
+	for _, d := range []string{"usr", "etc", "proc", "dev", "tmp", ".toolgate"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return p, err
+		}
+	}
+	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
+		return p, err
+	}
+	for _, m := range s.Mounts {
+		if strings.HasPrefix(m.Destination, "/.toolgate/") {
+			if err := os.WriteFile(filepath.Join(root, m.Destination), nil, 0o755); err != nil {
+				return p, err
+			}
+		}
+	}
+	for _, l := range []string{"bin", "lib", "lib64", "sbin"} {
+		if t, err := os.Readlink("/" + l); err == nil {
+			_ = os.Symlink(t, filepath.Join(root, l))
+		}
+	}
+	s.Root.Path = root
+	cgParent := "toolgate-bench-" + strconv.Itoa(os.Getpid())
+	s.Linux.CgroupsPath = cgParent + "/own"
+	data, err := json.Marshal(&s)
+	if err != nil {
+		return p, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o600); err != nil {
+		return p, err
+	}
+	state := filepath.Join(dir, "state")
+	i := 0
+	p.call = func() error {
+		i++
+		id := "toolgate-bench-own-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(i)
+		var out bytes.Buffer
+		cmd := &exec.Cmd{Path: runc, Args: []string{runc, "--root", state, "run", "--bundle", dir, id}, Env: rt.Env, Dir: dir, Stdout: &out, Stderr: &out}
+		if err := cmd.Run(); err != nil || !strings.Contains(out.String(), "hello") {
+			_ = exec.Command(runc, "--root", state, "delete", "--force", id).Run()
+			return fmt.Errorf("runc run: %v: %s", err, firstLine(out.String()))
+		}
+		return nil
+	}
+	p.close = func() {
+		_ = os.RemoveAll(dir)
+		// runc leaves the parent of a relative cgroupsPath in every
+		// hierarchy.
+		_ = filepath.WalkDir("/sys/fs/cgroup", func(path string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() && d.Name() == cgParent {
+				_ = os.Remove(filepath.Join(path, "own"))
+				_ = os.Remove(path)
+				return filepath.SkipDir
+			}
+			return nil
+		})
+	}
 	return p, nil
 }

@@ -118,6 +118,10 @@ func (b *bench) markdown() string {
 		"srt (sandbox-runtime)":           "raw bwrap",
 		"mcp-server-commands (MCP stdio)": "fork+exec from Go",
 		"podman run --rm per call":        "raw runc run",
+		"runc run, toolgate's own bundle": "raw runc run",
+		"before: direct (read tool)":      "fork+exec from Go",
+		"before: bwrap":                   "raw bwrap",
+		"before: oci/runc":                "raw runc run",
 	}
 	group := ""
 	for _, r := range b.res.Rows {

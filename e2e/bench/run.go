@@ -37,6 +37,7 @@ type bench struct {
 	commands    string
 	podmanImage string
 	podmanNote  string
+	baseline    string
 	stderr      io.Writer
 	log         io.WriteCloser
 
@@ -76,6 +77,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&b.commands, "commands", "", "mcp-server-commands' build/index.js; empty skips it")
 	fs.StringVar(&b.podmanImage, "podman-image", "", "image with the probe for podman run; empty skips it")
 	fs.StringVar(&b.podmanNote, "podman-note", "", "how podman was set up, for the table")
+	fs.StringVar(&b.baseline, "baseline", "", "a toolgate built from an earlier commit (toolgate-shim next to it): its direct, bwrap and oci/runc paths are measured in the same rounds, for before/after figures")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -187,6 +189,7 @@ func (b *bench) perCall(conf string) {
 		argv, err := b.bwrapArgv()
 		add(b.execPath("floor", "raw bwrap", "runtime/bwrap.Args argv (init shim inside) as uid 65534; no enter shim, no cgroup, no rlimits", argv, "/", sandboxAttr(), rtEnv()), err)
 		add(b.runcPath())
+		add(b.runcOwnBundlePath(conf))
 	}
 	if want(b.sections, "toolgate") {
 		s, err := b.sessionFor(conf, "bwrap")
@@ -195,6 +198,14 @@ func (b *bench) perCall(conf string) {
 		for _, name := range b.ociRuntimes {
 			s, err := b.sessionFor(conf, "oci/"+name)
 			add(b.mcpPath(s, "toolgate (MCP stdio)", "oci/"+name, "generated spec: seccomp, pids+memory cgroup, rlimits, uid 65534, masked paths", "ts", nil), err)
+		}
+		if b.baseline != "" {
+			const g = "toolgate before this change (same rounds)"
+			s, err := dial([]string{b.baseline, "serve", "--conf", conf}, os.Environ(), b.log)
+			add(b.mcpPath(s, g, "before: direct (read tool)", "", "rd", nil), err)
+			add(b.mcpPath(s, g, "before: bwrap", "", "ts", nil), err)
+			s, err = dial([]string{b.baseline, "serve", "--conf", conf, "--backend", "oci", "--oci-runtime", "runc"}, os.Environ(), b.log)
+			add(b.mcpPath(s, g, "before: oci/runc", "", "ts", nil), err)
 		}
 	}
 	if want(b.sections, "peers") {
