@@ -8,10 +8,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -173,8 +175,8 @@ type path struct {
 	err               error
 }
 
-// perCall measures every per-call path round-robin, one call of each in
-// turn, so that a shared machine's load falls on all of them alike and
+// perCall measures every per-call path in rounds, one call of each per
+// round, so that a shared machine's load falls on all of them alike and
 // the ratios stay fair.
 func (b *bench) perCall(conf string) {
 	var paths []*path
@@ -211,8 +213,15 @@ func (b *bench) perCall(conf string) {
 	if want(b.sections, "peers") {
 		b.peerPaths(add)
 	}
+	// Each round runs every path once, in a fresh random order: a call
+	// pays for what its predecessor left the kernel to do (a container's
+	// network namespace is torn down asynchronously, a memory cgroup is
+	// offlined later), and only a shuffled order spreads that evenly.
+	rng := rand.New(rand.NewPCG(7, 7))
+	order := slices.Clone(paths)
 	for i := range b.warm + b.calls {
-		for _, p := range paths {
+		rng.Shuffle(len(order), func(x, y int) { order[x], order[y] = order[y], order[x] })
+		for _, p := range order {
 			if p.err != nil {
 				continue
 			}
