@@ -190,3 +190,37 @@ func (b *bench) runcOwnBundlePath(conf string) (*path, error) {
 	}
 	return p, nil
 }
+
+// enterPath runs the same bwrap argv the way the backend does, by hand:
+// through the enter shim (join of the call's v1 pids and memory cgroups,
+// rlimits, uid 65534, no_new_privs), with a fresh cgroup per call. It
+// separates what the policy costs per call from what toolgate adds.
+func (b *bench) enterPath(bwrapArgv []string) (*path, error) {
+	p := &path{group: "floor", name: "bwrap through the enter shim, per-call cgroups (by hand)",
+		note: "the backend's exec chain without toolgate: rt.Cgroups.NewGroup (pids 256, memory 512 MiB), toolgate-shim enter, bwrap"}
+	cg := rt.DetectCgroups()
+	lim := rt.DefaultSandboxLimits()
+	uid, gid := -1, -1
+	if os.Geteuid() == 0 {
+		uid, gid = rt.SandboxUID, rt.SandboxGID
+	}
+	i := 0
+	p.call = func() error {
+		i++
+		g, err := cg.NewGroup("bench-"+strconv.Itoa(i), rt.Limits{Pids: lim.Pids, Memory: lim.Memory})
+		if err != nil {
+			return err
+		}
+		defer g.Close()
+		spec := rt.ShimSpec{Mode: rt.ShimEnter, Joins: g.Joins(), Rlimits: lim.Rlimits(), UID: uid, GID: gid, Path: bwrapArgv[0], Argv: bwrapArgv}
+		argv := append([]string{b.shim}, spec.Args()...)
+		var out bytes.Buffer
+		cmd := &exec.Cmd{Path: b.shim, Args: argv, Env: rt.Env, Dir: "/", Stdout: &out, Stderr: &out}
+		if err := cmd.Run(); err != nil || !strings.Contains(out.String(), "hello") {
+			return fmt.Errorf("enter shim: %v: %s", err, firstLine(out.String()))
+		}
+		return nil
+	}
+	p.close = cg.Close
+	return p, nil
+}

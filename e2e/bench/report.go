@@ -37,7 +37,9 @@ func (b *bench) targets() []Target {
 	out = append(out, t)
 
 	ratio("bwrap ≤ 1.15× raw bwrap", "bwrap", "raw bwrap", 1.15)
+	ratio("(info) bwrap ≤ 1.15× the same exec chain by hand", "bwrap", "bwrap through the enter shim, per-call cgroups (by hand)", 1.15)
 	ratio("oci/runc ≤ 1.15× raw runc run", "oci/runc", "raw runc run", 1.15)
+	ratio("(info) oci/runc ≤ 1.15× runc run of its own bundle", "oci/runc", "runc run, toolgate's own bundle", 1.15)
 
 	t = Target{Name: "bwrap faster than srt per call", Want: "median(bwrap) < median(srt)"}
 	if ra, ok := b.row("bwrap"); ok {

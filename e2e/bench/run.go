@@ -190,6 +190,9 @@ func (b *bench) perCall(conf string) {
 		add(b.execPath("floor", "fork+exec from Go", "os/exec, one pipe for stdout+stderr", b.toolArgv(), b.work, nil, rtEnv()), nil)
 		argv, err := b.bwrapArgv()
 		add(b.execPath("floor", "raw bwrap", "runtime/bwrap.Args argv (init shim inside) as uid 65534; no enter shim, no cgroup, no rlimits", argv, "/", sandboxAttr(), rtEnv()), err)
+		if err == nil {
+			add(b.enterPath(argv))
+		}
 		add(b.runcPath())
 		add(b.runcOwnBundlePath(conf))
 	}
