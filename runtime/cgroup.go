@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -36,23 +35,7 @@ type Cgroups struct {
 	V1 map[string]string
 	// Notes say why a part is unusable, for doctor.
 	Notes []string
-
-	// Call groups are made ahead and removed behind the calls, off their
-	// critical path: creating one (mkdir and limit writes in up to three
-	// hierarchies) and removing it cost about 0.3 ms of each sandboxed
-	// call. spares holds fresh, never used groups per set of limits;
-	// pending counts removals and refills in flight, which Close waits
-	// for.
-	mu      sync.Mutex
-	spares  map[Limits][]*Group
-	filling map[Limits]bool
-	seq     uint64
-	closed  bool
-	pending sync.WaitGroup
 }
-
-// maxSpares is how many fresh groups are kept ready per set of limits.
-const maxSpares = 2
 
 // Limits are the per-call cgroup limits; zero means unlimited.
 type Limits struct {
@@ -323,18 +306,6 @@ func (c *Cgroups) Close() {
 	if c == nil {
 		return
 	}
-	c.mu.Lock()
-	c.closed = true
-	c.mu.Unlock()
-	c.pending.Wait()
-	c.mu.Lock()
-	for _, gs := range c.spares {
-		for _, g := range gs {
-			_ = g.remove()
-		}
-	}
-	c.spares = nil
-	c.mu.Unlock()
 	if c.V2 != "" {
 		removeTree(c.V2, true)
 		_ = os.Remove(c.V2 + ".server")
@@ -410,78 +381,13 @@ type Group struct {
 	v2 string
 	fd int
 	v1 []string
-	// owner removes the group in the background after Close killed it.
-	owner *Cgroups
 }
 
-// NewGroup returns a fresh cgroup for call id with the given limits: one
-// made ahead (named after a spare sequence number, not id) when one is
-// ready, else a new one named id; then it makes the next one ahead in the
-// background. A limit
+// NewGroup creates the cgroup of call id with the given limits. A limit
 // that the host cannot enforce by cgroup is an error: callers check Has
 // first and decide.
 func (c *Cgroups) NewGroup(id string, lim Limits) (*Group, error) {
-	c.mu.Lock()
-	var g *Group
-	if n := len(c.spares[lim]); n > 0 {
-		g = c.spares[lim][n-1]
-		c.spares[lim] = c.spares[lim][:n-1]
-	}
-	c.mu.Unlock()
-	if g == nil {
-		var err error
-		if g, err = c.newGroup(id, lim); err != nil {
-			return nil, err
-		}
-	}
-	c.refill(lim)
-	return g, nil
-}
-
-// refill makes spare groups for lim in the background, up to maxSpares.
-func (c *Cgroups) refill(lim Limits) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed || c.filling[lim] || len(c.spares[lim]) >= maxSpares {
-		return
-	}
-	if c.filling == nil {
-		c.filling = map[Limits]bool{}
-		c.spares = map[Limits][]*Group{}
-	}
-	c.filling[lim] = true
-	c.pending.Add(1)
-	go func() {
-		defer c.pending.Done()
-		for {
-			c.mu.Lock()
-			if c.closed || len(c.spares[lim]) >= maxSpares {
-				c.filling[lim] = false
-				c.mu.Unlock()
-				return
-			}
-			c.seq++
-			id := "spare-" + strconv.FormatUint(c.seq, 10)
-			c.mu.Unlock()
-			g, err := c.newGroup(id, lim)
-			c.mu.Lock()
-			if err != nil || c.closed {
-				c.filling[lim] = false
-				c.mu.Unlock()
-				if g != nil {
-					_ = g.remove()
-				}
-				return
-			}
-			c.spares[lim] = append(c.spares[lim], g)
-			c.mu.Unlock()
-		}
-	}()
-}
-
-// newGroup creates a group named id with the given limits.
-func (c *Cgroups) newGroup(id string, lim Limits) (*Group, error) {
-	g := &Group{fd: -1, owner: c}
+	g := &Group{fd: -1}
 	fail := func(err error) (*Group, error) {
 		_ = g.remove()
 		return nil, err
@@ -599,33 +505,13 @@ func killProcs(dir string) {
 	}
 }
 
-// Close kills what remains in the group and removes it. A group made by
-// NewGroup is removed in the background, after the kill: nothing in it can
-// run any more, and the call need not wait for the directories to go
-// (Cgroups.Close waits for them). Removing it cannot fail then, short of a
-// process the kill did not reach, which the removal kills again; a
-// directory that still cannot be removed is removed with the server's
-// directory at exit, or by the next start's sweep.
+// Close kills what remains in the group, waits for it to empty and removes
+// it.
 func (g *Group) Close() error {
 	if g == nil {
 		return nil
 	}
 	g.Kill()
-	if c := g.owner; c != nil {
-		c.mu.Lock()
-		closed := c.closed
-		if !closed {
-			c.pending.Add(1)
-		}
-		c.mu.Unlock()
-		if !closed {
-			go func() {
-				defer c.pending.Done()
-				_ = g.remove()
-			}()
-			return nil
-		}
-	}
 	return g.remove()
 }
 
