@@ -195,9 +195,13 @@ func (b *bench) runcOwnBundlePath(conf string) (*path, error) {
 // through the enter shim (join of the call's v1 pids and memory cgroups,
 // rlimits, uid 65534, no_new_privs), with a fresh cgroup per call. It
 // separates what the policy costs per call from what toolgate adds.
-func (b *bench) enterPath(bwrapArgv []string) (*path, error) {
+func (b *bench) enterPath(bwrapArgv []string, withGroup bool) (*path, error) {
 	p := &path{group: "floor", name: "bwrap through the enter shim, per-call cgroups (by hand)",
-		note: "the backend's exec chain without toolgate: rt.Cgroups.NewGroup (pids 256, memory 512 MiB), toolgate-shim enter, bwrap"}
+		note: "the backend's exec chain without toolgate: rt.Cgroups.NewGroup (v1 pids 256, memory 512 MiB) joined by toolgate-shim enter (rlimits, uid 65534), bwrap"}
+	if !withGroup {
+		p.name = "bwrap through the enter shim, no cgroup (by hand)"
+		p.note = "toolgate-shim enter (rlimits, uid 65534, no_new_privs), bwrap: what the extra exec costs"
+	}
 	cg := rt.DetectCgroups()
 	lim := rt.DefaultSandboxLimits()
 	uid, gid := -1, -1
@@ -207,12 +211,15 @@ func (b *bench) enterPath(bwrapArgv []string) (*path, error) {
 	i := 0
 	p.call = func() error {
 		i++
-		g, err := cg.NewGroup("bench-"+strconv.Itoa(i), rt.Limits{Pids: lim.Pids, Memory: lim.Memory})
-		if err != nil {
-			return err
+		spec := rt.ShimSpec{Mode: rt.ShimEnter, Rlimits: lim.Rlimits(), UID: uid, GID: gid, Path: bwrapArgv[0], Argv: bwrapArgv}
+		if withGroup {
+			g, err := cg.NewGroup("bench-"+strconv.Itoa(i), rt.Limits{Pids: lim.Pids, Memory: lim.Memory})
+			if err != nil {
+				return err
+			}
+			defer g.Close()
+			spec.Joins = g.Joins()
 		}
-		defer g.Close()
-		spec := rt.ShimSpec{Mode: rt.ShimEnter, Joins: g.Joins(), Rlimits: lim.Rlimits(), UID: uid, GID: gid, Path: bwrapArgv[0], Argv: bwrapArgv}
 		argv := append([]string{b.shim}, spec.Args()...)
 		var out bytes.Buffer
 		cmd := &exec.Cmd{Path: b.shim, Args: argv, Env: rt.Env, Dir: "/", Stdout: &out, Stderr: &out}

@@ -191,7 +191,8 @@ func (b *bench) perCall(conf string) {
 		argv, err := b.bwrapArgv()
 		add(b.execPath("floor", "raw bwrap", "runtime/bwrap.Args argv (init shim inside) as uid 65534; no enter shim, no cgroup, no rlimits", argv, "/", sandboxAttr(), rtEnv()), err)
 		if err == nil {
-			add(b.enterPath(argv))
+			add(b.enterPath(argv, false))
+			add(b.enterPath(argv, true))
 		}
 		add(b.runcPath())
 		add(b.runcOwnBundlePath(conf))
