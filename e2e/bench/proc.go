@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // procStatus reads the "Key: value" lines of /proc/PID/status.
@@ -110,4 +111,24 @@ func cgroupDirs(pid int) int {
 		return nil
 	})
 	return n
+}
+
+// cpuTime returns the user+system CPU time pid has used.
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+2:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	// USER_HZ is 100 on Linux.
+	return time.Duration(u+s) * 10 * time.Millisecond
 }

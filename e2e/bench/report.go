@@ -163,13 +163,13 @@ func (b *bench) markdown() string {
 		}
 	}
 	if len(b.res.Flood) > 0 {
-		w.WriteString("\n| 1 GB flood, max-bytes 1 MiB | median ms | p99 ms | kept | written | server peak RSS | calls |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		w.WriteString("\n| 1 GB flood, max-bytes 1 MiB | median ms | p99 ms | kept | written | server peak RSS | server CPU per call | calls |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, f := range b.res.Flood {
 			if f.Skipped != "" {
-				fmt.Fprintf(&w, "| %s | skipped: %s | | | | | |\n", f.Path, mdEscape(f.Skipped))
+				fmt.Fprintf(&w, "| %s | skipped: %s | | | | | | |\n", f.Path, mdEscape(f.Skipped))
 				continue
 			}
-			fmt.Fprintf(&w, "| %s | %s | %s | %d | %d | %.1f MB | %d |\n", f.Path, fmtMS(f.MedianMS), fmtMS(f.P99MS), f.KeptBytes, f.OutputBytes, float64(f.PeakRSSKiB)*1024/1e6, f.Calls)
+			fmt.Fprintf(&w, "| %s | %s | %s | %d | %d | %.1f MB | %s ms | %d |\n", f.Path, fmtMS(f.MedianMS), fmtMS(f.P99MS), f.KeptBytes, f.OutputBytes, float64(f.PeakRSSKiB)*1024/1e6, fmtMS(f.ServerCPUMS), f.Calls)
 		}
 	}
 	if len(b.res.RSS) > 0 {

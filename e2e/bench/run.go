@@ -438,6 +438,7 @@ func (b *bench) flood(conf string) {
 		s, err := b.sessionFor(conf, "bwrap")
 		if err == nil {
 			var d sample
+			cpu0 := cpuTime(s.pid())
 			for range b.floodCalls {
 				var res *toolResult
 				t0 := time.Now()
@@ -454,10 +455,12 @@ func (b *bench) flood(conf string) {
 				}
 			}
 			_, f.PeakRSSKiB = rss(s.pid())
+			cpu := cpuTime(s.pid()) - cpu0
 			s.close()
 			if err == nil {
 				f.Calls, f.MedianMS, f.P99MS = len(d), ms(d.median()), ms(d.p99())
-				logf(b.stderr, "flood %s: median %s ms, p99 %s ms, server peak RSS %d KiB", p.name, fmtMS(f.MedianMS), fmtMS(f.P99MS), f.PeakRSSKiB)
+				f.ServerCPUMS = ms(cpu / time.Duration(len(d)))
+				logf(b.stderr, "flood %s: median %s ms, p99 %s ms, server peak RSS %d KiB, server CPU %s ms per call", p.name, fmtMS(f.MedianMS), fmtMS(f.P99MS), f.PeakRSSKiB, fmtMS(f.ServerCPUMS))
 			}
 		}
 		if err != nil {

@@ -98,6 +98,8 @@ type Flood struct {
 	KeptBytes   int64   `json:"kept_bytes"`
 	OutputBytes int64   `json:"output_bytes"`
 	PeakRSSKiB  int64   `json:"server_peak_rss_kib"`
+	// ServerCPUMS is the server's CPU time per call (user + system).
+	ServerCPUMS float64 `json:"server_cpu_ms_per_call"`
 	Skipped     string  `json:"skipped,omitempty"`
 }
 
