@@ -433,9 +433,14 @@ func (b *bench) startup(string) {
 }
 
 func (b *bench) flood(conf string) {
-	for _, p := range []struct{ name, tool string }{{"direct", "flood"}, {"bwrap", "tflood"}} {
+	type floodPath struct{ name, tool, bin string }
+	paths := []floodPath{{"direct", "flood", b.toolgate}, {"bwrap", "tflood", b.toolgate}}
+	if b.baseline != "" {
+		paths = append(paths, floodPath{"before: direct", "flood", b.baseline}, floodPath{"before: bwrap", "tflood", b.baseline})
+	}
+	for _, p := range paths {
 		f := Flood{Path: p.name}
-		s, err := b.sessionFor(conf, "bwrap")
+		s, err := dial([]string{p.bin, "serve", "--conf", conf}, os.Environ(), b.log)
 		if err == nil {
 			var d sample
 			cpu0 := cpuTime(s.pid())
