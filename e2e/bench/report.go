@@ -109,7 +109,7 @@ func (b *bench) markdown() string {
 	var w strings.Builder
 	m := b.res.Machine
 	fmt.Fprintf(&w, "### Benchmark (%s)\n\n", b.res.Started.Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&w, "Machine: %s, %s CPUs (%s), %s, kernel %s, cgroups %s; %s, %s, %s, %s, %s, node %s; toolgate %s (%s). ",
+	fmt.Fprintf(&w, "Machine: %s, %s CPUs (%s), %s, kernel %s, cgroups %s; %s, %s, %s, %s, %s, node %s; %s (%s). ",
 		m["os"], m["cpus"], m["cpu"], m["memory"], m["kernel"], m["cgroups"], m["bwrap"], m["runc"], m["crun"], m["runsc"], m["podman"], m["node"], m["toolgate"], m["go"])
 	fmt.Fprintf(&w, "Tool: the probe (a static Go program) printing `hello`; %d measured calls per path after warm-up, one at a time, in rounds that run every path once in a shuffled order. Run took %.0f s.\n\n", b.calls, b.res.Seconds)
 
