@@ -518,6 +518,7 @@ func (b *bench) rss(conf string) {
 			}
 		}
 		r.After5000, r.PeakKiB = rss(s.pid())
+		r.Calls = b.rssCalls
 		r.ThreadsEnd, r.FDsEnd = threads(s.pid()), openFDs(s.pid())
 		s.close()
 	}

@@ -105,10 +105,12 @@ type Flood struct {
 
 // RSS is the server's resident set at points of a long run.
 type RSS struct {
-	Path       string `json:"path"`
-	IdleKiB    int64  `json:"idle_kib"`
-	After100   int64  `json:"after_100_kib"`
-	After5000  int64  `json:"after_5000_kib"`
+	Path      string `json:"path"`
+	IdleKiB   int64  `json:"idle_kib"`
+	After100  int64  `json:"after_100_kib"`
+	After5000 int64  `json:"after_5000_kib"`
+	// Calls is how many calls the run made (5,000 unless -rss-calls).
+	Calls      int    `json:"calls"`
 	PeakKiB    int64  `json:"peak_kib"`
 	ThreadsEnd int    `json:"threads_end"`
 	FDsEnd     int    `json:"fds_end"`
