@@ -35,11 +35,12 @@ func Parse(path string, data []byte, opts Options) *Config {
 		tools    []Tool
 		exposes  []Expose
 		declared = map[string]int{} // external name → line
+		fs       = newFSCache()
 	)
 	for _, l := range lines {
 		switch l.tokens[0] {
 		case "tool":
-			t, lerrs := validateTool(l, builtins, declared)
+			t, lerrs := validateTool(l, builtins, declared, fs)
 			if len(lerrs) == 0 && opts.Check != nil {
 				if err := opts.Check(t); err != nil {
 					lerrs = append(lerrs, fieldErr("tool", err))

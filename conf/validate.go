@@ -24,7 +24,7 @@ const metachars = ";|&$\"'*?~()<>`\\\n"
 // validateTool decodes and validates one tool line. It returns every reason
 // the line is refused, each as a fieldError, so an operator can fix them all
 // in one pass.
-func validateTool(l line, builtins map[string]bool, declared map[string]int) (Tool, []error) {
+func validateTool(l line, builtins map[string]bool, declared map[string]int, fs *fsCache) (Tool, []error) {
 	toks := l.tokens
 	t := Tool{Line: l.num}
 	if len(toks) < toolFields+1 || toks[toolFields] != "--" {
@@ -44,7 +44,7 @@ func validateTool(l line, builtins map[string]bool, declared map[string]int) (To
 		declared[t.Name] = l.num
 	}
 	var err error
-	t.ExeResolved, err = checkExe(t.Exe)
+	t.ExeResolved, err = checkExe(t.Exe, fs)
 	add(err)
 	class, err := checkClass(toks[3])
 	add(err)
@@ -56,7 +56,7 @@ func validateTool(l line, builtins map[string]bool, declared map[string]int) (To
 	add(err)
 	t.Sandbox, err = checkSandbox(toks[6], class)
 	add(err)
-	t.DirResolved, err = checkDir(t.Dir)
+	t.DirResolved, err = checkDir(t.Dir, fs)
 	add(err)
 	for i, a := range t.Args {
 		if d, bad := DeniedSubstring(a); bad {
@@ -143,14 +143,14 @@ func hasDotDot(p string) bool {
 // be a regular executable file, and neither its basename as written nor the
 // basename of its fully resolved path may be denied. It returns the
 // resolved path.
-func checkExe(exe string) (string, error) {
+func checkExe(exe string, fs *fsCache) (string, error) {
 	if err := checkPathSyntax("exe", exe); err != nil {
 		return "", err
 	}
 	if err := checkDeniedExe(exe, ""); err != nil {
 		return "", err
 	}
-	resolved, err := filepath.EvalSymlinks(exe)
+	resolved, err := fs.evalSymlinks(exe)
 	if err != nil {
 		return "", fieldErrf("exe", "%q: %v", exe, unwrapPathErr(err))
 	}
@@ -165,7 +165,7 @@ func checkExe(exe string) (string, error) {
 			return "", fieldErrf("exe", "%q resolves to %q, which contains %q: %w", exe, resolved, d, ErrDenied)
 		}
 	}
-	fi, err := os.Stat(resolved)
+	fi, err := fs.stat(resolved)
 	if err != nil {
 		return "", fieldErrf("exe", "%q: %v", exe, unwrapPathErr(err))
 	}
@@ -237,11 +237,11 @@ func checkSandbox(s string, class Class) (bool, error) {
 
 // checkDir validates the working directory: lexically, then on disk (it
 // must exist and be a directory). It returns the resolved path.
-func checkDir(dir string) (string, error) {
+func checkDir(dir string, fs *fsCache) (string, error) {
 	if err := checkPathSyntax("dir", dir); err != nil {
 		return "", err
 	}
-	resolved, err := filepath.EvalSymlinks(dir)
+	resolved, err := fs.evalSymlinks(dir)
 	if err != nil {
 		return "", fieldErrf("dir", "%q: %v", dir, unwrapPathErr(err))
 	}
@@ -251,7 +251,7 @@ func checkDir(dir string) (string, error) {
 	if d, bad := DeniedSubstring(resolved); bad {
 		return "", fieldErrf("dir", "%q resolves to %q, which contains %q: %w", dir, resolved, d, ErrDenied)
 	}
-	fi, err := os.Stat(resolved)
+	fi, err := fs.stat(resolved)
 	if err != nil {
 		return "", fieldErrf("dir", "%q: %v", dir, unwrapPathErr(err))
 	}
@@ -268,4 +268,43 @@ func unwrapPathErr(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// fsCache remembers, for one Parse, what the filesystem said about a path:
+// a conf that names the same exe and dir on 500 lines resolves them once.
+type fsCache struct {
+	links map[string]resolved
+	stats map[string]statResult
+}
+
+type resolved struct {
+	path string
+	err  error
+}
+
+type statResult struct {
+	fi  os.FileInfo
+	err error
+}
+
+func newFSCache() *fsCache {
+	return &fsCache{links: map[string]resolved{}, stats: map[string]statResult{}}
+}
+
+func (c *fsCache) evalSymlinks(p string) (string, error) {
+	if r, ok := c.links[p]; ok {
+		return r.path, r.err
+	}
+	path, err := filepath.EvalSymlinks(p)
+	c.links[p] = resolved{path, err}
+	return path, err
+}
+
+func (c *fsCache) stat(p string) (os.FileInfo, error) {
+	if r, ok := c.stats[p]; ok {
+		return r.fi, r.err
+	}
+	fi, err := os.Stat(p)
+	c.stats[p] = statResult{fi, err}
+	return fi, err
 }

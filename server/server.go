@@ -119,23 +119,31 @@ func (s *Server) add(t mcp.Tool, h mcpserver.ToolHandlerFunc, st builtin.ToolSta
 }
 
 func (s *Server) register() {
+	// One AddTools for the whole set: mcp-go does per-call work in AddTool
+	// that a 500-tool conf would pay 500 times at start-up.
+	var tools []mcpserver.ServerTool
+	add := func(t mcp.Tool, h mcpserver.ToolHandlerFunc, st builtin.ToolStatus) {
+		s.order[t.Name] = len(s.order)
+		tools = append(tools, mcpserver.ServerTool{Tool: t, Handler: h})
+		s.served = append(s.served, st)
+	}
 	status := builtin.CheckpointStatus(s.status)
 	for _, b := range append([]builtin.Tool{status}, s.opts.Builtins...) {
 		if s.hidden(b.Name) {
 			continue
 		}
-		s.add(builtinTool(b), s.builtinHandler(b), builtin.ToolStatus{Name: b.Name, Kind: "builtin", Backend: "builtin"})
+		add(builtinTool(b), s.builtinHandler(b), builtin.ToolStatus{Name: b.Name, Kind: "builtin", Backend: "builtin"})
 	}
-	if s.opts.Conf == nil || s.opts.Conf.State != conf.StateLoaded {
-		return
-	}
-	for _, t := range s.opts.Conf.Tools {
-		if s.opts.Conf.Hidden(t.Name) {
-			continue
+	if s.opts.Conf != nil && s.opts.Conf.State == conf.StateLoaded {
+		for _, t := range s.opts.Conf.Tools {
+			if s.opts.Conf.Hidden(t.Name) {
+				continue
+			}
+			add(externalTool(t), s.externalHandler(t),
+				builtin.ToolStatus{Name: t.Name, Kind: "external", Class: string(t.Class), Backend: s.backendName(t)})
 		}
-		s.add(externalTool(t), s.externalHandler(t),
-			builtin.ToolStatus{Name: t.Name, Kind: "external", Class: string(t.Class), Backend: s.backendName(t)})
 	}
+	s.mcp.AddTools(tools...)
 }
 
 // hidden applies `expose <name> off` to built-ins; checkpoint_* never hides

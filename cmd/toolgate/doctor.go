@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
@@ -80,7 +81,7 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	c := conf.Load(s.confPath, conf.Options{Check: checkSandboxTool})
+	c := conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: sandboxToolCheck()})
 	switch c.State {
 	case conf.StateRefused:
 		d.line("tools.conf %s: refused (%d errors): run `toolgate check` for the lines", c.Path, len(c.Errors))

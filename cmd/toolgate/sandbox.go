@@ -37,14 +37,24 @@ func sandboxIDs() (int, int) {
 	return -1, -1
 }
 
-// checkSandboxTool is the conf load hook: a test-class tool whose dir or exe
-// the sandbox cannot use safely refuses the line.
-func checkSandboxTool(t conf.Tool) error {
-	if t.Class != conf.ClassTest {
-		return nil
-	}
+// sandboxToolCheck returns the conf load hook: a test-class tool whose dir
+// or exe the sandbox cannot use safely refuses the line. Answers are
+// remembered per (dir, exe): a conf names the same ones on many lines.
+func sandboxToolCheck() func(conf.Tool) error {
 	uid, gid := sandboxIDs()
-	return rt.CheckSandboxTool(t.DirResolved, t.ExeResolved, uid, gid)
+	seen := map[[2]string]error{}
+	return func(t conf.Tool) error {
+		if t.Class != conf.ClassTest {
+			return nil
+		}
+		key := [2]string{t.DirResolved, t.ExeResolved}
+		err, ok := seen[key]
+		if !ok {
+			err = rt.CheckSandboxTool(t.DirResolved, t.ExeResolved, uid, gid)
+			seen[key] = err
+		}
+		return err
+	}
 }
 
 // newSandbox sets up the chosen backend. An error says why it cannot run

@@ -121,7 +121,7 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 		}
 		log.WithField("cgroups", a.cgroups.String()).Debug("cgroups detected")
 	}
-	a.conf = conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: checkSandboxTool})
+	a.conf = conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: sandboxToolCheck()})
 	logConf(log, a.conf)
 	if live {
 		auditConf(a.opts.Audit, a.conf)
