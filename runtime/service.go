@@ -78,6 +78,9 @@ type ServiceCmd struct {
 	Env []string
 	// Dir is the working directory of the started process.
 	Dir string
+	// SysProcAttr, when set, is extended with Setpgid, Pdeathsig and the
+	// cgroup to start in (as rt.Cmd's).
+	SysProcAttr *syscall.SysProcAttr
 	// Group, when set, is the cgroup the process starts in. The Process
 	// owns it from then on: it is killed and removed when the process
 	// ends.
@@ -158,7 +161,11 @@ func StartProcess(c ServiceCmd) (*Process, error) {
 		Stdout: outW,
 		Stderr: errW,
 	}
-	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	attr := &syscall.SysProcAttr{}
+	if c.SysProcAttr != nil {
+		*attr = *c.SysProcAttr
+	}
+	attr.Setpgid, attr.Pgid, attr.Pdeathsig = true, 0, syscall.SIGKILL
 	if c.Group != nil && c.Group.fd >= 0 {
 		attr.UseCgroupFD = true
 		attr.CgroupFD = c.Group.fd

@@ -165,14 +165,7 @@ func enter(s ShimSpec) {
 			shimFail(126, "sandbox: join cgroup %s: %v", j, err)
 		}
 	}
-	for _, r := range s.Rlimits {
-		lim := &syscall.Rlimit{Cur: r.Value, Max: r.Value}
-		// syscall.Setrlimit (not unix) so that Go does not restore its
-		// saved RLIMIT_NOFILE at exec.
-		if err := syscall.Setrlimit(rlimitNames[r.Name], lim); err != nil {
-			shimFail(126, "sandbox: set rlimit %s=%d: %v", r.Name, r.Value, err)
-		}
-	}
+	setRlimits(s.Rlimits)
 	if s.UID >= 0 {
 		if err := syscall.Setgroups(nil); err != nil {
 			shimFail(126, "sandbox: setgroups: %v", err)
@@ -194,6 +187,7 @@ func enter(s ShimSpec) {
 // initExec is the init of an OCI container: stderr becomes stdout, the
 // environment becomes exactly Env (runtimes inject HOME), then exec.
 func initExec(s ShimSpec) {
+	setRlimits(s.Rlimits)
 	if err := unix.Dup2(1, 2); err != nil {
 		shimFail(126, "init: dup2: %v", err)
 	}
@@ -210,11 +204,25 @@ func initExec(s ShimSpec) {
 // leaves the standard streams alone: stdout is the service's protocol
 // channel and stderr its log, kept apart.
 func serviceExec(s ShimSpec) {
+	setRlimits(s.Rlimits)
 	err := syscall.Exec(s.Path, s.Argv, withoutPWD(os.Environ()))
 	if errors.Is(err, syscall.E2BIG) {
 		shimFail(126, "start %s: argument list too long", s.Path)
 	}
 	shimFail(127, "start %s: %v", s.Path, err)
+}
+
+// setRlimits lowers the rlimits (soft = hard) or ends the call: a sandbox
+// never runs with less than asked.
+func setRlimits(rl []Rlimit) {
+	for _, r := range rl {
+		lim := &syscall.Rlimit{Cur: r.Value, Max: r.Value}
+		// syscall.Setrlimit (not unix) so that Go does not restore its
+		// saved RLIMIT_NOFILE at exec.
+		if err := syscall.Setrlimit(rlimitNames[r.Name], lim); err != nil {
+			shimFail(126, "sandbox: set rlimit %s=%d: %v", r.Name, r.Value, err)
+		}
+	}
 }
 
 // withoutPWD returns env less every PWD entry.

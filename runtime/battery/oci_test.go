@@ -26,7 +26,7 @@ func ociBackends(t *testing.T, _ *rt.Cgroups) []backend {
 			continue
 		}
 		t.Cleanup(func() { r.Close() })
-		out = append(out, backend{"oci/" + string(name), r})
+		out = append(out, backend{"oci/" + string(name), r, testLimits()})
 	}
 	return out
 }

@@ -68,6 +68,9 @@ type Plan struct {
 	Dir string
 	// TmpSize is the size of the private /tmp, in bytes.
 	TmpSize int64
+	// Rlimits are set by the shim inside the sandbox before it execs the
+	// tool: everything the tool starts inherits them.
+	Rlimits []rt.Rlimit
 
 	// The fields below are for services (Runner.StartService); a tool
 	// call leaves them zero.
@@ -181,7 +184,7 @@ func Args(h Host, p Plan) []string {
 	}
 	a = append(a, "--ro-bind", p.Shim, ShimPath, "--remount-ro", "/", "--chdir", chdir)
 	if p.Service {
-		svc := rt.ShimSpec{Mode: rt.ShimService, UID: -1, GID: -1, Path: p.Exe, Argv: p.Argv}
+		svc := rt.ShimSpec{Mode: rt.ShimService, Rlimits: p.Rlimits, UID: -1, GID: -1, Path: p.Exe, Argv: p.Argv}
 		a = append(a, "--", ShimPath)
 		return append(a, svc.Args()...)
 	}
@@ -191,7 +194,7 @@ func Args(h Host, p Plan) []string {
 		a = append(a, "--setenv", k, v)
 	}
 	a = append(a, "--", ShimPath)
-	init := rt.ShimSpec{Mode: rt.ShimInit, UID: -1, GID: -1, Path: p.Exe, Argv: p.Argv}
+	init := rt.ShimSpec{Mode: rt.ShimInit, Rlimits: p.Rlimits, UID: -1, GID: -1, Path: p.Exe, Argv: p.Argv}
 	return append(a, init.Args()...)
 }
 

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	rt "github.com/toolgate/toolgate/runtime"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -35,6 +37,9 @@ func TestArgsGolden(t *testing.T) {
 			Argv: []string{"/srv/bin/lint"}, Dir: "/workspace", TmpSize: 64 << 20}},
 		{"tool-in-dir", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/srv/repo/scripts/check", ExeResolved: "/srv/repo/scripts/check",
 			Argv: []string{"/srv/repo/scripts/check"}, Dir: "/srv/repo", TmpSize: 64 << 20}},
+		{"with-rlimits", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/usr/bin/make-check", ExeResolved: "/usr/bin/make-check",
+			Argv: []string{"/usr/bin/make-check"}, Dir: "/srv/repo", TmpSize: 64 << 20,
+			Rlimits: []rt.Rlimit{{Name: "nofile", Value: 1024}, {Name: "nproc", Value: 512}}}},
 		{"unmerged-usr", Host{RootDirs: []string{"/bin", "/lib"}, Etc: []string{"/etc/passwd"}}, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/bin/true", ExeResolved: "/bin/true",
 			Argv: []string{"/bin/true"}, Dir: "/srv/repo", TmpSize: 64 << 20}},
 		// Services (StartService): no --clearenv or --setenv, the service

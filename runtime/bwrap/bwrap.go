@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 
 	rt "github.com/toolgate/toolgate/runtime"
@@ -185,20 +186,21 @@ func Hint(msg string) string {
 // Run runs inv in a fresh sandbox.
 func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
 	plan := Plan{Shim: r.shim, Exe: inv.Argv[0], ExeResolved: inv.Path, Argv: inv.Argv, Dir: inv.Dir, TmpSize: r.limits.TmpSize}
-	group, argv, err := r.enter(inv.ID, plan)
+	group, start, err := r.enter(inv.ID, plan)
 	if err != nil {
 		return rt.Result{}, err
 	}
 	defer group.Close()
 	return rt.Exec(ctx, rt.Cmd{
-		Path:     r.shim,
-		Args:     argv,
-		Env:      rt.Env,
-		Dir:      "/",
-		Timeout:  inv.Timeout,
-		MaxBytes: inv.MaxBytes,
-		Seen:     inv.Seen,
-		Group:    group,
+		Path:        start.path,
+		Args:        start.argv,
+		SysProcAttr: start.attr,
+		Env:         rt.Env,
+		Dir:         "/",
+		Timeout:     inv.Timeout,
+		MaxBytes:    inv.MaxBytes,
+		Seen:        inv.Seen,
+		Group:       group,
 	})
 }
 
@@ -211,26 +213,41 @@ func (r *Runner) Version() string {
 	return strings.TrimSpace(string(out))
 }
 
+// start is how a sandbox is started: bwrap itself, or the enter shim that
+// execs it.
+type start struct {
+	path string
+	argv []string
+	attr *syscall.SysProcAttr
+}
+
 // enter creates the call's cgroup (when the host has one) and returns it
-// with the argv that starts plan: the enter shim (v1 cgroup join, rlimits,
-// uid drop, no_new_privs), which execs bwrap. The caller closes the group.
-func (r *Runner) enter(id string, plan Plan) (*rt.Group, []string, error) {
+// with how to start plan. bwrap is exec'd directly, as the sandbox uid
+// (when toolgate is root) and inside the cgroup2 group (CLONE_INTO_CGROUP);
+// only when the call must join v1 cgroups (a hybrid host's pids and memory
+// controllers) does the enter shim come first, to join them before it
+// execs bwrap. The rlimits are set by the shim inside the sandbox. The
+// caller closes the group.
+func (r *Runner) enter(id string, plan Plan) (*rt.Group, start, error) {
 	var group *rt.Group
 	if r.cg != nil && (r.cg.V2 != "" || r.limits.Pids > 0 || r.limits.Memory > 0) {
 		g, err := r.cg.NewGroup(id, rt.Limits{Pids: r.limits.Pids, Memory: r.limits.Memory})
 		if err != nil {
-			return nil, nil, fmt.Errorf("sandbox cgroup: %w", err)
+			return nil, start{}, fmt.Errorf("sandbox cgroup: %w", err)
 		}
 		group = g
 	}
-	shim := rt.ShimSpec{
-		Mode:    rt.ShimEnter,
-		Joins:   group.Joins(),
-		Rlimits: r.limits.Rlimits(),
-		UID:     r.uid,
-		GID:     r.gid,
-		Path:    r.bwrap,
-		Argv:    append([]string{r.bwrap}, Args(r.host, plan)...),
+	plan.Rlimits = r.limits.Rlimits()
+	argv := append([]string{r.bwrap}, Args(r.host, plan)...)
+	if joins := group.Joins(); len(joins) > 0 {
+		shim := rt.ShimSpec{Mode: rt.ShimEnter, Joins: joins, UID: r.uid, GID: r.gid, Path: r.bwrap, Argv: argv}
+		return group, start{path: r.shim, argv: append([]string{r.shim}, shim.Args()...)}, nil
 	}
-	return group, append([]string{r.shim}, shim.Args()...), nil
+	s := start{path: r.bwrap, argv: argv}
+	if r.uid >= 0 {
+		s.attr = &syscall.SysProcAttr{Credential: &syscall.Credential{
+			Uid: uint32(r.uid), Gid: uint32(r.gid), Groups: []uint32{},
+		}}
+	}
+	return group, s, nil
 }

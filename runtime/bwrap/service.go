@@ -43,17 +43,18 @@ func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, e
 		Shim: r.shim, Exe: s.Argv[0], ExeResolved: s.Path, Argv: s.Argv, Dir: s.Dir,
 		TmpSize: r.limits.TmpSize, Service: true, ShareNet: s.Network, ReadOnly: s.ReadOnly,
 	}
-	group, argv, err := r.enter(s.ID, plan)
+	group, st, err := r.enter(s.ID, plan)
 	if err != nil {
 		return nil, err
 	}
 	p, err := rt.StartProcess(rt.ServiceCmd{
-		Path:   r.shim,
-		Args:   argv,
-		Env:    rt.ServiceEnv(s.Env),
-		Dir:    "/",
-		Group:  group,
-		Stderr: s.Stderr,
+		Path:        st.path,
+		Args:        st.argv,
+		SysProcAttr: st.attr,
+		Env:         rt.ServiceEnv(s.Env),
+		Dir:         "/",
+		Group:       group,
+		Stderr:      s.Stderr,
 	})
 	if err != nil {
 		if group != nil {
