@@ -200,7 +200,7 @@ func (b *bench) perCall(conf string) {
 	if want(b.sections, "toolgate") {
 		s, err := b.sessionFor(conf, "bwrap")
 		add(b.mcpPath(s, "toolgate (MCP stdio)", "direct (read tool)", "per-call cgroup2 group (CLONE_INTO_CGROUP, cgroup.kill)", "rd", nil), err)
-		add(b.mcpPath(s, "toolgate (MCP stdio)", "bwrap", "enter shim: v1 pids+memory cgroup, rlimits, uid 65534; the full bwrap policy", "ts", nil), err)
+		add(b.mcpPath(s, "toolgate (MCP stdio)", "bwrap", "the full bwrap policy; uid 65534; enter shim only to join v1 pids+memory cgroups (hybrid host); rlimits set inside", "ts", nil), err)
 		for _, name := range b.ociRuntimes {
 			s, err := b.sessionFor(conf, "oci/"+name)
 			add(b.mcpPath(s, "toolgate (MCP stdio)", "oci/"+name, "generated spec: seccomp, pids+memory cgroup, rlimits, uid 65534, masked paths", "ts", nil), err)
