@@ -43,6 +43,10 @@ type Cmd struct {
 	// Timeout and MaxBytes are the call's limits.
 	Timeout  time.Duration
 	MaxBytes int
+	// StderrMax, when set, keeps stderr apart from stdout, capped at this
+	// many bytes (helpers, whose stdout is parsed); MaxBytes then caps
+	// stdout alone. Zero means one stream for both, as a tool call has.
+	StderrMax int
 	// Seen, when set, counts the output bytes read so far (progress).
 	Seen *atomic.Int64
 	// Group is the call's cgroup, when the host offers one. Everything the
@@ -76,6 +80,14 @@ func Exec(ctx context.Context, c Cmd) (Result, error) {
 		return Result{}, fmt.Errorf("exec: output pipe: %w", err)
 	}
 	defer r.Close()
+	errR, errW := r, w
+	if c.StderrMax > 0 {
+		if errR, errW, err = os.Pipe(); err != nil {
+			w.Close()
+			return Result{}, fmt.Errorf("exec: stderr pipe: %w", err)
+		}
+		defer errR.Close()
+	}
 
 	cmd := &exec.Cmd{
 		Path:       c.Path,
@@ -83,7 +95,7 @@ func Exec(ctx context.Context, c Cmd) (Result, error) {
 		Env:        c.Env,
 		Dir:        c.Dir,
 		Stdout:     w,
-		Stderr:     w,
+		Stderr:     errW,
 		ExtraFiles: c.ExtraFiles,
 	}
 	attr := &syscall.SysProcAttr{}
@@ -104,6 +116,9 @@ func Exec(ctx context.Context, c Cmd) (Result, error) {
 	start := time.Now()
 	err = startTracked(cmd)
 	w.Close()
+	if errW != w {
+		errW.Close()
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("start %s: %w", c.Path, err)
 	}
@@ -111,9 +126,16 @@ func Exec(ctx context.Context, c Cmd) (Result, error) {
 	defer untrack(pid)
 
 	out := newCapture(c.MaxBytes, c.Seen)
+	var stderr *capture
+	var readers sync.WaitGroup
+	readers.Go(func() { out.readFrom(r) })
+	if errR != r {
+		stderr = newCapture(c.StderrMax, nil)
+		readers.Go(func() { stderr.readFrom(errR) })
+	}
 	readDone := make(chan struct{})
 	go func() {
-		out.readFrom(r)
+		readers.Wait()
 		close(readDone)
 	}()
 
@@ -172,12 +194,18 @@ wait:
 	select {
 	case <-readDone:
 	case <-time.After(DrainGrace):
+		// Something outside the call's reach still holds a pipe: cut it
+		// off.
 		r.Close()
+		errR.Close()
 		<-readDone
 	}
 	res.Elapsed = time.Since(start)
 	res.Output, res.OutputBytes, res.Dropped = out.result()
 	res.Truncated = res.Dropped > 0
+	if stderr != nil {
+		res.Stderr, res.StderrBytes, _ = stderr.result()
+	}
 	if c.Group != nil {
 		if l := c.Group.limitHit(); l != LimitNone && res.Limit == LimitNone {
 			res.Limit = l

@@ -102,6 +102,11 @@ type Result struct {
 	Dropped int64
 	// Truncated reports Dropped > 0.
 	Truncated bool
+	// Stderr and StderrBytes are the kept and the written bytes of stderr
+	// when it was kept apart (Cmd.StderrMax); otherwise stderr is in
+	// Output.
+	Stderr      []byte
+	StderrBytes int64
 	// ExitCode is the exit status, or 128+N when signal N killed the tool.
 	ExitCode int
 	// Elapsed is the wall-clock time from start to the end of the call.
