@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"time"
@@ -206,11 +205,14 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 
 // Version returns `bwrap --version`, for doctor.
 func (r *Runner) Version() string {
-	out, err := exec.Command(r.bwrap, "--version").Output()
-	if err != nil {
+	res, err := rt.RunHelper(context.Background(), rt.HelperCmd{
+		Path: r.bwrap, Args: []string{"--version"}, Dir: "/",
+		Timeout: 5 * time.Second, MaxStdout: 4096, MaxStderr: 4096,
+	})
+	if err != nil || res.Failed() {
 		return "unknown"
 	}
-	return strings.TrimSpace(string(out))
+	return strings.TrimSpace(string(res.Stdout))
 }
 
 // start is how a sandbox is started: bwrap itself, or the enter shim that
