@@ -40,6 +40,17 @@ func fitCount(n, budget int, size func(k int) int) int {
 	return max(first-1, 0)
 }
 
+// fit renders the largest prefix take(k) of n items whose structured
+// content (JSON) and text both fit budget: the result of a list tool.
+func fit[V any](n, budget int, take func(k int) V, text func(V) string) Result {
+	k := fitCount(n, budget, func(k int) int {
+		v := take(k)
+		return max(jsonSize(v), len(text(v)))
+	})
+	v := take(k)
+	return Result{Text: text(v), Structured: v}
+}
+
 // count renders n with a noun, plural when n is not 1 ("1 file",
 // "2 files", "3 directories").
 func count(n int, noun string) string {

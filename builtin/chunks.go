@@ -149,12 +149,7 @@ func chunkListResult(tool string, l ChunkList) Result {
 		v.BudgetBytes = BudgetChunks
 		return v
 	}
-	k := fitCount(len(all), BudgetChunks, func(k int) int {
-		v := take(k)
-		return max(jsonSize(v), len(v.text(tool)))
-	})
-	v := take(k)
-	return Result{Text: v.text(tool), Structured: v}
+	return fit(len(all), BudgetChunks, take, func(v ChunkList) string { return v.text(tool) })
 }
 
 func (l ChunkList) text(tool string) string {

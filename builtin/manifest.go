@@ -260,12 +260,7 @@ func maxPaths(s []SecurityEntry) int {
 
 func (m *manifestFull) result() Result {
 	n := max(len(m.files), len(m.dirs), maxPaths(m.security))
-	k := fitCount(n, BudgetManifest, func(k int) int {
-		v := m.take(k)
-		return max(jsonSize(v), len(v.text()))
-	})
-	v := m.take(k)
-	return Result{Text: v.text(), Structured: v}
+	return fit(n, BudgetManifest, m.take, Manifest.text)
 }
 
 // text renders the manifest for people.

@@ -171,12 +171,7 @@ func (e *env) outline(ctx context.Context, rel string) (Result, error) {
 		v.Cut = k < len(syms)
 		return v
 	}
-	k := fitCount(len(syms), BudgetOutline, func(k int) int {
-		v := take(k)
-		return max(jsonSize(v), len(v.text()))
-	})
-	v := take(k)
-	return Result{Text: v.text(), Structured: v}, nil
+	return fit(len(syms), BudgetOutline, take, Outline.text), nil
 }
 
 func (o Outline) text() string {

@@ -211,12 +211,7 @@ func (e *env) sloc(ctx context.Context, rels []string) (Result, error) {
 		v.Cut = k < len(files)
 		return v
 	}
-	k := fitCount(len(files), BudgetSloc, func(k int) int {
-		v := take(k)
-		return max(jsonSize(v), len(v.text()))
-	})
-	v := take(k)
-	return Result{Text: v.text(), Structured: v}, nil
+	return fit(len(files), BudgetSloc, take, Sloc.text), nil
 }
 
 func (s Sloc) text() string {
