@@ -113,30 +113,8 @@ tool writedirect %[1]s read 20 4096 off %[2]s -- write %[2]s/direct
 // promptly, and nothing it started is left running: no probe process on the
 // host and, for the image, no container left in `podman ps -a`.
 func TestStdinCloseStops(t *testing.T) {
-	probe := testbin.Probe(t)
-	dir := testbin.Dir(t)
-	conf := writeConf(t, fmt.Sprintf(`tool boxed %[1]s test 60 4096 on %[2]s -- ignoreterm
-tool direct %[1]s read 60 4096 off %[2]s -- ignoreterm
-`, probe, dir))
-	srv := serveCmd(t, conf)
-	cmd := exec.Command(srv.argv[0], srv.argv[1:]...)
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	out := bufio.NewReader(stdout)
-	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"stdin-close","version":"1"}}}`)
-	if line, err := out.ReadString('\n'); err != nil || !strings.Contains(line, `"protocolVersion":"2025-06-18"`) {
-		t.Fatalf("initialize: %v %q", err, line)
-	}
-	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"boxed"}}`)
-	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"direct"}}`)
-	// Both tools, and their setsid children, are running.
-	waitFor(t, 20*time.Second, func() bool { return len(probes(probe)) >= 4 })
+	b := startBusy(t)
+	cmd, stdin, out, srv, probe := b.cmd, b.stdin, b.out, b.srv, b.probe
 
 	start := time.Now()
 	stdin.Close()
@@ -167,26 +145,9 @@ tool direct %[1]s read 60 4096 off %[2]s -- ignoreterm
 // does not sweep.
 func TestServerKilledMidCall(t *testing.T) {
 	onlyBinary(t)
-	probe := testbin.Probe(t)
-	dir := testbin.Dir(t)
-	conf := writeConf(t, fmt.Sprintf(`tool boxed %[1]s test 60 4096 on %[2]s -- ignoreterm
-tool direct %[1]s read 60 4096 off %[2]s -- ignoreterm
-`, probe, dir))
-	cmd := exec.Command(binary, "serve", "--conf", conf)
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	b := startBusy(t)
+	cmd, probe, conf := b.cmd, b.probe, b.conf
 	server := cmd.Process.Pid
-	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"kill","version":"1"}}}`)
-	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	bufio.NewReader(stdout).ReadString('\n')
-	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"boxed"}}`)
-	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"direct"}}`)
-	// Both tools, and their setsid children, are running.
-	waitFor(t, 10*time.Second, func() bool { return len(probes(probe)) >= 4 })
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -250,29 +211,9 @@ func serverCgroups(pid int) []string {
 // TestSIGTERMStops: SIGTERM in the middle of calls kills them and everything
 // they started, and the server exits 0 within 2 s.
 func TestSIGTERMStops(t *testing.T) {
-	probe := testbin.Probe(t)
-	dir := testbin.Dir(t)
-	conf := writeConf(t, fmt.Sprintf(`tool boxed %[1]s test 60 4096 on %[2]s -- ignoreterm
-tool direct %[1]s read 60 4096 off %[2]s -- ignoreterm
-`, probe, dir))
-	srv := serveCmd(t, conf)
-	cmd := exec.Command(srv.argv[0], srv.argv[1:]...)
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	b := startBusy(t)
+	cmd, stdin, out, srv, probe := b.cmd, b.stdin, b.out, b.srv, b.probe
 	defer stdin.Close()
-	out := bufio.NewReader(stdout)
-	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"sigterm","version":"1"}}}`)
-	if _, err := out.ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"boxed"}}`)
-	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"direct"}}`)
-	waitFor(t, 20*time.Second, func() bool { return len(probes(probe)) >= 4 })
 	go io.Copy(io.Discard, out)
 
 	start := time.Now()
@@ -297,4 +238,47 @@ tool direct %[1]s read 60 4096 off %[2]s -- ignoreterm
 		t.Errorf("server took %s to stop after SIGTERM, want under 2 s", d)
 	}
 	waitFor(t, 5*time.Second, func() bool { return len(probes(probe)) == 0 })
+}
+
+// busy is a server in the middle of two calls that ignore SIGTERM and have
+// a setsid child: one sandboxed, one direct.
+type busy struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+	srv   server
+	probe string
+	conf  string
+}
+
+// startBusy starts `toolgate serve` on the target, initializes, makes the
+// two calls and waits until both tools and their children are running.
+// The server is killed when the test ends.
+func startBusy(t *testing.T) busy {
+	t.Helper()
+	probe := testbin.Probe(t)
+	dir := testbin.Dir(t)
+	conf := writeConf(t, fmt.Sprintf(`tool boxed %[1]s test 60 4096 on %[2]s -- ignoreterm
+tool direct %[1]s read 60 4096 off %[2]s -- ignoreterm
+`, probe, dir))
+	srv := serveCmd(t, conf)
+	cmd := exec.Command(srv.argv[0], srv.argv[1:]...)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	out := bufio.NewReader(stdout)
+	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"busy","version":"1"}}}`)
+	if line, err := out.ReadString('\n'); err != nil || !strings.Contains(line, `"protocolVersion":"2025-06-18"`) {
+		t.Fatalf("initialize: %v %q", err, line)
+	}
+	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"boxed"}}`)
+	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"direct"}}`)
+	// Both tools, and their setsid children, are running.
+	waitFor(t, 20*time.Second, func() bool { return len(probes(probe)) >= 4 })
+	return busy{cmd: cmd, stdin: stdin, out: out, srv: srv, probe: probe, conf: conf}
 }
