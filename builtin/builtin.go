@@ -7,6 +7,7 @@ package builtin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 )
 
 // Group is a capability group of built-ins, switched by `serve --caps`.
@@ -66,5 +67,5 @@ func Names() []string {
 
 // Errorf returns a tool-failure Result.
 func Errorf(format string, a ...any) Result {
-	return Result{Text: sprintf(format, a...), IsError: true}
+	return Result{Text: fmt.Sprintf(format, a...), IsError: true}
 }

@@ -72,7 +72,9 @@ type ToolStatus struct {
 	Backend string `json:"backend"`
 }
 
-var noArgsSchema = json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`)
+// NoArgsSchema is the input schema of a tool that takes no arguments: it
+// accepts only {} (NoArgs enforces it).
+var NoArgsSchema = json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`)
 
 var statusOutputSchema = json.RawMessage(`{
   "type": "object",
@@ -96,7 +98,7 @@ func CheckpointStatus(status func(ctx context.Context) Status) Tool {
 		Description: "Report toolgate's state: version, negotiated MCP protocol, the tools.conf path, " +
 			"sha256 and load state (absent, loaded, or refused with the line number and reason), " +
 			"the sandbox backend, and every tool served with the backend it uses. Takes no arguments.",
-		InputSchema:  noArgsSchema,
+		InputSchema:  NoArgsSchema,
 		OutputSchema: statusOutputSchema,
 		Handler: func(ctx context.Context, args json.RawMessage) (Result, error) {
 			if err := NoArgs(args); err != nil {

@@ -1,12 +1,9 @@
 package builtin
 
 import (
-	"fmt"
 	"sort"
 	"strconv"
 )
-
-func sprintf(format string, a ...any) string { return fmt.Sprintf(format, a...) }
 
 func sortedQuoted(keys []string) []string {
 	sort.Strings(keys)

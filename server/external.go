@@ -18,9 +18,6 @@ import (
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
-// noArgsSchema accepts only {}: callers pass no arguments, ever.
-var noArgsSchema = json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`)
-
 // CallOutput is the structuredContent of an external tool call.
 type CallOutput struct {
 	ExitCode     int    `json:"exit_code"`
@@ -62,7 +59,7 @@ func Describe(t conf.Tool) string {
 }
 
 func externalTool(t conf.Tool) mcp.Tool {
-	tool := mcp.NewToolWithRawSchema(t.Name, Describe(t), noArgsSchema)
+	tool := mcp.NewToolWithRawSchema(t.Name, Describe(t), builtin.NoArgsSchema)
 	tool.RawOutputSchema = callOutputSchema
 	tool.Annotations = mcp.ToolAnnotation{
 		ReadOnlyHint:  mcp.ToBoolPtr(true),
