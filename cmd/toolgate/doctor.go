@@ -10,7 +10,6 @@ import (
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
-	"github.com/toolgate/toolgate/runtime/bwrap"
 	"github.com/toolgate/toolgate/runtime/direct"
 )
 
@@ -58,27 +57,14 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 		if chosen {
 			mark = " (chosen: --backend " + s.backend + ")"
 		}
-		switch b {
-		case rt.BackendBwrap:
-			r, err := bwrap.New(bwrap.Config{Shim: shim, Cgroups: cg, Limits: s.sandbox.limits})
-			if err == nil {
-				d.item("sandbox bwrap"+mark, true, fmt.Sprintf("%s at %s; limits pids %d, memory %d MiB, nofile %d, nproc %d, /tmp %d MiB",
-					r.Version(), r.Path(), s.sandbox.limits.Pids, s.sandbox.limits.Memory>>20, s.sandbox.limits.NoFile,
-					s.sandbox.limits.NProc, s.sandbox.limits.TmpSize>>20), nil)
-			} else {
-				d.item("sandbox bwrap"+mark, false, "", err)
-				ok = ok && !chosen
-			}
-		default:
-			r, err := s.newSandboxBackend(b, shim, cg, nil)
-			if err == nil {
-				d.item("sandbox "+string(b)+mark, true, describe(r), nil)
-				closeSandbox(r)
-			} else {
-				d.item("sandbox "+string(b)+mark, false, "", err)
-				ok = ok && !chosen
-			}
+		r, err := s.newSandboxBackend(b, shim, cg, nil)
+		if err != nil {
+			d.item("sandbox "+string(b)+mark, false, "", err)
+			ok = ok && !chosen
+			continue
 		}
+		d.item("sandbox "+string(b)+mark, true, describe(r), nil)
+		closeSandbox(r)
 	}
 
 	c := conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: sandboxToolCheck()})

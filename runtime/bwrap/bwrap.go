@@ -203,6 +203,13 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	})
 }
 
+// String summarises the backend for doctor: version, path and limits.
+func (r *Runner) String() string {
+	l := r.limits
+	return fmt.Sprintf("%s at %s; limits pids %d, memory %d MiB, nofile %d, nproc %d, /tmp %d MiB",
+		r.Version(), r.bwrap, l.Pids, l.Memory>>20, l.NoFile, l.NProc, l.TmpSize>>20)
+}
+
 // Version returns `bwrap --version`, for doctor.
 func (r *Runner) Version() string {
 	res, err := rt.RunHelper(context.Background(), rt.HelperCmd{
