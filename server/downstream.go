@@ -364,7 +364,7 @@ func (d *downstream) register() builtin.DownstreamStatus {
 				continue
 			}
 		}
-		d.s.add(t, d.handler(tool), builtin.ToolStatus{Name: name, Kind: "downstream", Backend: d.backend})
+		d.s.add(entry{t, d.handler(tool), builtin.ToolStatus{Name: name, Kind: "downstream", Backend: d.backend}})
 		st.Served = append(st.Served, name)
 	}
 	return st

@@ -112,38 +112,45 @@ func (s *Server) sortTools(_ context.Context, tools []mcp.Tool) []mcp.Tool {
 	return out
 }
 
-func (s *Server) add(t mcp.Tool, h mcpserver.ToolHandlerFunc, st builtin.ToolStatus) {
-	s.order[t.Name] = len(s.order)
-	s.mcp.AddTool(t, h)
-	s.served = append(s.served, st)
+// entry is one served tool: its definition, handler and status line.
+type entry struct {
+	tool    mcp.Tool
+	handler mcpserver.ToolHandlerFunc
+	status  builtin.ToolStatus
+}
+
+// add serves entries after those already served, with one AddTools: mcp-go
+// does per-call work in AddTool that a 500-tool conf would pay 500 times.
+func (s *Server) add(entries ...entry) {
+	tools := make([]mcpserver.ServerTool, 0, len(entries))
+	for _, e := range entries {
+		s.order[e.tool.Name] = len(s.order)
+		tools = append(tools, mcpserver.ServerTool{Tool: e.tool, Handler: e.handler})
+		s.served = append(s.served, e.status)
+	}
+	s.mcp.AddTools(tools...)
 }
 
 func (s *Server) register() {
-	// One AddTools for the whole set: mcp-go does per-call work in AddTool
-	// that a 500-tool conf would pay 500 times at start-up.
-	var tools []mcpserver.ServerTool
-	add := func(t mcp.Tool, h mcpserver.ToolHandlerFunc, st builtin.ToolStatus) {
-		s.order[t.Name] = len(s.order)
-		tools = append(tools, mcpserver.ServerTool{Tool: t, Handler: h})
-		s.served = append(s.served, st)
-	}
+	var entries []entry
 	status := builtin.CheckpointStatus(s.status)
 	for _, b := range append([]builtin.Tool{status}, s.opts.Builtins...) {
 		if s.hidden(b.Name) {
 			continue
 		}
-		add(builtinTool(b), s.builtinHandler(b), builtin.ToolStatus{Name: b.Name, Kind: "builtin", Backend: "builtin"})
+		entries = append(entries, entry{builtinTool(b), s.builtinHandler(b),
+			builtin.ToolStatus{Name: b.Name, Kind: "builtin", Backend: "builtin"}})
 	}
 	if s.opts.Conf != nil && s.opts.Conf.State == conf.StateLoaded {
 		for _, t := range s.opts.Conf.Tools {
 			if s.opts.Conf.Hidden(t.Name) {
 				continue
 			}
-			add(externalTool(t), s.externalHandler(t),
-				builtin.ToolStatus{Name: t.Name, Kind: "external", Class: string(t.Class), Backend: s.backendName(t)})
+			entries = append(entries, entry{externalTool(t), s.externalHandler(t),
+				builtin.ToolStatus{Name: t.Name, Kind: "external", Class: string(t.Class), Backend: s.backendName(t)}})
 		}
 	}
-	s.mcp.AddTools(tools...)
+	s.add(entries...)
 }
 
 // hidden applies `expose <name> off` to built-ins; checkpoint_* never hides
