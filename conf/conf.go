@@ -166,18 +166,22 @@ type Error struct {
 	Err error
 }
 
-func (e *Error) Error() string {
+func (e *Error) Error() string { return positioned(e.File, e.Line, e.Field, e.Err) }
+
+// positioned renders "file:line: where: reason", leaving out a zero line
+// and an empty where: the form of every refusal in this package.
+func positioned(file string, line int, where string, err error) string {
 	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
+	b.WriteString(file)
+	if line > 0 {
+		fmt.Fprintf(&b, ":%d", line)
 	}
-	if e.Field != "" {
+	if where != "" {
 		b.WriteString(": ")
-		b.WriteString(e.Field)
+		b.WriteString(where)
 	}
 	b.WriteString(": ")
-	b.WriteString(e.Err.Error())
+	b.WriteString(err.Error())
 	return b.String()
 }
 

@@ -352,20 +352,7 @@ type RegistryError struct {
 	Err error
 }
 
-func (e *RegistryError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
-	}
-	if e.Path != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Path)
-	}
-	b.WriteString(": ")
-	b.WriteString(e.Err.Error())
-	return b.String()
-}
+func (e *RegistryError) Error() string { return positioned(e.File, e.Line, e.Path, e.Err) }
 
 func (e *RegistryError) Unwrap() error { return e.Err }
 
