@@ -172,21 +172,7 @@ func TestBuiltinsCall(t *testing.T) {
 	}
 	schemas := map[string]*jsonschema.Schema{}
 	for _, tl := range list.Tools {
-		raw := tl.RawOutputSchema
-		if len(raw) == 0 {
-			raw, _ = json.Marshal(tl.OutputSchema)
-		}
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := jsonschema.NewCompiler()
-		if err := c.AddResource(tl.Name+".json", doc); err != nil {
-			t.Fatal(err)
-		}
-		if schemas[tl.Name], err = c.Compile(tl.Name + ".json"); err != nil {
-			t.Fatalf("%s: outputSchema: %v", tl.Name, err)
-		}
+		schemas[tl.Name] = compileOutputSchema(t, tl)
 	}
 	for _, tc := range []struct {
 		tool  string
@@ -284,4 +270,26 @@ func TestBuiltinsCall(t *testing.T) {
 	if _, err := cl.CallTool(ctx, req); err == nil {
 		t.Error("calling an unknown tool did not give a JSON-RPC error")
 	}
+}
+
+// compileOutputSchema compiles the outputSchema a tool announced.
+func compileOutputSchema(t *testing.T, tl mcp.Tool) *jsonschema.Schema {
+	t.Helper()
+	raw := tl.RawOutputSchema
+	if len(raw) == 0 {
+		raw, _ = json.Marshal(tl.OutputSchema)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource(tl.Name+".json", doc); err != nil {
+		t.Fatal(err)
+	}
+	schema, err := c.Compile(tl.Name + ".json")
+	if err != nil {
+		t.Fatalf("%s: outputSchema: %v", tl.Name, err)
+	}
+	return schema
 }

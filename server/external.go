@@ -18,8 +18,14 @@ import (
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
-// CallOutput is the structuredContent of an external tool call.
+// CallOutput is the structuredContent of an external tool call. It is
+// complete on its own: Codex and Claude Code give their model the
+// structuredContent instead of the text content when a result has both, so
+// Output carries the text content exactly (the combined output, the markers
+// and the footer), and IsError says what Codex's function output cannot
+// (it has no error flag).
 type CallOutput struct {
+	IsError      bool   `json:"is_error"`
 	ExitCode     int    `json:"exit_code"`
 	ElapsedMS    int64  `json:"elapsed_ms"`
 	TimedOut     bool   `json:"timed_out"`
@@ -28,11 +34,15 @@ type CallOutput struct {
 	DroppedBytes int64  `json:"dropped_bytes"`
 	Limit        string `json:"limit,omitempty"`
 	Backend      string `json:"backend"`
+	// Output is last: a client that shortens a long result keeps its head
+	// and its tail, and the tail holds the markers and the footer.
+	Output string `json:"output"`
 }
 
 var callOutputSchema = json.RawMessage(`{
   "type": "object",
   "properties": {
+    "is_error": {"type": "boolean", "description": "the call failed: a non-zero exit, a timeout or a cancellation"},
     "exit_code": {"type": "integer", "description": "exit status, or 128+N when signal N killed the tool"},
     "elapsed_ms": {"type": "integer"},
     "timed_out": {"type": "boolean"},
@@ -40,9 +50,10 @@ var callOutputSchema = json.RawMessage(`{
     "output_bytes": {"type": "integer", "description": "bytes the tool wrote, kept or dropped"},
     "dropped_bytes": {"type": "integer"},
     "limit": {"type": "string", "enum": ["timeout", "cancelled", "pids", "memory"], "description": "what ended the call early"},
-    "backend": {"type": "string"}
+    "backend": {"type": "string"},
+    "output": {"type": "string", "description": "exactly the text content: the combined stdout and stderr as kept, then the markers ([truncated: N bytes dropped], [timeout], [cancelled], [limit: pids|memory]) and the footer [exit=N elapsed_ms=M]"}
   },
-  "required": ["exit_code", "elapsed_ms", "timed_out", "truncated", "output_bytes", "dropped_bytes", "backend"]
+  "required": ["is_error", "exit_code", "elapsed_ms", "timed_out", "truncated", "output_bytes", "dropped_bytes", "backend", "output"]
 }`)
 
 // Describe is the description of an external tool: class, sandbox, dir,
@@ -189,7 +200,9 @@ func Render(res rt.Result) string {
 }
 
 func renderResult(res rt.Result, backend string) *mcp.CallToolResult {
+	text := Render(res)
 	out := CallOutput{
+		IsError:      res.Failed(),
 		ExitCode:     res.ExitCode,
 		ElapsedMS:    res.Elapsed.Milliseconds(),
 		TimedOut:     res.TimedOut,
@@ -198,6 +211,7 @@ func renderResult(res rt.Result, backend string) *mcp.CallToolResult {
 		DroppedBytes: res.Dropped,
 		Limit:        string(res.Limit),
 		Backend:      backend,
+		Output:       text,
 	}
-	return toolResult(Render(res), out, res.Failed())
+	return toolResult(text, out, res.Failed())
 }

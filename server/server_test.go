@@ -366,3 +366,49 @@ func TestRender(t *testing.T) {
 		}
 	}
 }
+
+// TestExternalStructuredComplete: Codex and Claude Code give their model the
+// structuredContent instead of the text when both exist, so an external's
+// structuredContent carries the text content exactly (output, markers,
+// footer) and says whether the call failed; it matches the announced
+// outputSchema, success or failure.
+func TestExternalStructuredComplete(t *testing.T) {
+	c := loadConf(t, twoTools)
+	direct := &fakeRunner{res: rt.Result{Output: []byte("marker-ok\n"), OutputBytes: 10, Elapsed: 3 * time.Millisecond}}
+	sandbox := &fakeRunner{res: rt.Result{ExitCode: 137, Output: []byte("marker-fail"), OutputBytes: 300, Dropped: 289,
+		Truncated: true, TimedOut: true, Limit: rt.LimitTimeout, Elapsed: 7 * time.Second}}
+	s := New(Options{Conf: c, Direct: direct, Sandbox: sandbox, SandboxName: "bwrap"})
+	sess := session(t, s)
+	list, err := sess.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := compileOutputSchema(t, list.Tools[len(list.Tools)-1])
+	for _, tc := range []struct {
+		tool    string
+		isError bool
+		output  string
+	}{
+		{"zeta", false, "marker-ok\n[exit=0 elapsed_ms=3]"},
+		{"alpha", true, "marker-fail\n[truncated: 289 bytes dropped]\n[timeout]\n[exit=137 elapsed_ms=7000]"},
+	} {
+		res, err := callTool(t, sess, tc.tool, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resultText(res) != tc.output || res.IsError != tc.isError {
+			t.Errorf("%s: text %q isError %v, want %q %v", tc.tool, resultText(res), res.IsError, tc.output, tc.isError)
+		}
+		b, _ := json.Marshal(res.StructuredContent)
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		if m["output"] != tc.output || m["is_error"] != tc.isError {
+			t.Errorf("%s: structuredContent %s, want output %q and is_error %v", tc.tool, b, tc.output, tc.isError)
+		}
+		if err := schema.Validate(m); err != nil {
+			t.Errorf("%s: structuredContent %s does not match the outputSchema: %v", tc.tool, b, err)
+		}
+	}
+}
