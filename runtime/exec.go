@@ -40,6 +40,9 @@ type Cmd struct {
 	SysProcAttr *syscall.SysProcAttr
 	// ExtraFiles become fds 3 and up.
 	ExtraFiles []*os.File
+	// Stdin, when set, is written to the process's stdin through a pipe,
+	// which is then closed; nil means /dev/null.
+	Stdin []byte
 	// Timeout and MaxBytes are the call's limits.
 	Timeout  time.Duration
 	MaxBytes int
@@ -89,6 +92,18 @@ func Exec(ctx context.Context, c Cmd) (Result, error) {
 		defer errR.Close()
 	}
 
+	var inR, inW *os.File
+	if c.Stdin != nil {
+		if inR, inW, err = os.Pipe(); err != nil {
+			w.Close()
+			if errW != w {
+				errW.Close()
+			}
+			return Result{}, fmt.Errorf("exec: stdin pipe: %w", err)
+		}
+		defer inW.Close()
+	}
+
 	cmd := &exec.Cmd{
 		Path:       c.Path,
 		Args:       c.Args,
@@ -97,6 +112,9 @@ func Exec(ctx context.Context, c Cmd) (Result, error) {
 		Stdout:     w,
 		Stderr:     errW,
 		ExtraFiles: c.ExtraFiles,
+	}
+	if inR != nil {
+		cmd.Stdin = inR
 	}
 	attr := &syscall.SysProcAttr{}
 	if c.SysProcAttr != nil {
@@ -119,11 +137,22 @@ func Exec(ctx context.Context, c Cmd) (Result, error) {
 	if errW != w {
 		errW.Close()
 	}
+	if inR != nil {
+		inR.Close()
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("start %s: %w", c.Path, err)
 	}
 	pid := cmd.Process.Pid
 	defer untrack(pid)
+	if inW != nil {
+		// The write ends with EPIPE once every reader is gone, so this
+		// never outlives the call's processes.
+		go func() {
+			_, _ = inW.Write(c.Stdin)
+			inW.Close()
+		}()
+	}
 
 	out := newCapture(c.MaxBytes, c.Seen)
 	var stderr *capture

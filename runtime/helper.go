@@ -53,14 +53,18 @@ func (r HelperResult) Failed() bool {
 	return r.ExitCode != 0 || r.TimedOut || r.Limit == LimitCancelled
 }
 
-// RunHelper runs h with stdin /dev/null, the environment exactly Env, in a
-// process group of its own that is SIGKILLed as soon as the direct child
-// has exited or the timeout or ctx ends the run, so that no descendant
-// outlives the run or holds its pipes open for longer than DrainGrace.
+// RunHelper runs h on the host with stdin /dev/null, the environment
+// exactly Env, in a process group of its own that is SIGKILLed as soon as
+// the direct child has exited or the timeout or ctx ends the run, so that
+// no descendant outlives the run or holds its pipes open for longer than
+// DrainGrace.
 //
-// Security caveat: a descendant that leaves the process group (setsid) is
-// not killed by the group kill; helpers are trusted programs (git, tokei,
-// ctags) resolved by the operator, not workspace content.
+// Security caveat: it is for what reads no workspace content (a helper's
+// version probe, with Dir "/"). A helper run over the workspace runs
+// sandboxed (a Runner with Invocation.StderrMax set): a repository's
+// configuration names programs git runs, and no process started over
+// workspace content may run on the host. A descendant that leaves the
+// process group (setsid) is not killed by the group kill.
 //
 // The error return means the helper could not be started at all.
 func RunHelper(ctx context.Context, h HelperCmd) (HelperResult, error) {
@@ -88,6 +92,12 @@ func RunHelper(ctx context.Context, h HelperCmd) (HelperResult, error) {
 	if err != nil {
 		return HelperResult{}, fmt.Errorf("run helper %q: %w", h.Path, err)
 	}
+	return HelperResultOf(res), nil
+}
+
+// HelperResultOf is the HelperResult of a run whose stderr was kept apart
+// (Cmd.StderrMax, Invocation.StderrMax).
+func HelperResultOf(res Result) HelperResult {
 	return HelperResult{
 		Stdout:      res.Output,
 		Stderr:      res.Stderr,
@@ -99,5 +109,5 @@ func RunHelper(ctx context.Context, h HelperCmd) (HelperResult, error) {
 		Elapsed:     res.Elapsed,
 		TimedOut:    res.TimedOut,
 		Limit:       res.Limit,
-	}, nil
+	}
 }

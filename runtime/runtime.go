@@ -77,6 +77,15 @@ type Invocation struct {
 	// Seen, when set, is kept up to date with the output bytes the tool has
 	// written so far, for progress reports. Nil means not wanted.
 	Seen *atomic.Int64
+	// Stdin, when set, is what the process reads on stdin; nil means
+	// /dev/null. A tool call never sets it (a tool's stdin is /dev/null):
+	// the built-ins' helpers do (ctags reads the source it outlines).
+	Stdin []byte
+	// StderrMax, when set, keeps stderr apart from stdout, capped at this
+	// many bytes, and MaxBytes caps stdout alone. A tool call leaves it
+	// zero (a tool's stdout and stderr are one stream); the built-ins'
+	// helpers set it, because their stdout is parsed.
+	StderrMax int
 }
 
 // Limit names what ended a call early.

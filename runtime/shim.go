@@ -23,8 +23,10 @@ import (
 //     hierarchy is writable).
 //   - enter: join the call's v1 cgroups, lower rlimits, drop to the sandbox
 //     uid/gid, set no_new_privs, then exec (the bwrap backend).
-//   - init: inside an OCI container, make stderr the same pipe as stdout,
-//     set the environment to exactly Env, then exec the tool (no shell).
+//   - init: inside a sandbox (bwrap or an OCI container), make stderr the
+//     same pipe as stdout (unless --stderr keep: a built-in's helper, whose
+//     stdout is parsed), set the environment to exactly Env, then exec the
+//     tool (no shell).
 //   - service: inside a sandbox, exec a long-lived service (a stdio MCP
 //     server) with stdin, stdout and stderr untouched and the environment
 //     the sandbox was given minus the PWD bwrap adds: the caller sets that
@@ -63,8 +65,10 @@ type ShimSpec struct {
 	Rlimits []Rlimit // enter
 	UID     int      // enter: drop to this uid/gid when >= 0
 	GID     int
-	Path    string   // what to execve
-	Argv    []string // its argv
+	// KeepStderr (init) leaves stderr apart from stdout.
+	KeepStderr bool
+	Path       string   // what to execve
+	Argv       []string // its argv
 }
 
 // Args returns the argv (after the binary) that runs spec.
@@ -78,6 +82,9 @@ func (s ShimSpec) Args() []string {
 	}
 	if s.UID >= 0 {
 		a = append(a, "--uid", strconv.Itoa(s.UID), "--gid", strconv.Itoa(s.GID))
+	}
+	if s.KeepStderr {
+		a = append(a, "--stderr", "keep")
 	}
 	a = append(a, "--", s.Path)
 	return append(a, s.Argv...)
@@ -105,6 +112,11 @@ func parseShim(args []string) (ShimSpec, error) {
 				return s, fmt.Errorf("bad rlimit %q", val)
 			}
 			s.Rlimits = append(s.Rlimits, Rlimit{Name: name, Value: v})
+		case "--stderr":
+			if val != "keep" {
+				return s, fmt.Errorf("bad --stderr %q: want keep", val)
+			}
+			s.KeepStderr = true
 		case "--uid", "--gid":
 			n, err := strconv.Atoi(val)
 			if err != nil || n < 0 {
@@ -184,12 +196,15 @@ func enter(s ShimSpec) {
 	shimFail(126, "sandbox: exec %s: %v", s.Path, err)
 }
 
-// initExec is the init of an OCI container: stderr becomes stdout, the
-// environment becomes exactly Env (runtimes inject HOME), then exec.
+// initExec is the first process inside a sandbox: stderr becomes stdout
+// (unless KeepStderr), the environment becomes exactly Env (bwrap adds PWD,
+// OCI runtimes inject HOME), then exec.
 func initExec(s ShimSpec) {
 	setRlimits(s.Rlimits)
-	if err := unix.Dup2(1, 2); err != nil {
-		shimFail(126, "init: dup2: %v", err)
+	if !s.KeepStderr {
+		if err := unix.Dup2(1, 2); err != nil {
+			shimFail(126, "init: dup2: %v", err)
+		}
 	}
 	err := syscall.Exec(s.Path, s.Argv, Env)
 	if errors.Is(err, syscall.E2BIG) {

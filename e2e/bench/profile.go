@@ -57,7 +57,7 @@ func runProfile(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench profile: conf %s: %s %v\n", path, cfg.State, cfg.Errors)
 		return 2
 	}
-	sb, err := bwrap.New(bwrap.Config{Shim: c.shim, Cgroups: cg, Limits: rt.DefaultSandboxLimits()})
+	sb, err := bwrap.New(context.Background(), bwrap.Config{Shim: c.shim, Cgroups: cg, Limits: rt.DefaultSandboxLimits()})
 	if err != nil {
 		fmt.Fprintf(stderr, "bench profile: %v\n", err)
 		return 2
@@ -68,7 +68,7 @@ func runProfile(args []string, stderr io.Writer) int {
 	audit.SetFormatter(&logrus.JSONFormatter{})
 	audit.SetOutput(io.Discard)
 	srv := server.New(server.Options{Version: "bench", Conf: cfg, Direct: &direct.Runner{Cgroups: cg, Shim: c.shim},
-		Sandbox: sb, SandboxName: "bwrap", Log: log, Audit: audit})
+		Sandbox: rt.ReadySandbox("bwrap", sb), Log: log, Audit: audit})
 	cr, sw := io.Pipe()
 	sr, cw := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())

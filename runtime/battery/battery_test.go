@@ -50,7 +50,7 @@ func backends(t *testing.T) []backend {
 	cg := rt.DetectCgroups()
 	t.Cleanup(cg.Close)
 	var out []backend
-	if b, err := bwrap.New(bwrap.Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: testLimits()}); err != nil {
+	if b, err := bwrap.New(context.Background(), bwrap.Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: testLimits()}); err != nil {
 		requireOrSkip(t, "bwrap: %v", err)
 	} else {
 		out = append(out, backend{"bwrap", b, testLimits()})
@@ -59,7 +59,7 @@ func backends(t *testing.T) []backend {
 	// directly, with no enter shim: the rlimits alone bound the call.
 	nolim := testLimits()
 	nolim.Pids, nolim.Memory = 0, 0
-	if b, err := bwrap.New(bwrap.Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: nolim}); err != nil {
+	if b, err := bwrap.New(context.Background(), bwrap.Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: nolim}); err != nil {
 		requireOrSkip(t, "bwrap without cgroup limits: %v", err)
 	} else {
 		out = append(out, backend{"bwrap/no-cgroup-limits", b, nolim})

@@ -71,6 +71,10 @@ type Plan struct {
 	// Rlimits are set by the shim inside the sandbox before it execs the
 	// tool: everything the tool starts inherits them.
 	Rlimits []rt.Rlimit
+	// KeepStderr leaves the tool's stderr apart from its stdout (a
+	// built-in's helper, whose stdout is parsed); a tool call has one
+	// stream.
+	KeepStderr bool
 
 	// The fields below are for services (Runner.StartService); a tool
 	// call leaves them zero.
@@ -194,7 +198,7 @@ func Args(h Host, p Plan) []string {
 		a = append(a, "--setenv", k, v)
 	}
 	a = append(a, "--", ShimPath)
-	init := rt.ShimSpec{Mode: rt.ShimInit, Rlimits: p.Rlimits, UID: -1, GID: -1, Path: p.Exe, Argv: p.Argv}
+	init := rt.ShimSpec{Mode: rt.ShimInit, Rlimits: p.Rlimits, UID: -1, GID: -1, KeepStderr: p.KeepStderr, Path: p.Exe, Argv: p.Argv}
 	return append(a, init.Args()...)
 }
 

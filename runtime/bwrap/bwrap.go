@@ -66,10 +66,25 @@ func Find() (string, error) {
 }
 
 // New sets up the backend and proves it works here by running one trivial
-// sandbox with the full policy. An error says exactly why bwrap cannot run;
-// the caller reports it and test-class tools answer isError (they never run
-// unsandboxed).
-func New(cfg Config) (*Runner, error) {
+// sandbox with the full policy (bounded by ctx): Prepare, then SelfTest. An
+// error says exactly why bwrap cannot run; the caller reports it and
+// test-class tools answer isError (they never run unsandboxed).
+func New(ctx context.Context, cfg Config) (*Runner, error) {
+	r, err := Prepare(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.SelfTest(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Prepare checks what can be known without starting a process (bwrap and
+// the shim are there and usable by the sandbox uid, the cgroup controllers
+// the limits need exist) and returns the backend, not yet proven to work:
+// SelfTest does that.
+func Prepare(cfg Config) (*Runner, error) {
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, err
 	}
@@ -94,9 +109,6 @@ func New(cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("%s runs inside every sandbox: %w", rt.ShimName, err)
 	}
 	r.host = DetectHost(lstat, os.Readlink)
-	if err := r.selfTest(); err != nil {
-		return nil, err
-	}
 	return r, nil
 }
 
@@ -120,9 +132,9 @@ func (r *Runner) Check(dir, exe string) error {
 	return rt.CheckSandboxTool(dir, exe, r.uid, r.gid)
 }
 
-// selfTest runs /usr/bin/true (or /bin/true) in a sandbox with the full
+// SelfTest runs /usr/bin/true (or /bin/true) in a sandbox with the full
 // policy and reports bwrap's own message when it fails.
-func (r *Runner) selfTest() error {
+func (r *Runner) SelfTest(ctx context.Context) error {
 	exe := "/usr/bin/true"
 	if _, err := os.Stat(exe); err != nil {
 		exe = "/bin/true"
@@ -135,12 +147,15 @@ func (r *Runner) selfTest() error {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return fmt.Errorf("bwrap self-test: %w", err)
 	}
-	res, err := r.Run(context.Background(), rt.Invocation{
+	res, err := r.Run(ctx, rt.Invocation{
 		ID: "selftest", Name: "selftest", Path: exe, Argv: []string{exe}, Dir: dir,
 		Timeout: 10 * time.Second, MaxBytes: 4096,
 	})
 	if err != nil {
 		return fmt.Errorf("bwrap self-test: %w", err)
+	}
+	if res.Limit == rt.LimitCancelled {
+		return errors.New("bwrap self-test: cancelled (the server is stopping)")
 	}
 	if res.ExitCode != 0 {
 		return fmt.Errorf("bwrap cannot create the sandbox here (exit %d): %s%s", res.ExitCode,
@@ -184,7 +199,8 @@ func Hint(msg string) string {
 
 // Run runs inv in a fresh sandbox.
 func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
-	plan := Plan{Shim: r.shim, Exe: inv.Argv[0], ExeResolved: inv.Path, Argv: inv.Argv, Dir: inv.Dir, TmpSize: r.limits.TmpSize}
+	plan := Plan{Shim: r.shim, Exe: inv.Argv[0], ExeResolved: inv.Path, Argv: inv.Argv, Dir: inv.Dir, TmpSize: r.limits.TmpSize,
+		KeepStderr: inv.StderrMax > 0}
 	group, start, err := r.enter(inv.ID, plan)
 	if err != nil {
 		return rt.Result{}, err
@@ -198,6 +214,8 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		Dir:         "/",
 		Timeout:     inv.Timeout,
 		MaxBytes:    inv.MaxBytes,
+		StderrMax:   inv.StderrMax,
+		Stdin:       inv.Stdin,
 		Seen:        inv.Seen,
 		Group:       group,
 	})

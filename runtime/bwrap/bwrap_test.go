@@ -27,7 +27,7 @@ func newRunner(t *testing.T) *Runner {
 	}
 	cg := rt.DetectCgroups()
 	t.Cleanup(cg.Close)
-	r, err := New(Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: rt.DefaultSandboxLimits()})
+	r, err := New(context.Background(), Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: rt.DefaultSandboxLimits()})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -66,5 +66,31 @@ func TestHint(t *testing.T) {
 		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
 			t.Errorf("Hint(%q) = %q, want it to name %q", tc.msg, got, tc.want)
 		}
+	}
+}
+
+// TestRunHelperStreams: a helper run (Invocation.StderrMax set) keeps
+// stderr apart from stdout inside the sandbox and is fed its Stdin; a tool
+// call keeps one stream.
+func TestRunHelperStreams(t *testing.T) {
+	r := newRunner(t)
+	dir := testbin.Dir(t)
+	cat := "/usr/bin/cat"
+	inv := rt.Invocation{ID: "helper-streams", Path: cat, Argv: []string{cat, "-", "/nonexistent"}, Dir: dir,
+		Timeout: 10 * time.Second, MaxBytes: 1 << 16, StderrMax: 4096, Stdin: []byte("from stdin\n")}
+	res, err := r.Run(context.Background(), inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res.Output) != "from stdin\n" || !strings.Contains(string(res.Stderr), "/nonexistent") {
+		t.Errorf("helper run: stdout %q, stderr %q; want the stdin on stdout and cat's complaint apart", res.Output, res.Stderr)
+	}
+	inv.ID, inv.StderrMax, inv.Stdin = "tool-streams", 0, nil
+	res, err = r.Run(context.Background(), inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(res.Output), "/nonexistent") || len(res.Stderr) != 0 {
+		t.Errorf("tool call: output %q, stderr %q; want one stream and stdin /dev/null", res.Output, res.Stderr)
 	}
 }

@@ -36,13 +36,15 @@ func (r *Runner) Tracking() string {
 // Run runs inv directly.
 func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
 	c := rt.Cmd{
-		Path:     inv.Path,
-		Args:     inv.Argv,
-		Env:      rt.Env,
-		Dir:      inv.Dir,
-		Timeout:  inv.Timeout,
-		MaxBytes: inv.MaxBytes,
-		Seen:     inv.Seen,
+		Path:      inv.Path,
+		Args:      inv.Argv,
+		Env:       rt.Env,
+		Dir:       inv.Dir,
+		Timeout:   inv.Timeout,
+		MaxBytes:  inv.MaxBytes,
+		StderrMax: inv.StderrMax,
+		Stdin:     inv.Stdin,
+		Seen:      inv.Seen,
 	}
 	if r.Tracking() == "cgroup2" {
 		g, err := r.Cgroups.NewGroup(inv.ID, rt.Limits{})

@@ -222,7 +222,7 @@ func (p *plan) spec(inv rt.Invocation, id string) (*specs.Spec, error) {
 	if len(inv.Argv) == 0 {
 		return nil, errors.New("oci: empty argv")
 	}
-	shim := rt.ShimSpec{Mode: rt.ShimInit, UID: -1, GID: -1, Path: inv.Path, Argv: inv.Argv}
+	shim := rt.ShimSpec{Mode: rt.ShimInit, UID: -1, GID: -1, KeepStderr: inv.StderrMax > 0, Path: inv.Path, Argv: inv.Argv}
 	t := bundle.Tool{
 		Exe:  inv.Path,
 		Dir:  inv.Dir,
@@ -260,9 +260,24 @@ type Runner struct {
 
 // New checks that the chosen runtime can run here, prepares the skeleton
 // rootfs and the state and bundle directories, sweeps what dead servers
-// left, and runs a probe container. The error says exactly why the runtime
-// cannot be used; callers never fall back to running unsandboxed.
+// left, and runs a probe container: Prepare, then Start. The error says
+// exactly why the runtime cannot be used; callers never fall back to
+// running unsandboxed.
 func New(ctx context.Context, cfg Config) (*Runner, error) {
+	r, err := Prepare(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Start(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Prepare checks what can be known without starting a process or changing
+// the host (the runtime binary, root, the seccomp profile, the shim) and
+// returns the backend, not set up yet: Start does that.
+func Prepare(cfg Config) (*Runner, error) {
 	p, err := newPlan(cfg)
 	if err != nil {
 		return nil, err
@@ -276,15 +291,21 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := checkShimReadable(p.cfg.Shim); err != nil {
 		return nil, err
 	}
-	r := &Runner{plan: p}
+	return &Runner{plan: p}, nil
+}
+
+// Start sweeps what dead servers left, lays out the server's directories
+// and runs a probe container (bounded by ctx). On error nothing of this
+// server is left on the host.
+func (r *Runner) Start(ctx context.Context) error {
 	if err := r.prepare(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := r.probe(ctx); err != nil {
 		_ = r.Close()
-		return nil, err
+		return err
 	}
-	return r, nil
+	return nil
 }
 
 // checkShimReadable refuses a toolgate binary the sandbox uid could not
@@ -359,13 +380,15 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 
 	argv := r.runtimeArgs("run", "--bundle", b, id)
 	c := rt.Cmd{
-		Path:     r.bin,
-		Args:     argv,
-		Env:      rt.Env,
-		Dir:      b,
-		Timeout:  inv.Timeout,
-		MaxBytes: inv.MaxBytes,
-		Seen:     inv.Seen,
+		Path:      r.bin,
+		Args:      argv,
+		Env:       rt.Env,
+		Dir:       b,
+		Timeout:   inv.Timeout,
+		MaxBytes:  inv.MaxBytes,
+		StderrMax: inv.StderrMax,
+		Stdin:     inv.Stdin,
+		Seen:      inv.Seen,
 		// Killing `runc run` leaves the container running: stop it
 		// through the runtime, and always kill and delete it after.
 		Stop:   func(int) { r.kill(id) },
