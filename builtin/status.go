@@ -23,7 +23,8 @@ type Status struct {
 // downstream server's state. It names variables, never their values.
 type RegistryStatus struct {
 	Dir     string             `json:"dir"`
-	State   string             `json:"state"` // absent, loaded, refused
+	State   string             `json:"state"`             // absent, loaded, refused
+	Listing bool               `json:"listing,omitempty"` // its servers' tools are being listed
 	Reason  string             `json:"reason,omitempty"`
 	Errors  []string           `json:"errors,omitempty"`
 	Servers []DownstreamStatus `json:"servers,omitempty"`
@@ -57,9 +58,13 @@ type ConfError struct {
 	Reason string `json:"reason"`
 }
 
-// SandboxState says which backend runs test-class tools and whether it can.
+// SandboxState says which backend runs test-class tools (and the
+// built-ins' helpers) and whether it can: its self-test runs beside
+// serving, so State is pending until it has answered, then ready or
+// unavailable (with the Reason).
 type SandboxState struct {
 	Backend   string `json:"backend"`
+	State     string `json:"state"`
 	Available bool   `json:"available"`
 	Reason    string `json:"reason,omitempty"`
 }
@@ -133,13 +138,20 @@ func (s Status) Text() string {
 		b.WriteString("  every external tool and expose subtraction is disabled; built-ins stay on\n")
 	}
 	fmt.Fprintf(&b, "sandbox: %s", s.Sandbox.Backend)
-	if s.Sandbox.Available {
+	switch {
+	case s.Sandbox.Available:
 		b.WriteString(" (available)\n")
-	} else {
+	case s.Sandbox.State == "pending":
+		b.WriteString(" (self-test still running: sandboxed calls wait for it)\n")
+	default:
 		fmt.Fprintf(&b, " (unavailable: %s)\n", s.Sandbox.Reason)
 	}
 	if r := s.Registry; r != nil {
-		fmt.Fprintf(&b, "tool-mcp registry %s: %s\n", r.Dir, r.State)
+		fmt.Fprintf(&b, "tool-mcp registry %s: %s", r.Dir, r.State)
+		if r.Listing {
+			b.WriteString(" (listing its servers' tools)")
+		}
+		b.WriteString("\n")
 		if r.Reason != "" {
 			fmt.Fprintf(&b, "  %s\n", r.Reason)
 		}

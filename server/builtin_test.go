@@ -17,7 +17,9 @@ import (
 
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/direct"
 )
 
 // builtinTestRunner refuses to run anything: these tests call built-ins only.
@@ -95,7 +97,10 @@ func builtinWorkspace(t *testing.T) (string, string) {
 
 func builtinServer(t *testing.T, root, tokei, confText string) *client.Client {
 	t.Helper()
-	tools, _, err := builtin.Tools(builtin.Config{Root: root, Tokei: tokei, SearchPath: "/usr/bin:/bin", Version: "test"})
+	// The helpers run on the host here: these tests are about the MCP
+	// surface; builtin's own tests prove them sandboxed with real bwrap.
+	tools, _, err := builtin.Tools(builtin.Config{Root: root, Tokei: tokei, SearchPath: "/usr/bin:/bin", Version: "test",
+		Sandbox: &direct.Runner{Shim: testbin.Shim(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +108,7 @@ func builtinServer(t *testing.T, root, tokei, confText string) *client.Client {
 	if confText != "" && c.State != conf.StateLoaded {
 		t.Fatalf("conf refused: %v", c.Errors)
 	}
-	s := New(Options{Version: "test", Conf: c, Builtins: tools, Direct: builtinTestRunner{}, Sandbox: builtinTestRunner{}, SandboxName: "bwrap"})
+	s := New(Options{Version: "test", Conf: c, Builtins: tools, Direct: builtinTestRunner{}, Sandbox: rt.ReadySandbox("bwrap", builtinTestRunner{})})
 	cl, err := client.NewInProcessClient(s.MCP())
 	if err != nil {
 		t.Fatal(err)

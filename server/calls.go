@@ -27,7 +27,17 @@ const ProgressInterval = time.Second
 // cancellation.
 func (s *Server) hooks() *mcpserver.Hooks {
 	h := &mcpserver.Hooks{}
-	h.AddBeforeCallTool(func(_ context.Context, id any, req *mcp.CallToolRequest) {
+	// The downstream tools join the list once their servers are listed
+	// (StartDownstream): tools/list waits for that, and so does a call of
+	// a name not served yet, so that neither depends on how fast a
+	// downstream server starts.
+	h.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) {
+		s.waitListed(ctx)
+	})
+	h.AddBeforeCallTool(func(ctx context.Context, id any, req *mcp.CallToolRequest) {
+		if !s.known(req.Params.Name) {
+			s.waitListed(ctx)
+		}
 		b, err := json.Marshal(id)
 		if err != nil {
 			return

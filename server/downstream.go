@@ -158,20 +158,63 @@ type DownstreamOptions struct {
 	MaxBytes int
 }
 
-// downstreamSet is the Server's part for downstream servers.
+// downstreamSet is the Server's part for downstream servers. servers and
+// status are written by ConnectDownstream under Server.mu.
 type downstreamSet struct {
 	opts    DownstreamOptions
 	servers []*downstream
 	status  *builtin.RegistryStatus
 }
 
-// registryStatus is the registry section of checkpoint_status; nil when
-// there is no registry.
-func (ds *downstreamSet) registryStatus() *builtin.RegistryStatus {
-	if ds == nil {
+// registryStatus is a copy of the registry section of checkpoint_status;
+// nil when there is no registry.
+func (s *Server) registryStatus() *builtin.RegistryStatus {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.down == nil {
 		return nil
 	}
-	return ds.status
+	st := *s.down.status
+	st.Errors = slices.Clone(st.Errors)
+	st.Servers = slices.Clone(st.Servers)
+	return &st
+}
+
+// updateStatus changes the registry status under the lock.
+func (s *Server) updateStatus(f func(st *builtin.RegistryStatus)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(s.down.status)
+}
+
+// StartDownstream is ConnectDownstream beside serving: it returns at once,
+// and tools/list (and a call of a name not served yet) waits until every
+// server of the registry is listed, each within its startup_timeout_sec.
+// Close cancels a discovery still under way. Call it once, after New and
+// before serving.
+func (s *Server) StartDownstream(ctx context.Context, opts DownstreamOptions) {
+	if opts.Registry == nil || opts.Registry.State != conf.StateLoaded || len(opts.Registry.Servers) == 0 {
+		s.ConnectDownstream(ctx, opts)
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s.listed = make(chan struct{})
+	s.stopDiscovery = cancel
+	go func() {
+		defer close(s.listed)
+		s.ConnectDownstream(ctx, opts)
+	}()
+}
+
+// waitListed waits, within ctx, for the discovery StartDownstream began.
+func (s *Server) waitListed(ctx context.Context) {
+	if s.listed == nil {
+		return
+	}
+	select {
+	case <-s.listed:
+	case <-ctx.Done():
+	}
 }
 
 // ConnectDownstream starts or connects to every server of the registry,
@@ -185,7 +228,12 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts DownstreamOptions) 
 		return
 	}
 	st := &builtin.RegistryStatus{Dir: r.Dir, State: string(r.State), Reason: r.Reason}
+	if r.State == conf.StateLoaded && len(r.Servers) > 0 {
+		st.Listing = true
+	}
+	s.mu.Lock()
 	s.down = &downstreamSet{opts: opts, status: st}
+	s.mu.Unlock()
 	e := s.log.WithFields(logrus.Fields{"registry": r.Dir, "state": r.State})
 	switch r.State {
 	case conf.StateAbsent:
@@ -216,19 +264,27 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts DownstreamOptions) 
 	}
 	wg.Wait()
 	for _, d := range downs {
-		s.down.servers = append(s.down.servers, d)
-		st.Servers = append(st.Servers, d.register())
+		ds := d.register()
+		s.updateStatus(func(st *builtin.RegistryStatus) {
+			s.down.servers = append(s.down.servers, d)
+			st.Servers = append(st.Servers, ds)
+		})
 	}
+	s.updateStatus(func(st *builtin.RegistryStatus) { st.Listing = false })
 	e.WithField("servers", len(downs)).Info("tool-mcp registry loaded")
 }
 
 // refuseRegistry records a refused registry: every downstream server is
 // disabled. The reasons name keys and variables, never values.
 func (s *Server) refuseRegistry(st *builtin.RegistryStatus, errs []error) {
-	st.State = string(conf.StateRefused)
 	e := s.log.WithFields(logrus.Fields{"registry": st.Dir, "state": conf.StateRefused})
+	s.updateStatus(func(st *builtin.RegistryStatus) {
+		st.State, st.Listing = string(conf.StateRefused), false
+		for _, err := range errs {
+			st.Errors = append(st.Errors, err.Error())
+		}
+	})
 	for _, err := range errs {
-		st.Errors = append(st.Errors, err.Error())
 		e.WithField("reason", err.Error()).Error("tool-mcp registry refused")
 	}
 	e.Error("tool-mcp registry refused: every downstream server is disabled; built-in and tools.conf tools are unaffected")
@@ -240,9 +296,11 @@ func (s *Server) refuseRegistry(st *builtin.RegistryStatus, errs []error) {
 // what servers offer, so that the outcome does not depend on a server.
 func (s *Server) collisions(r *conf.Registry) []error {
 	taken := map[string]string{}
+	s.mu.RLock()
 	for name := range s.order {
 		taken[name] = "the built-in tool"
 	}
+	s.mu.RUnlock()
 	if c := s.opts.Conf; c != nil && c.State == conf.StateLoaded {
 		for _, t := range c.Tools {
 			taken[t.Name] = fmt.Sprintf("the tools.conf tool at %s line %d", c.Path, t.Line)
@@ -278,12 +336,12 @@ func (s *Server) newDownstream(srv conf.ToolServer) *downstream {
 				d.unavailable = errors.New("no direct service runner configured")
 			}
 		case s.down.opts.Services != nil:
-			d.backend, d.starter = s.opts.SandboxName, s.down.opts.Services
+			d.backend, d.starter = s.opts.Sandbox.Name(), s.down.opts.Services
 		default:
-			d.backend = s.opts.SandboxName
+			d.backend = s.opts.Sandbox.Name()
 			d.unavailable = s.down.opts.ServicesErr
 			if d.unavailable == nil {
-				d.unavailable = fmt.Errorf("%w; the %s backend cannot run them", ErrNeedsBwrap, s.opts.SandboxName)
+				d.unavailable = fmt.Errorf("%w; the %s backend cannot run them", ErrNeedsBwrap, s.opts.Sandbox.Name())
 			}
 		}
 	}
@@ -659,11 +717,18 @@ func (d *downstream) shutdown() {
 // Close stops every downstream server (and everything each started) and
 // closes the HTTP sessions. Call it when serving ends.
 func (s *Server) Close() {
-	if s.down == nil {
+	if s.stopDiscovery != nil {
+		s.stopDiscovery()
+		<-s.listed
+	}
+	s.mu.RLock()
+	ds := s.down
+	s.mu.RUnlock()
+	if ds == nil {
 		return
 	}
 	var wg sync.WaitGroup
-	for _, d := range s.down.servers {
+	for _, d := range ds.servers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -66,7 +66,7 @@ func bwrapServices(t *testing.T) *bwrap.Runner {
 	}
 	cg := rt.DetectCgroups()
 	t.Cleanup(cg.Close)
-	r, err := bwrap.New(bwrap.Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: rt.DefaultSandboxLimits()})
+	r, err := bwrap.New(context.Background(), bwrap.Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: rt.DefaultSandboxLimits()})
 	if err != nil {
 		t.Fatalf("bwrap: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -206,8 +207,8 @@ func newHarness(t *testing.T, opts Options, dopts DownstreamOptions, env map[str
 	if opts.Direct == nil {
 		opts.Direct = &fakeRunner{}
 	}
-	if opts.SandboxName == "" {
-		opts.SandboxName = "bwrap"
+	if opts.Sandbox == nil {
+		opts.Sandbox = rt.FailedSandbox("bwrap", errors.New("no backend in this test"))
 	}
 	if dopts.DirectServices == nil {
 		dopts.DirectServices = &rt.DirectServices{Shim: testbin.Shim(t)}
@@ -666,7 +667,7 @@ func TestRegistryCollision(t *testing.T) {
 func TestDownstreamUnavailable(t *testing.T) {
 	reg := strings.Replace(fakeRegistry, "sandbox = false\n", "", 1)
 	r := loadRegistry(t, map[string]string{"10-fake.toml": reg})
-	h := newHarness(t, Options{SandboxName: "oci"},
+	h := newHarness(t, Options{Sandbox: rt.ReadySandbox("oci", &fakeRunner{})},
 		DownstreamOptions{Registry: r, ServicesErr: fmt.Errorf("%w: --backend oci runs tools, not long-lived servers", ErrNeedsBwrap)},
 		map[string]string{"TOOLGATE_FAKE_SECRET": "x"})
 	tools := h.tools(t)

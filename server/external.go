@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -95,9 +96,8 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 		runner := s.opts.Direct
 		if t.Class == conf.ClassTest {
 			runner = s.opts.Sandbox
-			if runner == nil {
-				return refuse("no sandbox", errorResult("toolgate: %s is a test-class tool and runs only sandboxed, but the %s sandbox backend is unavailable: %v. It is never run unsandboxed; `toolgate doctor` says how to fix the backend.",
-					t.Name, s.opts.SandboxName, s.opts.SandboxErr))
+			if state, err := s.opts.Sandbox.State(); state == rt.SandboxUnavailable {
+				return refuse("no sandbox", s.noSandbox(t.Name, err))
 			}
 		}
 		queued := time.Now()
@@ -109,6 +109,8 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 			return refuse("queue", errorResult("toolgate: %s: %v", t.Name, err))
 		}
 		defer release()
+		s.inFlight.Add(1)
+		defer s.inFlight.Add(-1)
 		inv := rt.Invocation{
 			ID:       s.nextID(),
 			Name:     t.Name,
@@ -133,6 +135,9 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 			s.cancelled.add(requestID(req))
 			rec["cancelled"] = true
 		}
+		if errors.Is(err, rt.ErrSandboxUnavailable) {
+			return refuse("no sandbox", s.noSandbox(t.Name, err))
+		}
 		if err != nil {
 			rec["error"] = err.Error()
 			rec["is_error"] = true
@@ -149,6 +154,13 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 		s.audit(rec, "call")
 		return renderResult(res, backend), nil
 	}
+}
+
+// noSandbox is the answer of a test-class call while the sandbox backend
+// is unavailable.
+func (s *Server) noSandbox(name string, err error) *mcp.CallToolResult {
+	return errorResult("toolgate: %s is a test-class tool and runs only sandboxed, but the %s sandbox backend is unavailable: %v. It is never run unsandboxed; `toolgate doctor` says how to fix the backend.",
+		name, s.opts.Sandbox.Name(), err)
 }
 
 // acquire takes a slot of --max-concurrent. A call that would wait longer

@@ -7,6 +7,8 @@ import (
 	"io"
 	"testing"
 	"time"
+
+	rt "github.com/toolgate/toolgate/runtime"
 )
 
 // FuzzServeLine: no line, however malformed, stops the server or makes it
@@ -34,7 +36,7 @@ func FuzzServeLine(f *testing.F) {
 				break
 			}
 		}
-		s := New(Options{Conf: conf, Direct: &fakeRunner{}, Sandbox: &fakeRunner{}})
+		s := New(Options{Conf: conf, Direct: &fakeRunner{}, Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{})})
 		inR, inW := io.Pipe()
 		outR, outW := io.Pipe()
 		done := make(chan error, 1)

@@ -7,12 +7,14 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,12 +39,10 @@ type Options struct {
 	Builtins []builtin.Tool
 	// Direct runs read-class tools.
 	Direct rt.Runner
-	// Sandbox runs test-class tools; nil when no sandbox backend can run
-	// here, in which case SandboxErr says why and test tools answer
-	// isError. They never fall back to Direct.
-	Sandbox     rt.Runner
-	SandboxName string
-	SandboxErr  error
+	// Sandbox runs test-class tools, set up beside serving. While it is
+	// unavailable test tools answer isError with the reason; they never
+	// fall back to Direct. Nil means no sandbox backend at all.
+	Sandbox *rt.Sandbox
 	// MaxConcurrent bounds concurrent external calls; the excess queues.
 	MaxConcurrent int
 	// Log receives the server's own messages. It must not write to stdout.
@@ -59,11 +59,20 @@ type Server struct {
 	log       *logrus.Logger
 	auditLog  *logrus.Logger
 	cancelled cancelled
-	order     map[string]int
-	served    []builtin.ToolStatus
 	sem       chan struct{}
 	callSeq   atomic.Uint64
-	down      *downstreamSet // ConnectDownstream
+	inFlight  atomic.Int64
+
+	// mu guards what the downstream discovery adds while serving.
+	mu     sync.RWMutex
+	order  map[string]int
+	served []builtin.ToolStatus
+	down   *downstreamSet // ConnectDownstream
+
+	// listed is closed when the downstream discovery started by
+	// StartDownstream has finished; nil when none was started.
+	listed        chan struct{}
+	stopDiscovery context.CancelFunc
 }
 
 // New builds the server and its tool registry. The tool set is fixed here:
@@ -78,6 +87,9 @@ func New(opts Options) *Server {
 	}
 	if opts.Audit == nil {
 		opts.Audit = opts.Log
+	}
+	if opts.Sandbox == nil {
+		opts.Sandbox = rt.FailedSandbox("none", errors.New("no sandbox backend configured"))
 	}
 	s := &Server{
 		opts:     opts,
@@ -98,18 +110,35 @@ func New(opts Options) *Server {
 	return s
 }
 
+// InFlight is the number of external calls running now.
+func (s *Server) InFlight() int { return int(s.inFlight.Load()) }
+
 // MCP returns the underlying MCP server (for in-process tests).
 func (s *Server) MCP() *mcpserver.MCPServer { return s.mcp }
 
 // Served lists the tools in tools/list order with the backend each uses.
-func (s *Server) Served() []builtin.ToolStatus { return s.served }
+func (s *Server) Served() []builtin.ToolStatus {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.served)
+}
 
 // sortTools orders tools/list: checkpoint_status, the other built-ins in
 // their fixed order, externals in conf order, then downstream tools.
 func (s *Server) sortTools(_ context.Context, tools []mcp.Tool) []mcp.Tool {
 	out := append([]mcp.Tool(nil), tools...)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	slices.SortStableFunc(out, func(a, b mcp.Tool) int { return s.order[a.Name] - s.order[b.Name] })
 	return out
+}
+
+// known reports whether a tool of that name is served.
+func (s *Server) known(name string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, ok := s.order[name]
+	return ok
 }
 
 // entry is one served tool: its definition, handler and status line.
@@ -123,11 +152,13 @@ type entry struct {
 // does per-call work in AddTool that a 500-tool conf would pay 500 times.
 func (s *Server) add(entries ...entry) {
 	tools := make([]mcpserver.ServerTool, 0, len(entries))
+	s.mu.Lock()
 	for _, e := range entries {
 		s.order[e.tool.Name] = len(s.order)
 		tools = append(tools, mcpserver.ServerTool{Tool: e.tool, Handler: e.handler})
 		s.served = append(s.served, e.status)
 	}
+	s.mu.Unlock()
 	s.mcp.AddTools(tools...)
 }
 
@@ -139,7 +170,7 @@ func (s *Server) register() {
 			continue
 		}
 		entries = append(entries, entry{builtinTool(b), s.builtinHandler(b),
-			builtin.ToolStatus{Name: b.Name, Kind: "builtin", Backend: "builtin"}})
+			builtin.ToolStatus{Name: b.Name, Kind: "builtin", Backend: s.builtinBackend(b)}})
 	}
 	if s.opts.Conf != nil && s.opts.Conf.State == conf.StateLoaded {
 		for _, t := range s.opts.Conf.Tools {
@@ -166,7 +197,16 @@ func (s *Server) backendName(t conf.Tool) string {
 	if t.Class == conf.ClassRead {
 		return string(rt.BackendDirect)
 	}
-	return s.opts.SandboxName
+	return s.opts.Sandbox.Name()
+}
+
+// builtinBackend is where a built-in runs: in the server, or (its helper)
+// in the sandbox backend.
+func (s *Server) builtinBackend(b builtin.Tool) string {
+	if b.Sandboxed {
+		return s.opts.Sandbox.Name()
+	}
+	return "builtin"
 }
 
 func builtinTool(b builtin.Tool) mcp.Tool {
@@ -187,7 +227,7 @@ func (s *Server) builtinHandler(b builtin.Tool) mcpserver.ToolHandlerFunc {
 		if err != nil {
 			return nil, err
 		}
-		s.audit(logrus.Fields{"request_id": requestID(req), "tool": b.Name, "kind": "builtin", "backend": "builtin",
+		s.audit(logrus.Fields{"request_id": requestID(req), "tool": b.Name, "kind": "builtin", "backend": s.builtinBackend(b),
 			"is_error": res.IsError, "elapsed_ms": time.Since(start).Milliseconds()}, "call")
 		return toolResult(res.Text, res.Structured, res.IsError), nil
 	}
@@ -219,18 +259,20 @@ func toolResult(text string, structured any, isError bool) *mcp.CallToolResult {
 // status is the checkpoint_status source.
 func (s *Server) status(ctx context.Context) builtin.Status {
 	c := s.opts.Conf
+	state, err := s.opts.Sandbox.State()
 	st := builtin.Status{
 		Version:  s.opts.Version,
 		Protocol: mcpserver.RequestProtocolVersion(ctx),
 		Sandbox: builtin.SandboxState{
-			Backend:   s.opts.SandboxName,
-			Available: s.opts.Sandbox != nil,
+			Backend:   s.opts.Sandbox.Name(),
+			State:     string(state),
+			Available: state == rt.SandboxReady,
 		},
-		Tools:    s.served,
-		Registry: s.down.registryStatus(),
+		Tools:    s.Served(),
+		Registry: s.registryStatus(),
 	}
-	if s.opts.SandboxErr != nil {
-		st.Sandbox.Reason = s.opts.SandboxErr.Error()
+	if err != nil {
+		st.Sandbox.Reason = err.Error()
 	}
 	if c != nil {
 		st.Conf = ConfStatus(c)

@@ -127,7 +127,7 @@ const twoTools = "tool zeta EXE read 5 100 off DIR -- a b\ntool alpha EXE test 7
 func TestListOrderAndExpose(t *testing.T) {
 	c := loadConf(t, twoTools+"expose repo_chunks off\n")
 	s := New(Options{Conf: c, Builtins: []builtin.Tool{fakeBuiltin("repo_manifest"), fakeBuiltin("repo_chunks")},
-		Direct: &fakeRunner{}, Sandbox: &fakeRunner{}, SandboxName: "bwrap"})
+		Direct: &fakeRunner{}, Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{})})
 	got := strings.Join(listNames(t, session(t, s)), ",")
 	// checkpoint_status first, built-ins in their order, externals in conf
 	// order (not sorted: zeta before alpha), the exposed-off one absent.
@@ -138,7 +138,7 @@ func TestListOrderAndExpose(t *testing.T) {
 
 func TestExternalToolDefinition(t *testing.T) {
 	c := loadConf(t, twoTools)
-	s := New(Options{Conf: c, Direct: &fakeRunner{}, Sandbox: &fakeRunner{}, SandboxName: "bwrap"})
+	s := New(Options{Conf: c, Direct: &fakeRunner{}, Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{})})
 	res, err := session(t, s).ListTools(context.Background(), mcp.ListToolsRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func TestCallRoutesByClass(t *testing.T) {
 	c := loadConf(t, twoTools)
 	direct := &fakeRunner{res: rt.Result{Output: []byte("hi\n"), OutputBytes: 3, Elapsed: 12 * time.Millisecond}}
 	sandbox := &fakeRunner{res: rt.Result{ExitCode: 2, Output: []byte("fail"), Elapsed: time.Millisecond}}
-	s := New(Options{Conf: c, Direct: direct, Sandbox: sandbox, SandboxName: "bwrap"})
+	s := New(Options{Conf: c, Direct: direct, Sandbox: rt.ReadySandbox("bwrap", sandbox)})
 	sess := session(t, s)
 
 	res, err := callTool(t, sess, "zeta", map[string]any{})
@@ -202,8 +202,8 @@ func TestCallRoutesByClass(t *testing.T) {
 // answers isError and the direct runner is never called.
 func TestTestToolNeverUnsandboxed(t *testing.T) {
 	direct := &fakeRunner{}
-	s := New(Options{Conf: loadConf(t, twoTools), Direct: direct, SandboxName: "bwrap",
-		SandboxErr: errors.New("bwrap not found")})
+	s := New(Options{Conf: loadConf(t, twoTools), Direct: direct,
+		Sandbox: rt.FailedSandbox("bwrap", errors.New("bwrap not found"))})
 	res, err := callTool(t, session(t, s), "alpha", nil)
 	if err != nil || !res.IsError {
 		t.Fatalf("%v %+v", err, res)
@@ -220,7 +220,7 @@ func TestTestToolNeverUnsandboxed(t *testing.T) {
 
 func TestArgumentsRefused(t *testing.T) {
 	direct := &fakeRunner{}
-	s := New(Options{Conf: loadConf(t, twoTools), Direct: direct, Sandbox: &fakeRunner{}})
+	s := New(Options{Conf: loadConf(t, twoTools), Direct: direct, Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{})})
 	sess := session(t, s)
 	for _, args := range []any{map[string]any{"x": 1}, map[string]any{"": ""}, []any{"a"}, "str", 3} {
 		res, err := callTool(t, sess, "zeta", args)
@@ -239,7 +239,7 @@ func TestArgumentsRefused(t *testing.T) {
 }
 
 func TestUnknownAndHiddenAnswerAlike(t *testing.T) {
-	s := New(Options{Conf: loadConf(t, twoTools+"expose zeta off\n"), Direct: &fakeRunner{}, Sandbox: &fakeRunner{}})
+	s := New(Options{Conf: loadConf(t, twoTools+"expose zeta off\n"), Direct: &fakeRunner{}, Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{})})
 	sess := session(t, s)
 	_, e1 := callTool(t, sess, "nosuch", nil)
 	_, e2 := callTool(t, sess, "zeta", nil)
@@ -278,7 +278,7 @@ func TestRefusedConfServesBuiltinsOnly(t *testing.T) {
 }
 
 func TestCheckpointStatusTools(t *testing.T) {
-	s := New(Options{Version: "1.2.3", Conf: loadConf(t, twoTools), Direct: &fakeRunner{}, Sandbox: &fakeRunner{}, SandboxName: "bwrap"})
+	s := New(Options{Version: "1.2.3", Conf: loadConf(t, twoTools), Direct: &fakeRunner{}, Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{})})
 	res, err := callTool(t, session(t, s), "checkpoint_status", nil)
 	if err != nil || res.IsError {
 		t.Fatal(err)
@@ -377,7 +377,7 @@ func TestExternalStructuredComplete(t *testing.T) {
 	direct := &fakeRunner{res: rt.Result{Output: []byte("marker-ok\n"), OutputBytes: 10, Elapsed: 3 * time.Millisecond}}
 	sandbox := &fakeRunner{res: rt.Result{ExitCode: 137, Output: []byte("marker-fail"), OutputBytes: 300, Dropped: 289,
 		Truncated: true, TimedOut: true, Limit: rt.LimitTimeout, Elapsed: 7 * time.Second}}
-	s := New(Options{Conf: c, Direct: direct, Sandbox: sandbox, SandboxName: "bwrap"})
+	s := New(Options{Conf: c, Direct: direct, Sandbox: rt.ReadySandbox("bwrap", sandbox)})
 	sess := session(t, s)
 	list, err := sess.ListTools(context.Background(), mcp.ListToolsRequest{})
 	if err != nil {
@@ -410,5 +410,74 @@ func TestExternalStructuredComplete(t *testing.T) {
 		if err := schema.Validate(m); err != nil {
 			t.Errorf("%s: structuredContent %s does not match the outputSchema: %v", tc.tool, b, err)
 		}
+	}
+}
+
+// TestSandboxPending: the sandbox backend's self-test runs beside serving.
+// Until it answers, tools/list and built-ins answer at once, and a
+// test-class call waits for it within its own timeout: it runs when the
+// backend is ready, answers isError when the self-test fails or outlasts
+// the call's timeout, and never runs on the direct runner.
+func TestSandboxPending(t *testing.T) {
+	type outcome struct {
+		r   rt.Runner
+		err error
+	}
+	for _, tc := range []struct {
+		name    string
+		delay   time.Duration
+		outcome func(sb *fakeRunner) outcome
+		wantErr string // "" means the call ran in the sandbox
+	}{
+		{"ready later", 300 * time.Millisecond, func(sb *fakeRunner) outcome { return outcome{sb, nil} }, ""},
+		{"self-test fails", 300 * time.Millisecond, func(*fakeRunner) outcome { return outcome{nil, errors.New("bwrap: Can't mount proc")} }, "Can't mount proc"},
+		{"self-test outlasts the call's timeout", 9 * time.Second, func(sb *fakeRunner) outcome { return outcome{sb, nil} }, "had not finished"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			direct := &fakeRunner{}
+			sandbox := &fakeRunner{res: rt.Result{Output: []byte("ran\n")}}
+			release := make(chan struct{})
+			sb := rt.NewSandbox("bwrap", func(ctx context.Context) (rt.Runner, error) {
+				select {
+				case <-release:
+				case <-time.After(tc.delay):
+				case <-ctx.Done():
+				}
+				o := tc.outcome(sandbox)
+				return o.r, o.err
+			})
+			t.Cleanup(func() { close(release); sb.Close() })
+			// alpha's timeout is 7 s.
+			s := New(Options{Conf: loadConf(t, twoTools), Direct: direct, Sandbox: sb})
+			sess := session(t, s)
+			start := time.Now()
+			if got := strings.Join(listNames(t, sess), ","); got != "checkpoint_status,zeta,alpha" {
+				t.Errorf("tools/list = %s", got)
+			}
+			res, err := callTool(t, sess, "checkpoint_status", nil)
+			if err != nil || !strings.Contains(resultText(res), "self-test still running") {
+				t.Errorf("checkpoint_status while pending: %v %q", err, resultText(res))
+			}
+			if d := time.Since(start); d > 200*time.Millisecond {
+				t.Errorf("tools/list and checkpoint_status took %s while the self-test was pending", d)
+			}
+			res, err = callTool(t, sess, "alpha", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantErr == "" {
+				if res.IsError || !strings.HasPrefix(resultText(res), "ran\n") || len(sandbox.invocations()) != 1 {
+					t.Errorf("call after the self-test: %q isError %v, %d sandbox runs", resultText(res), res.IsError, len(sandbox.invocations()))
+				}
+				if inv := sandbox.invocations(); len(inv) == 1 && (inv[0].Timeout > 7*time.Second-250*time.Millisecond || inv[0].Timeout <= 0) {
+					t.Errorf("the call ran with timeout %s: the wait must count against its 7 s", inv[0].Timeout)
+				}
+			} else if !res.IsError || !strings.Contains(resultText(res), tc.wantErr) || !strings.Contains(resultText(res), "never run unsandboxed") {
+				t.Errorf("call = %q isError %v, want isError naming %q", resultText(res), res.IsError, tc.wantErr)
+			}
+			if n := len(direct.invocations()); n != 0 {
+				t.Errorf("a test-class call ran on the direct runner %d times", n)
+			}
+		})
 	}
 }

@@ -102,7 +102,7 @@ func errCode(m map[string]any) float64 {
 // spec prescribes, or is ignored where it says so, and the next valid
 // request is answered.
 func TestBadProtocolInput(t *testing.T) {
-	s := New(Options{Conf: loadConf(t, twoTools), Direct: &fakeRunner{}, Sandbox: &fakeRunner{}})
+	s := New(Options{Conf: loadConf(t, twoTools), Direct: &fakeRunner{}, Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{})})
 	w := serveWire(t, s)
 	w.send(initLine)
 	w.next(5 * time.Second)

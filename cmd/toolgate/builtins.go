@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/builtin"
+	rt "github.com/toolgate/toolgate/runtime"
 )
 
 // builtinFlags select and configure the workspace built-ins.
@@ -32,24 +33,31 @@ func (f *builtinFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.ctags, "ctags", "", "absolute path of Universal Ctags for outline (default: searched on PATH)")
 }
 
-// config turns the flags into a builtin.Config for the workspace root.
-func (f *builtinFlags) config(root string) (builtin.Config, error) {
+// config turns the flags into a builtin.Config for the workspace root,
+// whose helpers run in sandbox (nil: there is none, and the tools that need
+// a helper are not served).
+func (f *builtinFlags) config(root string, sandbox rt.Runner) (builtin.Config, error) {
 	caps, err := builtin.ParseCaps(f.caps)
 	if err != nil {
 		return builtin.Config{}, fmt.Errorf("--caps: %w", err)
 	}
+	uid, gid := sandboxIDs()
 	return builtin.Config{
 		Root: root, Caps: caps, LockedDown: f.lockedDown,
 		Git: f.git, Tokei: f.tokei, Ctags: f.ctags,
 		SearchPath: os.Getenv("PATH"), Version: version,
+		Sandbox: sandbox,
+		SandboxCheck: func(dir, exe string) error {
+			return rt.CheckSandboxTool(dir, exe, uid, gid)
+		},
 	}, nil
 }
 
 // tools builds the workspace built-ins and logs each helper's state. A
 // helper given by flag that does not work, a bad --caps or a bad --root is
 // an error: the server does not start.
-func (f *builtinFlags) tools(root string, log *logrus.Logger) ([]builtin.Tool, error) {
-	cfg, err := f.config(root)
+func (f *builtinFlags) tools(root string, sandbox rt.Runner, log *logrus.Logger) ([]builtin.Tool, error) {
+	cfg, err := f.config(root, sandbox)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +70,7 @@ func (f *builtinFlags) tools(root string, log *logrus.Logger) ([]builtin.Tool, e
 		if h.Available() {
 			e.WithFields(logrus.Fields{"path": h.Path, "version": h.Version, "enables": strings.Join(h.Enables, ",")}).Info("helper found")
 		} else {
-			e.WithField("reason", h.Err.Error()).Info("helper unavailable: " + strings.Join(h.Enables, ", ") + " not served")
+			e.WithField("reason", h.Reason().Error()).Info("helper unavailable: " + strings.Join(h.Enables, ", ") + " not served")
 		}
 	}
 	return tools, nil
@@ -70,8 +78,8 @@ func (f *builtinFlags) tools(root string, log *logrus.Logger) ([]builtin.Tool, e
 
 // writeHelpers is doctor's helpers section: each helper, its path and
 // version, the tools it enables, and the fix when it is missing.
-func writeHelpers(w io.Writer, f *builtinFlags, root string) bool {
-	cfg, err := f.config(root)
+func writeHelpers(w io.Writer, f *builtinFlags, root string, sandbox rt.Runner) bool {
+	cfg, err := f.config(root, sandbox)
 	if err != nil {
 		fmt.Fprintf(w, "[FAIL] built-ins: %v\n", err)
 		return false
@@ -88,8 +96,12 @@ func writeHelpers(w io.Writer, f *builtinFlags, root string) bool {
 		if h.Source == "flag" {
 			mark = "[FAIL]"
 		}
-		fmt.Fprintf(w, "%s helper %s: %v; %s not served\n", mark, h.Name, h.Err, tools)
-		fmt.Fprintf(w, "         fix: %s, or pass %s /absolute/path\n", h.Fix, h.Flag)
+		fmt.Fprintf(w, "%s helper %s: %v; %s not served\n", mark, h.Name, h.Reason(), tools)
+		if h.Err != nil {
+			fmt.Fprintf(w, "         fix: %s, or pass %s /absolute/path\n", h.Fix, h.Flag)
+		} else {
+			fmt.Fprintf(w, "         fix: make the sandbox backend work here (above), and serve a --root the sandbox uid can reach\n")
+		}
 	}
 	return ok
 }

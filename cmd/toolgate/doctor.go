@@ -51,6 +51,8 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 	}[dr.Tracking()])
 
 	ok := true
+	var chosenRunner rt.Runner // runs the built-ins' helpers
+	defer func() { closeSandbox(chosenRunner) }()
 	for _, b := range rt.KnownBackends() {
 		chosen := string(b) == s.backend
 		mark := ""
@@ -64,7 +66,11 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		d.item("sandbox "+string(b)+mark, true, describe(r), nil)
-		closeSandbox(r)
+		if chosen {
+			chosenRunner = r
+		} else {
+			closeSandbox(r)
+		}
 	}
 
 	c := conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: sandboxToolCheck()})
@@ -76,8 +82,8 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 	default:
 		d.line("tools.conf %s: loaded, %d tools", c.Path, len(c.Tools))
 	}
-	d.line("helpers of the workspace built-ins (root %s):", s.root)
-	helpersOK := writeHelpers(stdout, &s.builtins, s.root)
+	d.line("helpers of the workspace built-ins (root %s; they run only sandboxed, under --backend %s):", s.root, s.backend)
+	helpersOK := writeHelpers(stdout, &s.builtins, s.root, chosenRunner)
 	if !ok {
 		fmt.Fprintln(stdout, "\nthe chosen sandbox backend cannot run here: test-class tools would answer isError (never run unsandboxed)")
 		return 1

@@ -46,13 +46,14 @@ func (f *downstreamFlags) options(a *app, backend string) server.DownstreamOptio
 	}
 	shim, _ := rt.FindShim() // build already required it
 	opts.DirectServices = &rt.DirectServices{Cgroups: a.cgroups, Shim: shim}
-	switch sb := a.opts.Sandbox.(type) {
-	case rt.ServiceStarter:
-		opts.Services = sb
-	case nil:
-		opts.ServicesErr = fmt.Errorf("%w: the %s sandbox backend is unavailable: %v", server.ErrNeedsBwrap, backend, a.opts.SandboxErr)
-	default:
+	state, err := a.opts.Sandbox.State()
+	switch {
+	case state == rt.SandboxUnavailable:
+		opts.ServicesErr = fmt.Errorf("%w: the %s sandbox backend is unavailable: %v", server.ErrNeedsBwrap, backend, err)
+	case rt.Backend(backend) != rt.BackendBwrap:
 		opts.ServicesErr = fmt.Errorf("%w: --backend %s runs tools, not long-lived servers", server.ErrNeedsBwrap, backend)
+	default:
+		opts.Services = a.opts.Sandbox
 	}
 	return opts
 }

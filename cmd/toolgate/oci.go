@@ -41,25 +41,31 @@ func (s *settings) ociConfig(shim string) (oci.Config, error) {
 	return cfg, nil
 }
 
-// newOCISandbox starts the oci backend (log may be nil: nothing is logged).
-// On error the Runner is nil (never a typed nil), and the error says why the
-// runtime cannot run here. The caller closes the Runner with closeSandbox.
-func (s *settings) newOCISandbox(shim string, log *logrus.Logger) (rt.Runner, error) {
+// prepareOCISandbox checks the oci backend and returns how to start it
+// (log may be nil: nothing is logged). On error the Runner is nil (never a
+// typed nil), and the error says why the runtime cannot run here. The
+// caller closes the Runner with closeSandbox.
+func (s *settings) prepareOCISandbox(shim string, log *logrus.Logger) (sandboxStart, error) {
 	cfg, err := s.ociConfig(shim)
 	if err != nil {
 		return nil, err
 	}
-	r, err := oci.New(context.Background(), cfg)
+	r, err := oci.Prepare(cfg)
 	if err != nil {
 		return nil, err
 	}
-	if log != nil {
-		for _, d := range r.Swept() {
-			log.WithField("dir", d).Info("removed the containers and bundles of a server that did not exit cleanly")
+	return func(ctx context.Context) (rt.Runner, error) {
+		if err := r.Start(ctx); err != nil {
+			return nil, err
 		}
-		log.WithField("oci", r.String()).Debug("oci backend ready")
-	}
-	return r, nil
+		if log != nil {
+			for _, d := range r.Swept() {
+				log.WithField("dir", d).Info("removed the containers and bundles of a server that did not exit cleanly")
+			}
+			log.WithField("oci", r.String()).Debug("oci backend ready")
+		}
+		return r, nil
+	}, nil
 }
 
 // closeSandbox releases a sandbox runner that holds host state (the oci

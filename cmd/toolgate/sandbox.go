@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -57,25 +59,65 @@ func sandboxToolCheck() func(conf.Tool) error {
 	}
 }
 
-// newSandbox sets up the chosen backend. An error says why it cannot run
-// here; test-class tools then answer isError.
-func (s *settings) newSandbox(shim string, cg *rt.Cgroups, log *logrus.Logger) (rt.Runner, error) {
-	return s.newSandboxBackend(rt.Backend(s.backend), shim, cg, log)
+// newSandbox returns the chosen backend, set up beside serving: what can
+// be checked without starting a process is checked here (a backend that
+// fails it is unavailable from the start), the self-test runs in the
+// background, and a sandboxed call that arrives before it has finished
+// waits for it within its own timeout. Test-class tools answer isError
+// while the backend is unavailable, never run unsandboxed.
+//
+// The error is that of the checks before the self-test: the built-ins that
+// need a helper are then not served at all.
+func (s *settings) newSandbox(shim string, cg *rt.Cgroups, log *logrus.Logger) (*rt.Sandbox, error) {
+	start, err := s.prepareSandbox(rt.Backend(s.backend), shim, cg, log)
+	if err != nil {
+		log.WithError(err).WithField("backend", s.backend).Error("sandbox backend unavailable: test-class tools answer isError, never run unsandboxed; the built-ins that need a helper are not served")
+		return rt.FailedSandbox(s.backend, err), err
+	}
+	return rt.NewSandbox(s.backend, func(ctx context.Context) (rt.Runner, error) {
+		t := time.Now()
+		r, err := start(ctx)
+		e := log.WithFields(logrus.Fields{"backend": s.backend, "ms": time.Since(t).Milliseconds()})
+		if err != nil {
+			e.WithError(err).Error("sandbox backend unavailable: its self-test failed; test-class tools and the built-ins' helpers will answer isError, never run unsandboxed")
+			return nil, err
+		}
+		e.Debug("sandbox backend ready")
+		return r, nil
+	}), nil
 }
 
-// newSandboxBackend sets up backend b with the configured limits (log may
-// be nil). It never returns a non-nil Runner with an error; close the
-// Runner with closeSandbox.
-func (s *settings) newSandboxBackend(b rt.Backend, shim string, cg *rt.Cgroups, log *logrus.Logger) (rt.Runner, error) {
+// sandboxStart finishes setting up a prepared backend and proves it works
+// here (bounded by ctx). It never returns a non-nil Runner with an error.
+type sandboxStart func(ctx context.Context) (rt.Runner, error)
+
+// prepareSandbox checks backend b with the configured limits as far as
+// that needs no process (log may be nil), and returns how to start it.
+func (s *settings) prepareSandbox(b rt.Backend, shim string, cg *rt.Cgroups, log *logrus.Logger) (sandboxStart, error) {
 	switch b {
 	case rt.BackendOCI:
-		return s.newOCISandbox(shim, log)
+		return s.prepareOCISandbox(shim, log)
 	case rt.BackendBwrap:
-		r, err := bwrap.New(bwrap.Config{Shim: shim, Cgroups: cg, Limits: s.sandbox.limits})
+		r, err := bwrap.Prepare(bwrap.Config{Shim: shim, Cgroups: cg, Limits: s.sandbox.limits})
 		if err != nil {
 			return nil, err
 		}
-		return r, nil
+		return func(ctx context.Context) (rt.Runner, error) {
+			if err := r.SelfTest(ctx); err != nil {
+				return nil, err
+			}
+			return r, nil
+		}, nil
 	}
 	return nil, fmt.Errorf("backend %q is not available in this build", b)
+}
+
+// newSandboxBackend sets up backend b and proves it works, before it
+// returns (doctor, selftest). Close the Runner with closeSandbox.
+func (s *settings) newSandboxBackend(b rt.Backend, shim string, cg *rt.Cgroups, log *logrus.Logger) (rt.Runner, error) {
+	start, err := s.prepareSandbox(b, shim, cg, log)
+	if err != nil {
+		return nil, err
+	}
+	return start(context.Background())
 }

@@ -35,18 +35,25 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	rt.StartReaper(ctx)
 
 	srv := server.New(a.opts)
-	srv.ConnectDownstream(ctx, down.options(a, s.backend))
+	// Serving starts at once: the sandbox backend's self-test and the
+	// downstream servers' listing run beside it (a sandboxed call waits
+	// for the self-test, tools/list for the listing).
+	srv.StartDownstream(ctx, down.options(a, s.backend))
 	defer srv.Close()
+	killed := make(chan int, 1)
+	stop := context.AfterFunc(ctx, func() { killed <- srv.InFlight() })
 	a.log.WithField("tools", len(srv.Served())).Info("serving MCP on stdio")
 	err = srv.ServeStdio(ctx, stdin, stdout)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		a.log.WithError(err).Error("stdio")
 		return 1
 	}
-	if ctx.Err() != nil {
-		a.log.Info("signal: in-flight calls killed, exiting")
-	} else {
+	if stop() {
 		a.log.Info("stdin closed: exiting")
+	} else if n := <-killed; n > 0 {
+		a.log.WithField("calls", n).Warn("signal: in-flight calls killed, exiting")
+	} else {
+		a.log.Info("signal: exiting")
 	}
 	return 0
 }

@@ -99,10 +99,6 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 	if _, err := rt.ParseBackend(s.backend); err != nil {
 		return nil, fmt.Errorf("--backend: %w", err)
 	}
-	builtins, err := s.builtins.tools(s.root, log)
-	if err != nil {
-		return nil, err
-	}
 	// The shim binary is needed to run anything; check (not live) only
 	// reports.
 	shim, err := rt.FindShim()
@@ -110,6 +106,10 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 		return nil, err
 	}
 	a := &app{log: log}
+	// check starts no backend: it lists the built-ins as serve does where
+	// the backend can run.
+	sandbox := rt.FailedSandbox(s.backend, errors.New("not set up (check does not start backends)"))
+	helperSandbox := rt.Runner(sandbox)
 	if live {
 		a.opts.Audit, a.auditFile, err = s.auditLogger(stderr)
 		if err != nil {
@@ -120,6 +120,19 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 			log.WithField("dir", d).Info("removed the cgroup of a server that did not exit cleanly")
 		}
 		log.WithField("cgroups", a.cgroups.String()).Debug("cgroups detected")
+		var prepErr error
+		sandbox, prepErr = s.newSandbox(shim, a.cgroups, log)
+		if prepErr != nil {
+			helperSandbox = nil // the built-ins that need a helper are not served
+		} else {
+			helperSandbox = sandbox
+		}
+	}
+	builtins, err := s.builtins.tools(s.root, helperSandbox, log)
+	if err != nil {
+		_ = sandbox.Close()
+		a.cgroups.Close()
+		return nil, err
 	}
 	a.conf = conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: sandboxToolCheck()})
 	logConf(log, a.conf)
@@ -133,22 +146,15 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 		Conf:          a.conf,
 		Builtins:      builtins,
 		Direct:        &direct.Runner{Cgroups: a.cgroups, Shim: shim},
-		SandboxName:   s.backend,
-		SandboxErr:    errors.New("not set up (check does not start backends)"),
+		Sandbox:       sandbox,
 		MaxConcurrent: s.maxConcurrent,
 		Log:           log,
-	}
-	if live {
-		a.opts.Sandbox, a.opts.SandboxErr = s.newSandbox(shim, a.cgroups, log)
-		if a.opts.SandboxErr != nil {
-			log.WithError(a.opts.SandboxErr).WithField("backend", s.backend).Error("sandbox backend unavailable: test-class tools will answer isError, never run unsandboxed")
-		}
 	}
 	return a, nil
 }
 
 func (a *app) close() {
-	closeSandbox(a.opts.Sandbox)
+	_ = a.opts.Sandbox.Close()
 	a.cgroups.Close()
 	if a.auditFile != nil {
 		a.auditFile.Close()
