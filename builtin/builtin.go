@@ -36,6 +36,9 @@ type Tool struct {
 	// Writes marks the renderers: the only built-ins that write, and the
 	// only ones --locked-down removes.
 	Writes bool
+	// Sandboxed marks the tools whose helper (git, tokei, ctags) runs in
+	// the sandbox backend.
+	Sandboxed bool
 	// Handler runs the tool. A tool failure (bad path, failed helper) is a
 	// Result with IsError; the error return is for infrastructure failures.
 	Handler func(ctx context.Context, args json.RawMessage) (Result, error)

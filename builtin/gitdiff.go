@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -25,22 +27,57 @@ const (
 	maxRevSpecBytes = 256
 )
 
-// gitConfig are the -c settings of every git run: no fsmonitor hook (the
-// one way a read-only diff could run a program named by repository
-// configuration, besides external diff and textconv, which the diff
-// options turn off), quoted unusual paths, default prefixes.
+// gitConfig are the -c settings of every git run, on top of the sandbox
+// every run is in (a repository's configuration is code: a clean filter, a
+// fsmonitor hook or a lazy fetch of a promisor remote runs a program it
+// names, and no list of overrides closes every such door, so git never
+// runs on the host): no transport of any protocol (no lazy fetch), no
+// fsmonitor hook, no ownership check (the sandbox, not git's
+// safe.directory, is what contains a foreign repository's configuration;
+// under an OCI runtime the workspace's owner is not the sandbox uid),
+// quoted unusual paths, default prefixes.
 var gitConfig = []string{
 	"--no-optional-locks",
+	"-c", "protocol.allow=never",
 	"-c", "core.fsmonitor=false",
+	"-c", "safe.directory=*",
 	"-c", "core.quotePath=true",
 	"-c", "diff.noprefix=false",
 	"-c", "diff.mnemonicPrefix=false",
 	"-c", "color.ui=never",
 }
 
-// gitArgs prefixes a git subcommand with gitConfig.
-func gitArgs(sub ...string) []string {
-	return append(append([]string(nil), gitConfig...), sub...)
+// gitArgs names the repository explicitly (its .git directory and work
+// tree: the workspace root, so that neither GIT_DIR discovery nor
+// core.worktree can point git elsewhere) and prefixes a git subcommand
+// with gitConfig.
+func (e *env) gitArgs(sub ...string) []string {
+	root := e.ws.Root()
+	a := []string{"--git-dir=" + filepath.Join(root, ".git"), "--work-tree=" + root}
+	a = append(a, gitConfig...)
+	return append(a, sub...)
+}
+
+// checkRepo says why the workspace root is not a repository git_diff_input
+// can diff: inside the sandbox only the workspace exists, so its .git must
+// be a directory of its own (not a file pointing at a linked worktree's or
+// a submodule's git dir, nor one above the root).
+func (e *env) checkRepo() error {
+	r, err := e.ws.open()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	fi, err := r.Lstat(".git")
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return errors.New("the workspace root is not the top of a git repository (no .git directory in it): serve --root at a repository's top")
+	case err != nil:
+		return fmt.Errorf(".git: %v", err)
+	case !fi.IsDir():
+		return fmt.Errorf(".git is not a directory (mode %s): a linked worktree or a submodule keeps its git dir outside the workspace, where the sandbox cannot see it", fi.Mode().Type())
+	}
+	return nil
 }
 
 // revSpec is a validated diff target: one revision (diff it against the
@@ -96,8 +133,8 @@ var hexSHA = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
 // resolveRev turns one validated revision into a commit id with
 // rev-parse --verify, behind --end-of-options.
 func (e *env) resolveRev(ctx context.Context, rev string) (string, error) {
-	res, err := e.runHelper(ctx, HelperGit, gitArgs("rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{commit}"),
-		gitRevTimeout, 4<<10)
+	res, err := e.runHelper(ctx, HelperGit, e.gitArgs("rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{commit}"),
+		gitRevTimeout, 4<<10, nil)
 	if err != nil {
 		return "", err
 	}
@@ -163,9 +200,10 @@ func gitDiffTool(e *env) Tool {
 	return Tool{
 		Name:  "git_diff_input",
 		Group: GroupGit,
-		Description: "Run `git diff <target>` in the workspace (read-only: fixed argv, revisions resolved to commit ids " +
-			"by `git rev-parse --verify --end-of-options` first, no external diff, no textconv, no fsmonitor, " +
-			"limited to the workspace directory) and split it into deterministic chunks, one file's diff at a " +
+		Description: "Run `git diff <target>` in the workspace, sandboxed (no network, the workspace read-only, " +
+			"nothing else of the host; fixed argv, revisions resolved to commit ids by " +
+			"`git rev-parse --verify --end-of-options` first, no external diff, no textconv, no fsmonitor, no " +
+			"transport; the workspace root must be the repository's top) and split it into deterministic chunks, one file's diff at a " +
 			"time, each chunk below 240 KiB and 19,000 lines. target is a revision (diffed against the working " +
 			"tree), A..B, or A...B. Without index: list the chunks; with index (1-based): that chunk's text. " +
 			fmt.Sprintf("The diff is capped at %d bytes (diff_cut: true past it). Byte budget: %d bytes of text and of "+
@@ -193,6 +231,9 @@ func (e *env) gitDiff(ctx context.Context, target string, index *int) (Result, e
 	if err != nil {
 		return Errorf("git_diff_input: %v", err), nil
 	}
+	if err := e.checkRepo(); err != nil {
+		return Errorf("git_diff_input: %v", err), nil
+	}
 	info := DiffInfo{Target: target, Head: "worktree"}
 	left, err := e.resolveRev(ctx, rs.left)
 	if err != nil {
@@ -206,9 +247,9 @@ func (e *env) gitDiff(ctx context.Context, target string, index *int) (Result, e
 			return Errorf("git_diff_input: %v", err), nil
 		}
 		if rs.threeDot {
-			res, err := e.runHelper(ctx, HelperGit, gitArgs("merge-base", left, right), gitRevTimeout, 4<<10)
+			res, err := e.runHelper(ctx, HelperGit, e.gitArgs("merge-base", left, right), gitRevTimeout, 4<<10, nil)
 			if err != nil {
-				return Result{}, err
+				return Errorf("git_diff_input: %v", err), nil
 			}
 			if res.Failed() {
 				return Errorf("git_diff_input: %s", helperFailure("git merge-base", res)), nil
@@ -221,12 +262,12 @@ func (e *env) gitDiff(ctx context.Context, target string, index *int) (Result, e
 		info.Head = right
 		revs = []string{info.Base, right}
 	}
-	argv := gitArgs("diff", "--no-color", "--no-ext-diff", "--no-textconv", "--relative", "--find-renames",
+	argv := e.gitArgs("diff", "--no-color", "--no-ext-diff", "--no-textconv", "--relative", "--find-renames",
 		"--end-of-options")
 	argv = append(append(argv, revs...), "--")
-	res, err := e.runHelper(ctx, HelperGit, argv, gitDiffTimeout, MaxDiffBytes)
+	res, err := e.runHelper(ctx, HelperGit, argv, gitDiffTimeout, MaxDiffBytes, nil)
 	if err != nil {
-		return Result{}, err
+		return Errorf("git_diff_input: %v", err), nil
 	}
 	if res.Failed() {
 		return Errorf("git_diff_input: %s", helperFailure("git diff", res)), nil

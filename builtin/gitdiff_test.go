@@ -155,13 +155,17 @@ func TestGitDiffInput(t *testing.T) {
 	res = call(t, tools, "git_diff_input", `{"target":"HEAD~1..HEAD","index":1}`)
 	golden(t, "gitdiff_chunk_1.txt", []byte(res.Text))
 
-	// A workspace below the top of the repository sees its own part,
-	// with paths relative to it.
+	// A workspace below the top of the repository is refused: git runs
+	// sandboxed, where only the workspace exists, so the .git above it is
+	// out of reach (and reading it would leave the workspace).
 	subTools := testTools(t, filepath.Join(root, "sub"), "")
-	sub := call(t, subTools, "git_diff_input", `{"target":"HEAD~1..HEAD"}`)
-	if sub.IsError || strings.Join(diffFiles(sub.Structured.(DiffChunkList).ChunkList), ",") != "inner.go" {
-		t.Errorf("diff from sub/: %s", sub.Text)
-	}
+	wantError(t, call(t, subTools, "git_diff_input", `{"target":"HEAD~1..HEAD"}`), "not the top of a git repository")
+
+	// So is a linked worktree, whose .git is a file naming a git dir
+	// outside the workspace.
+	wt := filepath.Join(t.TempDir(), "wt")
+	r.run("worktree", "add", "-q", wt, "feature")
+	wantError(t, call(t, testTools(t, wt, ""), "git_diff_input", `{"target":"HEAD"}`), ".git is not a directory")
 }
 
 func TestGitDiffInputRefusals(t *testing.T) {

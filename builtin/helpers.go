@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,14 +54,28 @@ type Helper struct {
 	Version string
 	// Err says why it is unusable; nil when it works.
 	Err error
+	// SandboxErr says why it cannot run sandboxed over the workspace (no
+	// sandbox backend, or one the workspace or the helper cannot be
+	// bound into): a helper never runs over workspace content on the
+	// host, so it is then unusable too.
+	SandboxErr error
 	// Enables lists the tools it makes available.
 	Enables []string
 	// Flag overrides the PATH search; Fix says how to install it.
 	Flag, Fix string
 }
 
-// Available reports whether the helper was found and answered its probe.
-func (h Helper) Available() bool { return h.Path != "" && h.Err == nil }
+// Available reports whether the helper was found, answered its probe and
+// can run sandboxed.
+func (h Helper) Available() bool { return h.Path != "" && h.Err == nil && h.SandboxErr == nil }
+
+// Reason says why the helper is unavailable.
+func (h Helper) Reason() error {
+	if h.Err != nil {
+		return h.Err
+	}
+	return h.SandboxErr
+}
 
 // Helper timeouts and stream limits.
 const (
@@ -78,6 +93,11 @@ func ResolveHelpers(cfg Config) ([]Helper, error) {
 	search := cfg.SearchPath
 	if search == "" {
 		search = rt.DefaultPath
+	}
+	var root string
+	ws, rootErr := NewWorkspace(cfg.Root)
+	if rootErr == nil {
+		root = ws.Root()
 	}
 	var out []Helper
 	var errs []error
@@ -97,6 +117,18 @@ func ResolveHelpers(cfg Config) ([]Helper, error) {
 			h.Path, h.Err = lookPath(s.name, search)
 			if h.Err == nil {
 				h.Version, h.Err = probe(h.Path, s)
+			}
+		}
+		if h.Err == nil {
+			switch {
+			case cfg.Sandbox == nil:
+				h.SandboxErr = errors.New("it runs only sandboxed, and no sandbox backend can run here")
+			case rootErr != nil:
+				h.SandboxErr = rootErr
+			case cfg.SandboxCheck != nil:
+				if err := cfg.SandboxCheck(root, h.Path); err != nil {
+					h.SandboxErr = fmt.Errorf("it runs only sandboxed over the workspace root, and cannot: %w", err)
+				}
 			}
 		}
 		out = append(out, h)
@@ -182,16 +214,30 @@ func firstLine(b []byte) string {
 	return line
 }
 
-// runHelper runs a resolved helper in the workspace root.
-func (e *env) runHelper(ctx context.Context, name string, args []string, timeout time.Duration, maxStdout int) (rt.HelperResult, error) {
+// runHelper runs a resolved helper in the sandbox, with the workspace root
+// bound read-only as its working directory and stdin (nil: /dev/null). An
+// error means it could not run at all (the sandbox backend is unavailable,
+// say): the tool answers it as a failure.
+func (e *env) runHelper(ctx context.Context, name string, args []string, timeout time.Duration, maxStdout int, stdin []byte) (rt.HelperResult, error) {
 	h := e.helpers[name]
 	if !h.Available() {
 		return rt.HelperResult{}, fmt.Errorf("helper %s is not available", name)
 	}
-	return rt.RunHelper(ctx, rt.HelperCmd{
-		Path: h.Path, Args: args, Dir: e.ws.Root(), Timeout: timeout,
-		MaxStdout: maxStdout, MaxStderr: helperMaxStderr,
+	res, err := e.sandbox.Run(ctx, rt.Invocation{
+		ID:        "h" + strconv.FormatUint(e.runs.Add(1), 10),
+		Name:      name,
+		Path:      h.Path,
+		Argv:      append([]string{h.Path}, args...),
+		Dir:       e.ws.Root(),
+		Timeout:   timeout,
+		MaxBytes:  maxStdout,
+		StderrMax: helperMaxStderr,
+		Stdin:     stdin,
 	})
+	if err != nil {
+		return rt.HelperResult{}, fmt.Errorf("%s could not run sandboxed: %w", name, err)
+	}
+	return rt.HelperResultOf(res), nil
 }
 
 // helperFailure describes a helper run that failed, for an isError result.

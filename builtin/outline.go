@@ -16,6 +16,8 @@ import (
 const (
 	outlineTimeout   = 20 * time.Second
 	outlineMaxStdout = 8 << 20
+	// OutlineMaxSource is the largest source file outline reads.
+	OutlineMaxSource = 8 << 20
 )
 
 // Symbol is one definition ctags found.
@@ -75,12 +77,12 @@ func outlineTool(e *env) Tool {
 		Name:  "outline",
 		Group: GroupHelpers,
 		Description: "List the definitions (functions, types, methods, members, ...) in one source file with " +
-			"Universal Ctags (served only when it was found at start-up), sorted by line. ctags runs with " +
-			"--options=NONE (no option files from the workspace or home) on exactly that file, which must be a " +
+			"Universal Ctags (served only when it was found at start-up), sorted by line. The file must be a " +
 			"regular file inside the workspace (relative, or absolute inside it; no \"..\", no symlink leading out, " +
-			fmt.Sprintf("no hidden or likely-secret file), with stdin closed, a %s timeout and its output capped at %d "+
-				"bytes. Byte budget: %d bytes of text and of structured content each; past it symbols are cut (cut: true).",
-				outlineTimeout, outlineMaxStdout, BudgetOutline),
+			fmt.Sprintf("no hidden or likely-secret file, at most %d bytes); toolgate reads it once and hands its text to ", OutlineMaxSource) +
+			"ctags on stdin (ctags opens no path), which runs sandboxed with --options=NONE (no option files), " +
+			fmt.Sprintf("a %s timeout and its output capped at %d bytes. Byte budget: %d bytes of text and of "+
+				"structured content each; past it symbols are cut (cut: true).", outlineTimeout, outlineMaxStdout, BudgetOutline),
 		InputSchema:  outlineInputSchema,
 		OutputSchema: outlineOutputSchema,
 		Handler: func(ctx context.Context, args json.RawMessage) (Result, error) {
@@ -110,27 +112,39 @@ type ctagsTag struct {
 	Scope     string `json:"scope"`
 	ScopeKind string `json:"scopeKind"`
 	Signature string `json:"signature"`
+	Message   string `json:"message"`
+}
+
+// ctagsRequest is the interactive-mode command that hands ctags a file's
+// text on stdin: ctags reads size bytes after the line and opens no path
+// (filename only picks the language and names the tags).
+type ctagsRequest struct {
+	Command  string `json:"command"`
+	Filename string `json:"filename"`
+	Size     int    `json:"size"`
 }
 
 func (e *env) outline(ctx context.Context, rel string) (Result, error) {
-	r, err := e.ws.open()
+	// The file is opened once, through the workspace root (no symlink can
+	// lead out of it, however the tree changes), and checked on the open
+	// descriptor: no path is left for anyone to race.
+	src, _, cut, err := e.ws.ReadFile(rel, OutlineMaxSource)
+	if err != nil {
+		return Errorf("outline: %v", err), nil
+	}
+	if cut {
+		return Errorf("outline: %q is larger than %d bytes", rel, OutlineMaxSource), nil
+	}
+	req, err := json.Marshal(ctagsRequest{Command: "generate-tags", Filename: rel, Size: len(src)})
 	if err != nil {
 		return Result{}, err
 	}
-	fi, err := r.Stat(rel)
-	r.Close()
+	stdin := append(append(req, '\n'), src...)
+	// --options=NONE must come first.
+	args := []string{"--options=NONE", "--_interactive", "--output-format=json", "--fields=+nKSe", "--sort=no"}
+	res, err := e.runHelper(ctx, HelperCtags, args, outlineTimeout, outlineMaxStdout, stdin)
 	if err != nil {
-		return Errorf("outline: %q: %v", rel, err), nil
-	}
-	if !fi.Mode().IsRegular() {
-		return Errorf("outline: %q is not a regular file", rel), nil
-	}
-	// --options=NONE must come first. The file is passed "./"-prefixed
-	// so that no name can read as an option.
-	args := []string{"--options=NONE", "--output-format=json", "--fields=+nKSe", "--sort=no", "-f", "-", "./" + rel}
-	res, err := e.runHelper(ctx, HelperCtags, args, outlineTimeout, outlineMaxStdout)
-	if err != nil {
-		return Result{}, err
+		return Errorf("outline: %v", err), nil
 	}
 	if res.Failed() {
 		return Errorf("outline: %s", helperFailure("ctags", res)), nil
@@ -139,6 +153,7 @@ func (e *env) outline(ctx context.Context, rel string) (Result, error) {
 		return Errorf("outline: ctags printed more than %d bytes", outlineMaxStdout), nil
 	}
 	var syms []Symbol
+	completed := false
 	sc := bufio.NewScanner(bytes.NewReader(res.Stdout))
 	sc.Buffer(make([]byte, 0, 64<<10), outlineMaxStdout)
 	for sc.Scan() {
@@ -150,7 +165,14 @@ func (e *env) outline(ctx context.Context, rel string) (Result, error) {
 		if err := json.Unmarshal(line, &t); err != nil {
 			return Errorf("outline: ctags output is not the expected JSON: %v", err), nil
 		}
-		if t.Type != "tag" {
+		switch t.Type {
+		case "completed":
+			completed = true
+			continue
+		case "error":
+			return Errorf("outline: ctags: %s", t.Message), nil
+		case "tag":
+		default:
 			continue
 		}
 		syms = append(syms, Symbol{Name: t.Name, Kind: t.Kind, Line: t.Line, End: t.End, Scope: t.Scope,
@@ -158,6 +180,9 @@ func (e *env) outline(ctx context.Context, rel string) (Result, error) {
 	}
 	if err := sc.Err(); err != nil {
 		return Errorf("outline: reading ctags output: %v", err), nil
+	}
+	if !completed {
+		return Errorf("outline: ctags did not complete the file"), nil
 	}
 	slices.SortFunc(syms, func(a, b Symbol) int {
 		return cmp.Or(cmp.Compare(a.Line, b.Line), strings.Compare(a.Name, b.Name), strings.Compare(a.Kind, b.Kind),

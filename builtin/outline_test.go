@@ -104,3 +104,55 @@ func TestOutlineProject(t *testing.T) {
 		t.Log("note: a tags file exists in the checkout (not written by outline, which writes to stdout)")
 	}
 }
+
+// TestOutlineSwapRace swaps a directory of the workspace for a symlink to
+// a directory outside it, over and over, while outline reads a file below
+// it: the file is opened once, through the workspace root, so no call may
+// ever return the symbols of the file outside.
+func TestOutlineSwapRace(t *testing.T) {
+	requireBinary(t, "ctags")
+	root, outside := t.TempDir(), t.TempDir()
+	writeTree(t, root, map[string]string{"d/x.go": "package d\n\nfunc Inside() {}\n"})
+	writeTree(t, outside, map[string]string{"x.go": "package d\n\nfunc OutsideSecret() {}\n"})
+	real, parked := filepath.Join(root, "d"), filepath.Join(root, "parked")
+	link := filepath.Join(root, "link")
+	if err := os.Symlink(outside, link); err != nil {
+		t.Fatal(err)
+	}
+	tools := testTools(t, root, "")
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				_ = os.Rename(parked, real)
+				return
+			default:
+			}
+			// d is a real directory, then (for a moment) the symlink.
+			_ = os.Rename(real, parked)
+			_ = os.Rename(link, real)
+			_ = os.Rename(real, link)
+			_ = os.Rename(parked, real)
+		}
+	}()
+	inside := 0
+	for i := 0; i < 1000; i++ {
+		res := call(t, tools, "outline", `{"path":"d/x.go"}`)
+		if strings.Contains(res.Text, "OutsideSecret") {
+			close(stop)
+			<-done
+			t.Fatalf("call %d returned the symbols of a file outside the workspace:\n%s", i, res.Text)
+		}
+		if !res.IsError {
+			inside++
+		}
+	}
+	close(stop)
+	<-done
+	if inside == 0 {
+		t.Error("no call succeeded: the race never let outline read the file inside")
+	}
+}

@@ -157,9 +157,9 @@ func (e *env) sloc(ctx context.Context, rels []string) (Result, error) {
 	for _, r := range rels {
 		args = append(args, tokeiArg(r))
 	}
-	res, err := e.runHelper(ctx, HelperTokei, args, slocTimeout, slocMaxStdout)
+	res, err := e.runHelper(ctx, HelperTokei, args, slocTimeout, slocMaxStdout, nil)
 	if err != nil {
-		return Result{}, err
+		return Errorf("sloc: %v", err), nil
 	}
 	if res.Failed() {
 		return Errorf("sloc: %s", helperFailure("tokei", res)), nil

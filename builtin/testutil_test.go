@@ -16,6 +16,10 @@ import (
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/toolgate/toolgate/internal/testbin"
+	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/direct"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")
@@ -140,11 +144,32 @@ func symlink(t *testing.T, target, link string) {
 	}
 }
 
+// hostRunner runs the helpers unsandboxed, on the host: the tests that use
+// it check the built-ins' logic on the tests' own fixtures. What a hostile
+// workspace can make a helper do is proven with the real sandbox
+// (helpers_sandbox_test.go); toolgate itself never runs a helper over a
+// workspace but sandboxed.
+func hostRunner(t *testing.T) rt.Runner {
+	return &direct.Runner{Shim: testbin.Shim(t)}
+}
+
 // testTools returns the built-ins for root with every group on, the
-// given fake tokei (or none) and the host's git and ctags.
+// given fake tokei (or none) and the host's git and ctags, run on the
+// host (hostRunner).
 func testTools(t *testing.T, root string, tokei string) map[string]Tool {
 	t.Helper()
-	cfg := Config{Root: root, Tokei: tokei, SearchPath: "/usr/bin:/bin", Version: "test"}
+	return toolsOf(t, Config{Root: root, Tokei: tokei, SearchPath: "/usr/bin:/bin", Version: "test", Sandbox: hostRunner(t)})
+}
+
+// toolsWith returns the built-ins of root whose helpers run in runner.
+func toolsWith(t *testing.T, root string, runner rt.Runner) map[string]Tool {
+	t.Helper()
+	return toolsOf(t, Config{Root: root, SearchPath: "/usr/bin:/bin", Version: "test", Sandbox: runner})
+}
+
+// toolsOf returns the built-ins of cfg by name.
+func toolsOf(t *testing.T, cfg Config) map[string]Tool {
+	t.Helper()
 	tools, _, err := Tools(cfg)
 	if err != nil {
 		t.Fatalf("Tools(%+v): %v", cfg, err)

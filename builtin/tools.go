@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
+
+	rt "github.com/toolgate/toolgate/runtime"
 )
 
 // KnownGroups lists the capability groups `serve --caps` selects from, in
@@ -56,6 +59,16 @@ type Config struct {
 	// relative entries are skipped. Empty means the tools' fixed PATH
 	// (runtime.DefaultPath).
 	SearchPath string
+	// Sandbox runs the helpers. git, tokei and ctags read workspace
+	// content, and a repository's configuration is code (.git/config can
+	// name programs git runs): they run only sandboxed, under the same
+	// policy as a test-class tool, never on the host. Nil means no sandbox
+	// backend: the tools that need a helper are not served.
+	Sandbox rt.Runner
+	// SandboxCheck, when set, says whether a helper (canonical path) can
+	// run sandboxed over the workspace root: the rule a test-class tool's
+	// exe and dir must pass. A helper that fails it is unavailable.
+	SandboxCheck func(dir, exe string) error
 	// Version is toolgate's version, written into SARIF reports.
 	Version string
 }
@@ -65,6 +78,8 @@ type env struct {
 	ws      *Workspace
 	helpers map[string]Helper
 	version string
+	sandbox rt.Runner
+	runs    atomic.Uint64
 }
 
 // toolOrder is the fixed tools/list order of the workspace built-ins
@@ -95,7 +110,7 @@ func Tools(cfg Config) ([]Tool, []Helper, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	e := &env{ws: ws, helpers: map[string]Helper{}, version: cfg.Version}
+	e := &env{ws: ws, helpers: map[string]Helper{}, version: cfg.Version, sandbox: cfg.Sandbox}
 	for _, h := range helpers {
 		e.helpers[h.Name] = h
 	}
@@ -118,8 +133,11 @@ func Tools(cfg Config) ([]Tool, []Helper, error) {
 		if !slices.Contains(caps, t.Group) || (cfg.LockedDown && t.Writes) {
 			continue
 		}
-		if h := needs[name]; h != "" && !e.helpers[h].Available() {
-			continue
+		if h := needs[name]; h != "" {
+			if !e.helpers[h].Available() {
+				continue
+			}
+			t.Sandboxed = true
 		}
 		tools = append(tools, t)
 	}

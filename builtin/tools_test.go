@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	rt "github.com/toolgate/toolgate/runtime"
 )
 
 func toolNames(tools []Tool) []string {
@@ -60,6 +62,7 @@ func TestToolsGating(t *testing.T) {
 		caps       []Group
 		lockedDown bool
 		tokei      string
+		sandbox    rt.Runner
 		want       []string
 	}{
 		{name: "default: all, in the fixed order", tokei: tokei, want: all},
@@ -72,9 +75,14 @@ func TestToolsGating(t *testing.T) {
 		{name: "locked down: no renderers", lockedDown: true, tokei: tokei, want: []string{"repo_manifest", "repo_chunks", "git_diff_input", "existing_report", "sloc", "outline"}},
 		{name: "locked down report", caps: []Group{GroupReport}, lockedDown: true, tokei: tokei, want: []string{"existing_report"}},
 		{name: "no groups", caps: []Group{}, tokei: tokei, want: nil},
+		{name: "no sandbox: none of the tools that need a helper", tokei: tokei, sandbox: nil,
+			want: []string{"repo_manifest", "repo_chunks", "existing_report", "render_audit_report", "render_review_report"}},
 	} {
+		if tc.sandbox == nil && !strings.HasPrefix(tc.name, "no sandbox") {
+			tc.sandbox = hostRunner(t)
+		}
 		t.Run(tc.name, func(t *testing.T) {
-			tools, helpers, err := Tools(Config{Root: root, Caps: tc.caps, LockedDown: tc.lockedDown, Tokei: tc.tokei, SearchPath: "/usr/bin:/bin"})
+			tools, helpers, err := Tools(Config{Root: root, Caps: tc.caps, LockedDown: tc.lockedDown, Tokei: tc.tokei, SearchPath: "/usr/bin:/bin", Sandbox: tc.sandbox})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +111,7 @@ func TestHelperResolution(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Chdir(relDir)
-	helpers, err := ResolveHelpers(Config{Root: root, SearchPath: ".:bin::/usr/bin"})
+	helpers, err := ResolveHelpers(Config{Root: root, SearchPath: ".:bin::/usr/bin", Sandbox: hostRunner(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +135,7 @@ func TestHelperResolution(t *testing.T) {
 	if err := os.Symlink(tokei, link); err != nil {
 		t.Fatal(err)
 	}
-	helpers, err = ResolveHelpers(Config{Root: root, Tokei: link, SearchPath: "/nonexistent"})
+	helpers, err = ResolveHelpers(Config{Root: root, Tokei: link, SearchPath: "/nonexistent", Sandbox: hostRunner(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +179,7 @@ func TestHelperResolution(t *testing.T) {
 // TestToolSchemas checks every tool's schemas: valid JSON Schema, strict
 // input objects, and a stated byte budget.
 func TestToolSchemas(t *testing.T) {
-	tools, _, err := Tools(Config{Root: t.TempDir(), Tokei: fakeTokei(t), SearchPath: "/usr/bin:/bin"})
+	tools, _, err := Tools(Config{Root: t.TempDir(), Tokei: fakeTokei(t), SearchPath: "/usr/bin:/bin", Sandbox: hostRunner(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
