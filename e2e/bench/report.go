@@ -93,12 +93,14 @@ func (b *bench) targets() []Target {
 		if s.Tools != 500 {
 			continue
 		}
-		t := Target{Name: "start-up with 500 tools < 50 ms", Want: "median exec → initialize answer < 50 ms"}
+		t := Target{Name: "start-up with 500 tools < 50 ms, " + s.Backend,
+			Want: "median exec → initialize answer and exec → first tools/list answer < 50 ms, without waiting for the sandbox self-test"}
 		if s.Skipped != "" {
 			t.Unmeasured = s.Skipped
 		} else {
-			t.Measured = fmt.Sprintf("median %s ms, p99 %s ms", fmtMS(s.MedianMS), fmtMS(s.P99MS))
-			t.Held = s.MedianMS < 50
+			t.Measured = fmt.Sprintf("initialize median %s ms (p99 %s), tools/list median %s ms (p99 %s)",
+				fmtMS(s.MedianMS), fmtMS(s.P99MS), fmtMS(s.ListMedianMS), fmtMS(s.ListP99MS))
+			t.Held = s.MedianMS < 50 && s.ListMedianMS < 50
 		}
 		out = append(out, t)
 	}
@@ -158,13 +160,14 @@ func (b *bench) markdown() string {
 		}
 	}
 	if len(b.res.Startup) > 0 {
-		w.WriteString("\n| start-up (exec → initialize answer, default backend bwrap) | median ms | p99 ms | starts |\n|---|---:|---:|---:|\n")
+		w.WriteString("\n| start-up (from exec) | initialize answer, median ms | p99 ms | first tools/list answer, median ms | p99 ms | starts |\n|---|---:|---:|---:|---:|---:|\n")
 		for _, s := range b.res.Startup {
 			if s.Skipped != "" {
-				fmt.Fprintf(&w, "| %s | skipped: %s | | |\n", s.Conf, mdEscape(s.Skipped))
+				fmt.Fprintf(&w, "| %s conf, %s | skipped: %s | | | | |\n", s.Conf, s.Backend, mdEscape(s.Skipped))
 				continue
 			}
-			fmt.Fprintf(&w, "| %s conf | %s | %s | %d |\n", s.Conf, fmtMS(s.MedianMS), fmtMS(s.P99MS), s.Starts)
+			fmt.Fprintf(&w, "| %s conf, %s | %s | %s | %s | %s | %d |\n", s.Conf, s.Backend, fmtMS(s.MedianMS), fmtMS(s.P99MS),
+				fmtMS(s.ListMedianMS), fmtMS(s.ListP99MS), s.Starts)
 		}
 	}
 	if len(b.res.Flood) > 0 {

@@ -79,14 +79,20 @@ type Throughput struct {
 	Skipped     string  `json:"skipped,omitempty"`
 }
 
-// Startup is the time from exec to the initialize answer.
+// Startup is the time from exec to the initialize answer (MedianMS,
+// P99MS) and to the answer of the first tools/list sent right after it
+// (ListMedianMS, ListP99MS), with a conf of Tools tools and the sandbox
+// backend Backend, whose self-test runs beside serving.
 type Startup struct {
-	Conf     string  `json:"conf"`
-	Tools    int     `json:"tools"`
-	Starts   int     `json:"starts"`
-	MedianMS float64 `json:"median_ms"`
-	P99MS    float64 `json:"p99_ms"`
-	Skipped  string  `json:"skipped,omitempty"`
+	Conf         string  `json:"conf"`
+	Tools        int     `json:"tools"`
+	Backend      string  `json:"backend"`
+	Starts       int     `json:"starts"`
+	MedianMS     float64 `json:"median_ms"`
+	P99MS        float64 `json:"p99_ms"`
+	ListMedianMS float64 `json:"list_median_ms"`
+	ListP99MS    float64 `json:"list_p99_ms"`
+	Skipped      string  `json:"skipped,omitempty"`
 }
 
 // Flood is a capped 1 GB flood through one path.
