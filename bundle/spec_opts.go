@@ -39,6 +39,11 @@ var (
 		"/sys/firmware", "/sys/devices/virtual/powercap",
 	}
 	ReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+	// devReadonly makes /dev read-only once the runtime has made its
+	// device nodes (the bwrap backend remounts its /dev read-only too):
+	// its tmpfs would otherwise take writes. /dev/shm, mounted on it, stays
+	// writable, capped like /tmp.
+	devReadonly = "/dev"
 )
 
 // Opt changes a spec. Options are applied in order by Apply and return the
@@ -85,7 +90,7 @@ func Default() *specs.Spec {
 			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
-			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+			shmMount(64 << 20),
 			tmpMount(64 << 20),
 		},
 		Linux: &specs.Linux{
@@ -101,8 +106,15 @@ func Default() *specs.Spec {
 				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
 			},
 			MaskedPaths:   slices.Clone(MaskedPaths),
-			ReadonlyPaths: slices.Clone(ReadonlyPaths),
+			ReadonlyPaths: append(slices.Clone(ReadonlyPaths), devReadonly),
 		},
+	}
+}
+
+func shmMount(size int64) specs.Mount {
+	return specs.Mount{
+		Destination: "/dev/shm", Type: "tmpfs", Source: "shm",
+		Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=" + strconv.FormatInt(size, 10)},
 	}
 }
 
@@ -211,16 +223,18 @@ func WithRootfs(p string) Opt {
 	}
 }
 
-// WithTmpSize sets the size in bytes of the private /tmp tmpfs.
+// WithTmpSize sets the size in bytes of the private /tmp tmpfs, and of
+// /dev/shm: the sandbox's two writable places are capped alike.
 func WithTmpSize(size int64) Opt {
 	return func(s *specs.Spec) error {
-		for i, m := range s.Mounts {
-			if m.Destination == "/tmp" {
-				s.Mounts[i] = tmpMount(size)
-				return nil
+		for _, m := range []specs.Mount{tmpMount(size), shmMount(size)} {
+			i := slices.IndexFunc(s.Mounts, func(x specs.Mount) bool { return x.Destination == m.Destination })
+			if i < 0 {
+				s.Mounts = append(s.Mounts, m)
+			} else {
+				s.Mounts[i] = m
 			}
 		}
-		s.Mounts = append(s.Mounts, tmpMount(size))
 		return nil
 	}
 }

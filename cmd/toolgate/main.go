@@ -36,6 +36,12 @@ func main() {
 		probes.Main([]string{probes.ShimArg}, os.Args[2:])
 		os.Exit(0)
 	}
+	// Not in the shims above: what they are handed must reach what they
+	// exec.
+	if err := rt.SealInheritedFDs(); err != nil {
+		fmt.Fprintf(os.Stderr, "toolgate: %v\n", err)
+		os.Exit(1)
+	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 

@@ -161,6 +161,11 @@ func Main(pre, args []string) {
 		fmt.Println("kill -1:", result(syscall.Kill(-1, syscall.SIGKILL)))
 	case "pid":
 		fmt.Printf("pid=%d ppid=%d\n", os.Getpid(), os.Getppid())
+	case "fill":
+		requireSandbox()
+		fill(arg(args, 0), atoi(arg(args, 1)))
+	case "fds":
+		fds()
 	default:
 		fail("unknown mode " + mode)
 	}
@@ -397,6 +402,66 @@ func requireSandbox() {
 	if os.Getpid() != 1 {
 		fmt.Fprintf(os.Stderr, "probe: refusing: not PID 1 of a pid namespace (pid %d): this probe would damage the host\n", os.Getpid())
 		os.Exit(99)
+	}
+}
+
+// fill writes up to mib MiB into a new file at p and reports how much went
+// in and why it stopped.
+func fill(p string, mib int) {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		fmt.Printf("fill %s: 0 MiB: %s\n", p, result(err))
+		return
+	}
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	var n int64
+	for i := 0; i < mib; i++ {
+		m, err := f.Write(chunk)
+		n += int64(m)
+		if err != nil {
+			fmt.Printf("fill %s: %d bytes: %s\n", p, n, result(err))
+			return
+		}
+	}
+	fmt.Printf("fill %s: %d bytes: all %d MiB\n", p, n, mib)
+}
+
+// fds lists the process's open descriptors (less the one reading the
+// list) with what each is. Raw system calls only: an os.File would make the
+// Go runtime open its own poller descriptors first.
+func fds() {
+	dir, err := syscall.Open("/proc/self/fd", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	check(err)
+	buf := make([]byte, 64<<10)
+	var names []string
+	for {
+		n, err := syscall.ReadDirent(dir, buf)
+		check(err)
+		if n == 0 {
+			break
+		}
+		_, _, names = syscall.ParseDirent(buf[:n], -1, names)
+	}
+	syscall.Close(dir)
+	var nums []int
+	for _, n := range names {
+		i, err := strconv.Atoi(n)
+		check(err)
+		if i != dir {
+			nums = append(nums, i)
+		}
+	}
+	sort.Ints(nums)
+	var list []string
+	for _, i := range nums {
+		list = append(list, strconv.Itoa(i))
+	}
+	fmt.Printf("fds: %s\n", strings.Join(list, " "))
+	for _, i := range nums {
+		target := make([]byte, 256)
+		n, _ := syscall.Readlink("/proc/self/fd/"+strconv.Itoa(i), target)
+		fmt.Printf("fd %d: %s\n", i, target[:max(n, 0)])
 	}
 }
 

@@ -34,9 +34,16 @@ import (
 // a process's initial environment, not later setenv calls (ReexecWithSecret).
 const SecretVar = "TOOLGATE_BATTERY_SECRET"
 
+// BaitVar names a descriptor the running program was started with,
+// without close-on-exec, as whatever launches toolgate may leave one (fd 9
+// of a shell, a supervisor's log): no sandboxed tool may see it.
+const BaitVar = "TOOLGATE_BATTERY_BAIT_FD"
+
 // ReexecWithSecret re-executes the running program with SecretVar in its
-// initial environment, unless it is there already; call it first thing
-// (TestMain, selftest). It returns only when the variable is present.
+// initial environment and the BaitVar descriptor open, unless they are
+// there already; call it first thing (TestMain, selftest), before
+// rt.SealInheritedFDs as main does. It returns only when the variable is
+// present.
 func ReexecWithSecret() error {
 	if os.Getenv(SecretVar) != "" {
 		return nil
@@ -44,6 +51,13 @@ func ReexecWithSecret() error {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	env := append(os.Environ(), SecretVar+"=leaked-"+hex.EncodeToString(b[:]))
+	// An unlinked temp file: nothing is left on disk, and a sandbox that
+	// got the descriptor could write to the host through it.
+	bait := filepath.Join(os.TempDir(), "toolgate-battery-bait-"+hex.EncodeToString(b[:]))
+	if fd, err := syscall.Open(bait, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o600); err == nil {
+		_ = os.Remove(bait)
+		env = append(env, BaitVar+"="+strconv.Itoa(fd))
+	}
 	return syscall.Exec("/proc/self/exe", os.Args, env)
 }
 
@@ -227,7 +241,59 @@ func Cases() []Case {
 		{Name: "timeout", Guarantee: "a tool that ignores SIGTERM, and its children, die at the timeout", Run: caseTimeout},
 		{Name: "daemon", Guarantee: "a daemonized grandchild neither delays the call nor survives it", Run: caseDaemon},
 		{Name: "kill-all", Guarantee: "kill(-1, SIGKILL) from inside kills only the sandbox", Run: caseKillAll},
+		{Name: "descriptors", Guarantee: "the tool has only stdin (empty), stdout and stderr (one stream): no descriptor the server inherited", Run: caseDescriptors},
+		{Name: "dev-capped", Guarantee: "/dev is read-only and /dev/shm is a private tmpfs capped like /tmp", Run: caseDevCapped},
 	}
+}
+
+func caseDescriptors(ctx context.Context, e *Env) error {
+	fd := os.Getenv(BaitVar)
+	if _, err := os.Stat("/proc/self/fd/" + fd); fd == "" || err != nil {
+		return fmt.Errorf("%w: the server was not started with an inherited descriptor (%s, ReexecWithSecret)", errSkip, BaitVar)
+	}
+	res, err := e.call(ctx, 20*time.Second, 4096, "fds")
+	if err != nil {
+		return err
+	}
+	if err := want(res.Output, "fds: 0 1 2"); err != nil {
+		return err
+	}
+	// stdout and stderr are one stream: the call's pipe (bwrap), a pipe of
+	// the runtime's (runc, crun) or a host file of the Sentry's (runsc).
+	out, errOut := regexp.MustCompile(`fd 1: (.*)`).FindSubmatch(res.Output), regexp.MustCompile(`fd 2: (.*)`).FindSubmatch(res.Output)
+	if out == nil || errOut == nil || string(out[1]) != string(errOut[1]) {
+		return fmt.Errorf("stdout and stderr are not one stream:\n%s", clip(res.Output))
+	}
+	// stdin is /dev/null, or (runc, crun, runsc) the runtime's copy of it:
+	// empty either way.
+	res, err = e.call(ctx, 20*time.Second, 4096, "stdin")
+	if err != nil {
+		return err
+	}
+	return want(res.Output, "stdin bytes=0")
+}
+
+func caseDevCapped(ctx context.Context, e *Env) error {
+	mib := int(e.Limits.TmpSize>>20) + 32
+	res, err := e.call(ctx, 60*time.Second, 4096, "write", "/dev/x")
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(res.Output), "write /dev/x: denied") {
+		return fmt.Errorf("/dev is writable:\n%s", clip(res.Output))
+	}
+	res, err = e.call(ctx, 60*time.Second, 4096, "fill", "/dev/shm/x", strconv.Itoa(mib))
+	if err != nil {
+		return err
+	}
+	m := regexp.MustCompile(`fill /dev/shm/x: (\d+) bytes: denied ENOSPC`).FindSubmatch(res.Output)
+	if m == nil {
+		return fmt.Errorf("/dev/shm took %d MiB without running out of space (cap: /tmp's %d MiB):\n%s", mib, e.Limits.TmpSize>>20, clip(res.Output))
+	}
+	if n, _ := strconv.ParseInt(string(m[1]), 10, 64); n > e.Limits.TmpSize {
+		return fmt.Errorf("/dev/shm took %d bytes, more than /tmp's cap of %d", n, e.Limits.TmpSize)
+	}
+	return nil
 }
 
 func caseNetwork(ctx context.Context, e *Env) error {

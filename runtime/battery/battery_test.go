@@ -15,6 +15,10 @@ func TestMain(m *testing.M) {
 	if err := ReexecWithSecret(); err != nil {
 		panic(err)
 	}
+	// As main does: ReexecWithSecret left an inherited descriptor open.
+	if err := rt.SealInheritedFDs(); err != nil {
+		panic(err)
+	}
 	code := m.Run()
 	testbin.Cleanup()
 	os.Exit(code)

@@ -149,10 +149,14 @@ func Args(h Host, p Plan) []string {
 			a = append(a, "--ro-bind", e, e)
 		}
 	}
+	// /dev's tmpfs (--dev) would take writes without bound: it is
+	// remounted read-only below, and /dev/shm is a tmpfs capped like /tmp.
+	size := strconv.FormatInt(p.TmpSize, 10)
 	a = append(a,
 		"--dev", "/dev",
+		"--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
 		"--proc", "/proc",
-		"--perms", "1777", "--size", strconv.FormatInt(p.TmpSize, 10), "--tmpfs", "/tmp",
+		"--perms", "1777", "--size", size, "--tmpfs", "/tmp",
 	)
 	var bound []string
 	if p.Dir != "" {
@@ -186,7 +190,7 @@ func Args(h Host, p Plan) []string {
 	if chdir == "" {
 		chdir = "/"
 	}
-	a = append(a, "--ro-bind", p.Shim, ShimPath, "--remount-ro", "/", "--chdir", chdir)
+	a = append(a, "--ro-bind", p.Shim, ShimPath, "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", chdir)
 	if p.Service {
 		svc := rt.ShimSpec{Mode: rt.ShimService, Rlimits: p.Rlimits, UID: -1, GID: -1, Path: p.Exe, Argv: p.Argv}
 		a = append(a, "--", ShimPath)
