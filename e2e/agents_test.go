@@ -376,6 +376,12 @@ tool_timeout_sec = 60
 // returns the model and the client's combined output.
 func runSession(t *testing.T, c agentClient, ns *netns, exe, ws, entry string, script []scriptCall, final string) (*model, string) {
 	t.Helper()
+	return runSessionEnv(t, c, ns, exe, ws, entry, nil, script, final)
+}
+
+// runSessionEnv is runSession with extra environment for the client.
+func runSessionEnv(t *testing.T, c agentClient, ns *netns, exe, ws, entry string, extraEnv []string, script []scriptCall, final string) (*model, string) {
+	t.Helper()
 	l := ns.listen(t)
 	m := startModel(t, l, c.wire, c.prefix, script, final)
 	s := &agentSession{exe: exe, home: t.TempDir(), ws: ws, baseURL: "http://" + l.Addr().String(),
@@ -393,6 +399,7 @@ func runSession(t *testing.T, c agentClient, ns *netns, exe, ws, entry string, s
 		"TERM=dumb",
 		"NO_COLOR=1",
 	}, env...)
+	cmd.Env = append(cmd.Env, extraEnv...)
 	var outBuf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &outBuf, &outBuf
 	cmd.Stdin = nil
@@ -407,6 +414,16 @@ func runSession(t *testing.T, c agentClient, ns *netns, exe, ws, entry string, s
 	err := cmd.Wait()
 	t.Logf("%s session took %s", c.name, time.Since(start).Round(100*time.Millisecond))
 	out := outBuf.String()
+	if c.name == "opencode" {
+		// Its provider package (@ai-sdk/openai-compatible) is bundled: a
+		// run installs nothing (there is no network to install from).
+		filepath.WalkDir(s.home, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() && (d.Name() == "node_modules" || d.Name() == "@ai-sdk") {
+				t.Errorf("opencode installed packages at run time: %s", p)
+			}
+			return nil
+		})
+	}
 	var ee *exec.ExitError
 	switch {
 	case ctx.Err() != nil:
@@ -458,4 +475,220 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n/2] + fmt.Sprintf("\n… [%d bytes] …\n", len(s)-n) + s[len(s)-n/2:]
+}
+
+// nameProbes are the ids of registry entries whose served tool names
+// (ID__trigger-long-running-operation, len(ID)+32 characters) put the
+// clients' model-visible names just under, at and past 64 characters:
+// Codex and Claude Code add "mcp__toolgate__" (15), OpenCode "toolgate_" (9).
+var nameProbes = []int{17, 18, 23, 24, 32}
+
+func nameProbeID(n int) string {
+	p := fmt.Sprintf("n%d", n)
+	return p + strings.Repeat("x", n-len(p))
+}
+
+const probeTool = "trigger-long-running-operation"
+
+// TestAgentClientRules measures, per client, on the binary target (the
+// rules are the client's, whatever runs toolgate): the model-visible names
+// of long downstream tool names (and their hyphens), what a call that
+// outlives the client's tool-call timeout gives the model (with toolgate's
+// progress notifications flowing), and whether the client waits for a
+// server that is slow to start.
+func TestAgentClientRules(t *testing.T) {
+	onlyBinary(t)
+	for _, c := range agentClients {
+		t.Run(c.name, func(t *testing.T) {
+			exe := agentExe(t, c)
+			node, npmDir := npmEverything(t)
+			everything := filepath.Join(npmDir, "node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+			ws := testbin.Dir(t)
+			writeFile(t, filepath.Join(ws, "notes.txt"), "notes\n")
+			paths := readmePaths{Workspace: ws, Toolgate: binary}
+
+			t.Run("names and timeout", func(t *testing.T) {
+				confDir := testbin.Dir(t)
+				paths := paths
+				paths.ConfDir = confDir
+				writeFile(t, filepath.Join(confDir, "tools.conf"), fmt.Sprintf("tool slowtool /usr/bin/sleep read 30 4096 off %s -- 4\n", ws))
+				var reg strings.Builder
+				reg.WriteString("schema_version = 8\n")
+				for _, n := range nameProbes {
+					fmt.Fprintf(&reg, `
+[tool_mcp_servers.%s]
+transport = "stdio"
+command = %q
+args = [%q, "stdio"]
+cwd = %q
+enabled_tools = [%q]
+default_tools_approval_mode = "auto"
+startup_timeout_sec = 60
+`, nameProbeID(n), node, everything, npmDir, probeTool)
+				}
+				writeFile(t, filepath.Join(confDir, "tool-mcp.d", "10-names.toml"), reg.String())
+				entry := readmeEntry(t, c.name+" binary", paths)
+				var env []string
+				switch c.name {
+				case "codex":
+					entry = mustReplace(t, entry, "tool_timeout_sec = 3600", "tool_timeout_sec = 2")
+				case "claude":
+					env = append(env, "MCP_TOOL_TIMEOUT=2000")
+				case "opencode":
+					entry = mustReplace(t, entry, `"timeout": 3600000`, `"timeout": 2000`)
+				}
+				longest := nameProbeID(nameProbes[len(nameProbes)-1])
+				script := []scriptCall{
+					{Tool: "slowtool"},
+					{Tool: longest + "__" + probeTool, Args: map[string]any{"duration": 1, "steps": 1},
+						Find: func(tools []offeredTool) (offeredTool, bool) {
+							for _, o := range tools {
+								if strings.Contains(o.Name, longest[:8]) {
+									return o, true
+								}
+							}
+							return offeredTool{}, false
+						}},
+				}
+				ns := newNetns(t)
+				m, _ := runSessionEnv(t, c, ns, exe, ws, entry, env, script, "FINAL")
+				requests, results, problems := m.snapshot()
+				for _, p := range problems {
+					t.Errorf("scripted model: %s", p)
+				}
+				if len(requests) == 0 {
+					t.Fatal("no request reached the model")
+				}
+				offered := map[int]string{}
+				for _, o := range requests[len(requests)-1].Tools {
+					for _, n := range nameProbes {
+						if strings.Contains(o.Name, nameProbeID(n)[:4]) {
+							offered[n] = o.Name
+						}
+					}
+				}
+				rule := clientRules[c.name]
+				for _, n := range nameProbes {
+					served := nameProbeID(n) + "__" + probeTool
+					t.Logf("served %q (%d): model-visible %q (%d)", served, len(served), offered[n], len(offered[n]))
+					if want := rule.name(served); offered[n] != want {
+						t.Errorf("served %q: model-visible %q, want %q (the client's naming rule changed: update the README and the name validation)", served, offered[n], want)
+					}
+				}
+				if r, ok := results[0]; !ok {
+					t.Errorf("the slow call's result never reached the model")
+				} else {
+					t.Logf("a 4 s call, client timeout 2 s: the model received: %s", clip(string(r.Raw), 600))
+					if !strings.Contains(resultText(r.Raw), rule.slowCall) {
+						t.Errorf("a 4 s call under a 2 s client timeout: the model received %s, want %q in it", r.Raw, rule.slowCall)
+					}
+				}
+				if r, ok := results[1]; !ok {
+					t.Errorf("the longest name's result never reached the model")
+				} else {
+					t.Logf("the longest name, called as %q: the model received: %s", r.Called, clip(string(r.Raw), 600))
+					if !strings.Contains(resultText(r.Raw), "Long running operation completed") {
+						t.Errorf("the longest name, called as %q: the model received %s", r.Called, r.Raw)
+					}
+				}
+			})
+
+			// A downstream server that never answers initialize: toolgate
+			// answers its own initialize only after the entry's startup
+			// timeout, 8 s. The README's entry must make the client wait;
+			// for Codex, also the entry without required = true.
+			variants := []struct {
+				name  string
+				strip string // removed from the README's entry
+				waits bool
+			}{{"slow start, the README's entry", "", true}}
+			if c.name == "codex" {
+				variants = append(variants, struct {
+					name  string
+					strip string
+					waits bool
+				}{"slow start, without required", "required = true\n", false})
+			}
+			for _, v := range variants {
+				t.Run(v.name, func(t *testing.T) {
+					confDir := testbin.Dir(t)
+					paths := paths
+					paths.ConfDir = confDir
+					writeFile(t, filepath.Join(confDir, "tools.conf"), fmt.Sprintf("tool readtool /bin/echo read 10 4096 off %s -- started\n", ws))
+					writeFile(t, filepath.Join(confDir, "tool-mcp.d", "10-hang.toml"), `schema_version = 8
+[tool_mcp_servers.hang]
+transport = "stdio"
+command = "/usr/bin/sleep"
+args = ["600"]
+enabled_tools = ["never"]
+default_tools_approval_mode = "auto"
+startup_timeout_sec = 8
+`)
+					entry := readmeEntry(t, c.name+" binary", paths)
+					if v.strip != "" {
+						entry = mustReplace(t, entry, v.strip, "")
+					}
+					ns := newNetns(t)
+					start := time.Now()
+					m, _ := runSession(t, c, ns, exe, ws, entry, []scriptCall{{Tool: "readtool"}}, "FINAL")
+					requests, results, _ := m.snapshot()
+					for i, r := range requests {
+						ours := slices.ContainsFunc(r.Tools, func(o offeredTool) bool { return strings.HasPrefix(o.Name, c.prefix) })
+						t.Logf("request %d (%s): offers toolgate's tools: %v", i, r.Path, ours)
+					}
+					_, ok := results[0]
+					t.Logf("server 8 s slow to start, session %s: the model got the call's result: %v", time.Since(start).Round(100*time.Millisecond), ok)
+					if ok != v.waits {
+						t.Errorf("8 s slow server: the model got the tools %v, want %v (the client's start-up wait changed)", ok, v.waits)
+					}
+				})
+			}
+		})
+	}
+}
+
+// clientRule is what a client measurably does (TestAgentClientRules).
+type clientRule struct {
+	// name is the model-visible name of a served tool name (at most 64
+	// characters, toolgate's longest downstream name through
+	// server-everything).
+	name func(served string) string
+	// slowCall is in what the model receives for a 4 s call under a 2 s
+	// client tool timeout, toolgate sending progress every second.
+	slowCall string
+}
+
+var clientRules = map[string]clientRule{
+	// Codex: namespace mcp__toolgate, the tool part sanitised to
+	// [A-Za-z0-9_] ("-" becomes "_"); no cap met at 79 characters. The
+	// timeout (tool_timeout_sec) is a hard limit: progress does not extend
+	// it. Without required = true the first turn starts without a server
+	// still starting.
+	"codex": {
+		name:     func(s string) string { return "mcp__toolgate__" + strings.ReplaceAll(s, "-", "_") },
+		slowCall: "timed out awaiting tools/call after 2s",
+	},
+	// Claude Code: mcp__toolgate__ + the name as served; no cap met at 79
+	// characters. MCP_TOOL_TIMEOUT is a hard wall-clock limit. -p waits for
+	// the server.
+	"claude": {
+		name:     func(s string) string { return "mcp__toolgate__" + s },
+		slowCall: `MCP server "toolgate" tool "slowtool" timed out after 2s`,
+	},
+	// OpenCode: toolgate_ + the name as served; no cap met at 73
+	// characters. The entry's timeout restarts on every progress
+	// notification (resetTimeoutOnProgress), so the 4 s call completes.
+	// `opencode run` waits for the server.
+	"opencode": {
+		name:     func(s string) string { return "toolgate_" + s },
+		slowCall: "[exit=0 elapsed_ms=",
+	},
+}
+
+func mustReplace(t *testing.T, s, old, new string) string {
+	t.Helper()
+	if !strings.Contains(s, old) {
+		t.Fatalf("%q not in:\n%s", old, s)
+	}
+	return strings.Replace(s, old, new, 1)
 }

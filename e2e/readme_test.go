@@ -5,6 +5,7 @@ package e2e
 import (
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -69,7 +70,9 @@ func readmeEntry(t *testing.T, key string, p readmePaths) string {
 	)
 	out := r.Replace(entry)
 	for _, ph := range []string{"/home/me/project", "/etc/toolgate/", "/root/.cache/", "/usr/local/bin/toolgate", "localhost/toolgate:dev"} {
-		if strings.Contains(out, ph) {
+		substituted := slices.ContainsFunc([]string{p.Workspace, p.ConfDir, p.Seccomp, p.ContainersConf, p.Toolgate, p.Image},
+			func(v string) bool { return strings.Contains(v, ph) })
+		if strings.Contains(out, ph) && !substituted {
 			t.Fatalf("README entry %q still holds %q after substitution: a placeholder the suite does not know:\n%s", key, ph, out)
 		}
 	}
