@@ -593,9 +593,9 @@ startup_timeout_sec = 60
 				}
 			})
 
-			// A downstream server that never answers initialize: toolgate
-			// answers its own initialize only after the entry's startup
-			// timeout, 8 s. The README's entry must make the client wait;
+			// A downstream server that never answers initialize: toolgate's
+			// tools/list waits for the downstream listing, until the
+			// entry's startup timeout, 8 s. The README's entry must make the client wait;
 			// for Codex, also the entry without required = true.
 			variants := []struct {
 				name  string
