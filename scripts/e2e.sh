@@ -17,6 +17,10 @@ export CGO_ENABLED=1
 which=${1:-both}
 image=${TOOLGATE_IMAGE:-localhost/toolgate:dev}
 read -r -a flags <<<"${E2E_FLAGS:-}"
+# The npm packages the suite runs (idempotent: quick when installed, as
+# after scripts/test.sh): the downstream MCP servers and the agent CLIs.
+. scripts/npm-deps.sh
+. scripts/agent-clis.sh
 
 case $which in
 binary | image | both) ;;

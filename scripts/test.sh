@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
 . scripts/npm-deps.sh
+. scripts/agent-clis.sh
 export PATH="/usr/local/go/bin:$PATH"
 export CGO_ENABLED=1
 
