@@ -266,6 +266,41 @@ func (s ToolServer) ServedName(tool string) string {
 	return s.ID + ServedNameSeparator + tool
 }
 
+// What the documented clients make of a served tool name (measured with
+// Codex 0.169.0, Claude Code 2.1.328 and OpenCode 1.18.33, README "Wire it
+// into MCP clients"): Claude Code and Codex show it to the model as
+// mcp__KEY__NAME, OpenCode as KEY_NAME, KEY being the entry's server key
+// ("toolgate" in every README entry), and the model APIs behind them
+// (OpenAI, Anthropic) accept a tool name only when it matches
+// ^[a-zA-Z0-9_-]{1,64}$: a longer one fails the whole request, every turn
+// of the session, not just that tool's calls.
+const (
+	// ClientPrefix is the longest prefix a documented client adds.
+	ClientPrefix = "mcp__toolgate__"
+	// ClientNameMax is the longest tool name the model APIs accept.
+	ClientNameMax = 64
+)
+
+// ClientNameIssue says what a documented client would make of served, the
+// name of a downstream tool (tools.conf and built-in names are short
+// enough by their own rules): refused when the prefixed name is longer than
+// ClientNameMax (such a tool is not served: it would break every request of
+// a session), or rewritten, served but renamed for the model, when it has
+// characters outside [A-Za-z0-9_-] (the clients turn each into '_').
+// problem is "" when the name reaches a model as it is.
+func ClientNameIssue(served string) (problem string, refused bool) {
+	if n := len(ClientPrefix) + len(served); n > ClientNameMax {
+		return fmt.Sprintf("served name %q (%d characters) is %s%s, %d characters, in Claude Code and Codex: over the %d that the OpenAI and Anthropic APIs accept for a tool name, which would fail every request of the session; not served: shorten the server id (tool names cannot change)",
+			served, len(served), ClientPrefix, served, n, ClientNameMax), true
+	}
+	if i := strings.IndexFunc(served, func(r rune) bool {
+		return !(r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}); i >= 0 {
+		return fmt.Sprintf("served name %q has %q, which the model APIs do not accept in a tool name: Claude Code, Codex and OpenCode show it to the model with '_' in its place", served, served[i]), false
+	}
+	return "", false
+}
+
 // SplitServedName splits a served name back into server id and tool name.
 // ok is false when name is not of the form ID__TOOL.
 func SplitServedName(name string) (id, tool string, ok bool) {

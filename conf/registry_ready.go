@@ -68,6 +68,11 @@ func (s ToolServer) Readiness(lookupEnv func(string) (string, bool)) Readiness {
 			add(cwdReadiness(s.Cwd))
 		}
 	}
+	for _, tool := range s.EnabledTools {
+		if problem, refused := ClientNameIssue(s.ServedName(tool)); problem != "" {
+			add(ReadinessCheck{Kind: "name", Subject: s.ServedName(tool), OK: !refused, Detail: problem})
+		}
+	}
 	for _, v := range s.Vars() {
 		c := ReadinessCheck{Kind: "variable", Subject: v.Name, Use: v.Use}
 		val, ok := lookupEnv(v.Name)

@@ -1180,3 +1180,23 @@ default_tools_approval_mode = "writes"
 	// 20-bad.toml:5: tool_mcp_servers.bad.bearer_token: plaintext credential in field "bearer_token": never write a credential into the registry; put it in an environment variable and name the variable with bearer_token_env_var or env_http_headers (streamable_http) or env_vars (stdio)
 	// 20-bad.toml:6: tool_mcp_servers.bad.enabled_tools: empty: list at least one downstream tool (the operator's maximum)
 }
+
+func TestClientNameIssue(t *testing.T) {
+	for _, tc := range []struct {
+		served  string
+		want    string
+		refused bool
+	}{
+		{"fs__read_file", "", false},
+		{strings.Repeat("a", 49), "", false},
+		{strings.Repeat("a", 50), "65 characters, in Claude Code and Codex: over the 64", true},
+		{"srv__" + strings.Repeat("t", 64), "84 characters", true},
+		{"srv__admin.tools.list", `has '.'`, false},
+		{"srv__get-user", "", false},
+	} {
+		problem, refused := ClientNameIssue(tc.served)
+		if refused != tc.refused || (tc.want == "") != (problem == "") || !strings.Contains(problem, tc.want) {
+			t.Errorf("ClientNameIssue(%q) = %q, %v; want %q, %v", tc.served, problem, refused, tc.want, tc.refused)
+		}
+	}
+}

@@ -404,6 +404,13 @@ func (d *downstream) register() builtin.DownstreamStatus {
 	}
 	for _, tool := range d.srv.EnabledTools {
 		name := d.srv.ServedName(tool)
+		if problem, refused := conf.ClientNameIssue(name); refused {
+			st.NotServed = append(st.NotServed, tool)
+			d.log.WithField("tool", tool).Error(problem)
+			continue
+		} else if problem != "" {
+			d.log.WithField("tool", tool).Warn(problem)
+		}
 		var t mcp.Tool
 		if d.offered == nil {
 			t = mcp.NewToolWithRawSchema(name, d.describe(tool, ""), openSchema)

@@ -752,3 +752,31 @@ default_tools_approval_mode = "auto"
 		t.Errorf("%d starts logged, want 2 (start-up, then the call)", n)
 	}
 }
+
+// TestDownstreamClientNameCap: a served name that the documented clients
+// would prefix past the model APIs' 64 characters is not served (it would
+// fail every request of a Claude Code or Codex session), and says why; one
+// of 49 characters, the most that fits, is served.
+func TestDownstreamClientNameCap(t *testing.T) {
+	fits := strings.Repeat("x", conf.ClientNameMax-len(conf.ClientPrefix)-len("fake__"))
+	long := fits + "y"
+	reg := strings.Replace(fakeRegistry, `"absent"]`, `"absent", "`+fits+`", "`+long+`"]`, 1)
+	h := newHarness(t, Options{}, DownstreamOptions{Registry: loadRegistry(t, map[string]string{"10-fake.toml": reg})},
+		map[string]string{"TOOLGATE_FAKE_SECRET": "x"})
+	tools := h.tools(t)
+	if _, ok := tools["fake__"+long]; ok {
+		t.Errorf("fake__%s (%d characters prefixed) is served", long, len(conf.ClientPrefix)+len("fake__"+long))
+	}
+	ds := h.status(t).Registry.Servers[0]
+	if !slices.Contains(ds.NotServed, long) {
+		t.Errorf("not served = %q, want it to name %s", ds.NotServed, long)
+	}
+	if !strings.Contains(h.logs.String(), "over the 64 that the OpenAI and Anthropic APIs accept") {
+		t.Errorf("the log does not say why:\n%s", h.logs.String())
+	}
+	// The one that fits is refused only because the fake server does not
+	// offer it, not for its name.
+	if strings.Contains(h.logs.String(), `"fake__`+fits+`" (`) {
+		t.Errorf("a name that fits was reported")
+	}
+}
