@@ -36,7 +36,7 @@ func (s *settings) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.root, "root", ".", "workspace root of the built-in tools")
 	fs.IntVar(&s.maxConcurrent, "max-concurrent", goruntime.NumCPU()*4, "external calls run at once; the excess queues")
 	fs.StringVar(&s.backend, "backend", string(rt.BackendBwrap), "sandbox backend of test-class tools: bwrap or oci")
-	fs.StringVar(&s.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&s.logLevel, "log-level", "warn", "log level: debug, info, warn, error (warn: MCP clients such as Claude Code file every line a server writes to stderr as an error)")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&s.auditLog, "audit-log", "", "append one JSON record per call to this file (default: stderr)")
 	s.sandbox.register(fs)
