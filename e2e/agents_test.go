@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/testbin"
 )
 
@@ -483,9 +484,11 @@ func clip(s string, n int) string {
 
 // nameProbes are the ids of registry entries whose served tool names
 // (ID__trigger-long-running-operation, len(ID)+32 characters) put the
-// clients' model-visible names just under, at and past 64 characters:
-// Codex and Claude Code add "mcp__toolgate__" (15), OpenCode "toolgate_" (9).
-var nameProbes = []int{17, 18, 23, 24, 32}
+// clients' model-visible names at 64 characters and past it: Codex and
+// Claude Code add "mcp__toolgate__" (15), OpenCode "toolgate_" (9), and the
+// model APIs take 64 at most, so toolgate serves none past 49
+// (conf.ClientNameIssue).
+var nameProbes = []int{17, 18, 32}
 
 func nameProbeID(n int) string {
 	p := fmt.Sprintf("n%d", n)
@@ -543,7 +546,7 @@ startup_timeout_sec = 60
 				case "opencode":
 					entry = mustReplace(t, entry, `"timeout": 3600000`, `"timeout": 2000`)
 				}
-				longest := nameProbeID(nameProbes[len(nameProbes)-1])
+				longest := nameProbeID(nameProbes[0]) // the longest toolgate serves
 				script := []scriptCall{
 					{Tool: "slowtool"},
 					{Tool: longest + "__" + probeTool, Args: map[string]any{"duration": 1, "steps": 1},
@@ -576,9 +579,16 @@ startup_timeout_sec = 60
 				rule := clientRules[c.name]
 				for _, n := range nameProbes {
 					served := nameProbeID(n) + "__" + probeTool
+					if _, refused := conf.ClientNameIssue(served); refused {
+						if offered[n] != "" {
+							t.Errorf("%q (%d characters) is past the cap, yet the model was offered %q", served, len(served), offered[n])
+						}
+						continue
+					}
 					t.Logf("served %q (%d): model-visible %q (%d)", served, len(served), offered[n], len(offered[n]))
-					if want := rule.name(served); offered[n] != want {
-						t.Errorf("served %q: model-visible %q, want %q (the client's naming rule changed: update the README and the name validation)", served, offered[n], want)
+					if want := rule.name(served); offered[n] != want || len(want) > conf.ClientNameMax {
+						t.Errorf("served %q: model-visible %q, want %q of at most %d characters (the client's naming rule changed: update the README and the name validation)",
+							served, offered[n], want, conf.ClientNameMax)
 					}
 				}
 				if r, ok := results[0]; !ok {
