@@ -43,6 +43,46 @@ func DefaultSeccomp() (*specs.LinuxSeccomp, error) {
 	return p, nil
 }
 
+// defaultSeccompBPF compiles the default profile once per process.
+var defaultSeccompBPF = sync.OnceValues(func() ([]byte, error) {
+	p, err := defaultSeccomp()
+	if err != nil {
+		return nil, err
+	}
+	return compileBPF(withoutDefaultRules(p))
+})
+
+// withoutDefaultRules returns p less the rules whose action is the default
+// action anyway (the clone3 rule: ENOSYS, as is the default): the runtimes
+// skip them, and libseccomp refuses them ("requested action matches default
+// action of filter"). The filter is the same.
+func withoutDefaultRules(p *specs.LinuxSeccomp) *specs.LinuxSeccomp {
+	errno := func(e *uint) uint {
+		if e == nil {
+			return uint(unix.EPERM)
+		}
+		return *e
+	}
+	out := *p
+	out.Syscalls = slices.DeleteFunc(slices.Clone(p.Syscalls), func(sc specs.LinuxSyscall) bool {
+		return sc.Action == p.DefaultAction && len(sc.Args) == 0 &&
+			(sc.Action != specs.ActErrno || errno(sc.ErrnoRet) == errno(p.DefaultErrnoRet))
+	})
+	return &out
+}
+
+// DefaultSeccompBPF returns DefaultSeccomp compiled by libseccomp into the
+// BPF program the kernel loads: what the bwrap backend hands bwrap
+// (--seccomp FD), so that both backends filter with the same profile. It
+// is compiled once per process; callers must not modify it.
+func DefaultSeccompBPF() ([]byte, error) {
+	b, err := defaultSeccompBPF()
+	if err != nil {
+		return nil, fmt.Errorf("seccomp filter: %w", err)
+	}
+	return b, nil
+}
+
 // tightenUserNS removes clone, clone3 and unshare from every rule of p and
 // adds: clone and unshare allowed only when CLONE_NEWUSER is clear in their
 // flags (argument 0 on the architectures the profile converts for), and

@@ -92,6 +92,9 @@ type ServiceCmd struct {
 	Stop func(pid int)
 	// Stderr receives stderr lines; see Service.Stderr.
 	Stderr func(line string)
+	// ExtraFiles become fds 3 and up (the bwrap backend's seccomp
+	// program).
+	ExtraFiles []*os.File
 }
 
 // Process is a running service. Its stdin and stdout are pipes to the
@@ -153,13 +156,14 @@ func StartProcess(c ServiceCmd) (*Process, error) {
 		return nil, fmt.Errorf("start service: stderr pipe: %w", err)
 	}
 	cmd := &exec.Cmd{
-		Path:   c.Path,
-		Args:   c.Args,
-		Env:    c.Env,
-		Dir:    c.Dir,
-		Stdin:  inR,
-		Stdout: outW,
-		Stderr: errW,
+		Path:       c.Path,
+		Args:       c.Args,
+		Env:        c.Env,
+		Dir:        c.Dir,
+		Stdin:      inR,
+		Stdout:     outW,
+		Stderr:     errW,
+		ExtraFiles: c.ExtraFiles,
 	}
 	attr := &syscall.SysProcAttr{}
 	if c.SysProcAttr != nil {

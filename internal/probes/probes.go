@@ -29,6 +29,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // ShimArg is the first argument that makes the toolgate binary run the
@@ -166,6 +167,17 @@ func Main(pre, args []string) {
 		fill(arg(args, 0), atoi(arg(args, 1)))
 	case "fds":
 		fds()
+	case "add_key":
+		// A syscall the seccomp profile refuses and an unprivileged user
+		// may otherwise make: it adds a key to the process's keyring.
+		typ, desc := []byte("user\x00"), []byte("toolgate-probe\x00")
+		_, _, e := syscall.Syscall6(syscall.SYS_ADD_KEY, uintptr(unsafe.Pointer(&typ[0])), uintptr(unsafe.Pointer(&desc[0])),
+			uintptr(unsafe.Pointer(&desc[0])), uintptr(len(desc)), 0xfffffffd /* KEY_SPEC_PROCESS_KEYRING */, 0)
+		if e == 0 {
+			fmt.Println("add_key: ok")
+		} else {
+			fmt.Printf("add_key: %s\n", result(e))
+		}
 	default:
 		fail("unknown mode " + mode)
 	}

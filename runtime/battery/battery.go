@@ -243,6 +243,7 @@ func Cases() []Case {
 		{Name: "kill-all", Guarantee: "kill(-1, SIGKILL) from inside kills only the sandbox", Run: caseKillAll},
 		{Name: "descriptors", Guarantee: "the tool has only stdin (empty), stdout and stderr (one stream): no descriptor the server inherited", Run: caseDescriptors},
 		{Name: "dev-capped", Guarantee: "/dev is read-only and /dev/shm is a private tmpfs capped like /tmp", Run: caseDevCapped},
+		{Name: "seccomp", Guarantee: "a seccomp filter (containers/common's default profile) is loaded: a syscall it refuses fails", Run: caseSeccomp},
 	}
 }
 
@@ -271,6 +272,27 @@ func caseDescriptors(ctx context.Context, e *Env) error {
 		return err
 	}
 	return want(res.Output, "stdin bytes=0")
+}
+
+func caseSeccomp(ctx context.Context, e *Env) error {
+	res, err := e.call(ctx, 20*time.Second, 4096, "status")
+	if err != nil {
+		return err
+	}
+	// gVisor applies the filter in its Sentry and reports no Seccomp line.
+	if e.Backend != "oci/runsc" {
+		if err := want(res.Output, "Seccomp: 2"); err != nil {
+			return fmt.Errorf("no seccomp filter is loaded: %w", err)
+		}
+	}
+	res, err = e.call(ctx, 20*time.Second, 4096, "add_key")
+	if err != nil {
+		return err
+	}
+	if !regexp.MustCompile(`add_key: denied (ENOSYS|EPERM)`).Match(res.Output) {
+		return fmt.Errorf("add_key was not refused:\n%s", clip(res.Output))
+	}
+	return nil
 }
 
 func caseDevCapped(ctx context.Context, e *Env) error {

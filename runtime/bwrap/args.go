@@ -53,6 +53,10 @@ var NetEtcAllowList = []string{
 // ShimPath is where the init shim is bound inside the sandbox.
 const ShimPath = "/.toolgate/shim"
 
+// SeccompFD is the descriptor bwrap reads the seccomp program from: the
+// first of the started process's ExtraFiles.
+const SeccompFD = 3
+
 // Plan is one sandboxed call, as the argv needs it.
 type Plan struct {
 	// Shim is the host path of the toolgate-shim binary, bound read-only at
@@ -75,6 +79,9 @@ type Plan struct {
 	// built-in's helper, whose stdout is parsed); a tool call has one
 	// stream.
 	KeepStderr bool
+	// Seccomp makes bwrap load the seccomp program it reads from
+	// descriptor SeccompFD into the sandbox, last thing before the exec.
+	Seccomp bool
 
 	// The fields below are for services (Runner.StartService); a tool
 	// call leaves them zero.
@@ -191,6 +198,9 @@ func Args(h Host, p Plan) []string {
 		chdir = "/"
 	}
 	a = append(a, "--ro-bind", p.Shim, ShimPath, "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", chdir)
+	if p.Seccomp {
+		a = append(a, "--seccomp", strconv.Itoa(SeccompFD))
+	}
 	if p.Service {
 		svc := rt.ShimSpec{Mode: rt.ShimService, Rlimits: p.Rlimits, UID: -1, GID: -1, Path: p.Exe, Argv: p.Argv}
 		a = append(a, "--", ShimPath)

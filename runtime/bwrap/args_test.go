@@ -27,27 +27,27 @@ func TestArgsGolden(t *testing.T) {
 		host Host
 		plan Plan
 	}{
-		{"usr-tool", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/usr/bin/git", ExeResolved: "/usr/bin/git",
+		{"usr-tool", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/usr/bin/git", ExeResolved: "/usr/bin/git",
 			Argv: []string{"/usr/bin/git", "--no-pager", "diff", "--check"}, Dir: "/srv/repo", TmpSize: 64 << 20}},
-		{"opt-tool", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/opt/lint/bin/lint", ExeResolved: "/opt/lint/bin/lint",
+		{"opt-tool", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/opt/lint/bin/lint", ExeResolved: "/opt/lint/bin/lint",
 			Argv: []string{"/opt/lint/bin/lint", "--strict", "a b"}, Dir: "/srv/repo", TmpSize: 1 << 20}},
-		{"symlinked-tool", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/usr/local/bin/ruff", ExeResolved: "/opt/ruff/ruff",
+		{"symlinked-tool", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/usr/local/bin/ruff", ExeResolved: "/opt/ruff/ruff",
 			Argv: []string{"/usr/local/bin/ruff", "check"}, Dir: "/srv/repo", TmpSize: 64 << 20}},
-		{"symlink-outside", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/srv/bin/lint", ExeResolved: "/srv/real/lint",
+		{"symlink-outside", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/srv/bin/lint", ExeResolved: "/srv/real/lint",
 			Argv: []string{"/srv/bin/lint"}, Dir: "/workspace", TmpSize: 64 << 20}},
-		{"tool-in-dir", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/srv/repo/scripts/check", ExeResolved: "/srv/repo/scripts/check",
+		{"tool-in-dir", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/srv/repo/scripts/check", ExeResolved: "/srv/repo/scripts/check",
 			Argv: []string{"/srv/repo/scripts/check"}, Dir: "/srv/repo", TmpSize: 64 << 20}},
-		{"with-rlimits", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/usr/bin/make-check", ExeResolved: "/usr/bin/make-check",
+		{"with-rlimits", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/usr/bin/make-check", ExeResolved: "/usr/bin/make-check",
 			Argv: []string{"/usr/bin/make-check"}, Dir: "/srv/repo", TmpSize: 64 << 20,
 			Rlimits: []rt.Rlimit{{Name: "nofile", Value: 1024}, {Name: "nproc", Value: 512}}}},
-		{"unmerged-usr", Host{RootDirs: []string{"/bin", "/lib"}, Etc: []string{"/etc/passwd"}}, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/bin/true", ExeResolved: "/bin/true",
+		{"unmerged-usr", Host{RootDirs: []string{"/bin", "/lib"}, Etc: []string{"/etc/passwd"}}, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/bin/true", ExeResolved: "/bin/true",
 			Argv: []string{"/bin/true"}, Dir: "/srv/repo", TmpSize: 64 << 20}},
 		// Services (StartService): no --clearenv or --setenv, the service
 		// shim; ReadOnly binds, skipping what is visible already.
-		{"service-node", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/usr/bin/node", ExeResolved: "/usr/bin/node",
+		{"service-node", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/usr/bin/node", ExeResolved: "/usr/bin/node",
 			Argv: []string{"/usr/bin/node", "/opt/mcp/node_modules/srv/dist/index.js", "stdio"}, Dir: "/opt/mcp", TmpSize: 64 << 20,
 			Service: true, ReadOnly: []string{"/opt/mcp/node_modules/srv/dist/index.js", "/srv/data", "/usr/share/doc"}}},
-		{"service-net-no-dir", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/usr/local/bin/mcp-web", ExeResolved: "/opt/web/bin/mcp-web",
+		{"service-net-no-dir", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/usr/local/bin/mcp-web", ExeResolved: "/opt/web/bin/mcp-web",
 			Argv: []string{"/usr/local/bin/mcp-web", "--stdio"}, TmpSize: 64 << 20, Service: true, ShareNet: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -49,6 +50,9 @@ type Runner struct {
 	// uid and gid are the host ids bwrap runs as, or -1 to keep the
 	// server's (when it is not root).
 	uid, gid int
+	// seccomp is the compiled filter of every sandbox: the OCI backend's
+	// profile (bundle.DefaultSeccompBPF).
+	seccomp []byte
 }
 
 // systemDirs are where bwrap is looked up: fixed, absolute.
@@ -108,6 +112,13 @@ func Prepare(cfg Config) (*Runner, error) {
 	if err := rt.CanExecute(r.shim, r.uid, r.gid); err != nil {
 		return nil, fmt.Errorf("%s runs inside every sandbox: %w", rt.ShimName, err)
 	}
+	// The same filter as the OCI backend's, never none: a build without
+	// seccomp support cannot run the bwrap backend either.
+	prog, err := bundle.DefaultSeccompBPF()
+	if err != nil {
+		return nil, fmt.Errorf("bwrap: %w", err)
+	}
+	r.seccomp = prog
 	r.host = DetectHost(lstat, os.Readlink)
 	return r, nil
 }
@@ -200,7 +211,12 @@ func Hint(msg string) string {
 // Run runs inv in a fresh sandbox.
 func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
 	plan := Plan{Shim: r.shim, Exe: inv.Argv[0], ExeResolved: inv.Path, Argv: inv.Argv, Dir: inv.Dir, TmpSize: r.limits.TmpSize,
-		KeepStderr: inv.StderrMax > 0}
+		KeepStderr: inv.StderrMax > 0, Seccomp: true}
+	filter, err := r.seccompFile()
+	if err != nil {
+		return rt.Result{}, err
+	}
+	defer filter.Close()
 	group, start, err := r.enter(inv.ID, plan)
 	if err != nil {
 		return rt.Result{}, err
@@ -210,6 +226,7 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		Path:        start.path,
 		Args:        start.argv,
 		SysProcAttr: start.attr,
+		ExtraFiles:  []*os.File{filter},
 		Env:         rt.Env,
 		Dir:         "/",
 		Timeout:     inv.Timeout,
@@ -219,6 +236,22 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		Seen:        inv.Seen,
 		Group:       group,
 	})
+}
+
+// seccompFile returns a descriptor to read the seccomp program from (the
+// read end of a pipe that holds it: 9 KiB, well within a pipe's buffer).
+// The caller closes it once the process has started.
+func (r *Runner) seccompFile() (*os.File, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("seccomp program pipe: %w", err)
+	}
+	defer pw.Close()
+	if _, err := pw.Write(r.seccomp); err != nil {
+		pr.Close()
+		return nil, fmt.Errorf("seccomp program pipe: %w", err)
+	}
+	return pr, nil
 }
 
 // String summarises the backend for doctor: version, path and limits.

@@ -3,6 +3,7 @@ package bwrap
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	rt "github.com/toolgate/toolgate/runtime"
@@ -41,8 +42,13 @@ func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, e
 	}
 	plan := Plan{
 		Shim: r.shim, Exe: s.Argv[0], ExeResolved: s.Path, Argv: s.Argv, Dir: s.Dir,
-		TmpSize: r.limits.TmpSize, Service: true, ShareNet: s.Network, ReadOnly: s.ReadOnly,
+		TmpSize: r.limits.TmpSize, Service: true, ShareNet: s.Network, ReadOnly: s.ReadOnly, Seccomp: true,
 	}
+	filter, err := r.seccompFile()
+	if err != nil {
+		return nil, err
+	}
+	defer filter.Close()
 	group, st, err := r.enter(s.ID, plan)
 	if err != nil {
 		return nil, err
@@ -55,6 +61,7 @@ func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, e
 		Dir:         "/",
 		Group:       group,
 		Stderr:      s.Stderr,
+		ExtraFiles:  []*os.File{filter},
 	})
 	if err != nil {
 		if group != nil {
