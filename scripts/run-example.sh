@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up and run toolgate on an embedded example: builds the binary, creates
-# an example workspace (a small git repository) and a tools.conf for it under
-# ${TOOLGATE_EXAMPLE:-/tmp/toolgate-example}, prints `toolgate check`, then:
+# an example workspace (a small git repository) and a tools.conf for it in a
+# private directory (a fresh `mktemp -d`, or $TOOLGATE_EXAMPLE when set: it
+# must then be ours and writable by no one else, or be created here), prints
+# `toolgate check`, then:
 #  - with a terminal on stdin: runs a short scripted MCP session against
 #    `toolgate serve` and prints the answers;
 #  - otherwise (an MCP client started this script): serves MCP on stdio.
@@ -10,9 +12,33 @@ cd "$(dirname "$0")/.."
 . scripts/deps.sh >&2
 export PATH="/usr/local/go/bin:$PATH"
 
-ex=${TOOLGATE_EXAMPLE:-/tmp/toolgate-example}
+# The example's binaries and tools.conf live here: a directory another user
+# could write (or had created first, such as a fixed name under /tmp) would
+# let them swap the binary or the conf. toolgate refuses such a conf anyway;
+# the binary is the script's to protect.
+if [ -n "${TOOLGATE_EXAMPLE:-}" ]; then
+	ex=$TOOLGATE_EXAMPLE
+	if [ -L "$ex" ]; then
+		echo "run-example: TOOLGATE_EXAMPLE=$ex is a symlink; name a directory of yours" >&2
+		exit 1
+	fi
+	if [ -e "$ex" ]; then
+		owner=$(stat -c %u "$ex")
+		mode=$(stat -c %a "$ex")
+		if [ ! -d "$ex" ] || [ "$owner" != "$(id -u)" ] || [ $((0$mode & 022)) -ne 0 ]; then
+			echo "run-example: TOOLGATE_EXAMPLE=$ex (owner uid $owner, mode $mode) is not a directory of yours that no one else can write; fix: chown $(id -u) $ex && chmod go-w $ex, or name another" >&2
+			exit 1
+		fi
+	else
+		mkdir -m 0755 "$ex"
+	fi
+else
+	ex=$(mktemp -d "${TMPDIR:-/tmp}/toolgate-example.XXXXXX")
+	echo "run-example: a fresh example in $ex (set TOOLGATE_EXAMPLE to a directory of yours to reuse one)" >&2
+fi
+chmod 755 "$ex" # the sandbox uid traverses it to the workspace
 mkdir -p "$ex/bin"
-chmod 755 "$ex" "$ex/bin"
+chmod 755 "$ex/bin"
 CGO_ENABLED=1 go build -tags seccomp -o "$ex/bin/toolgate" ./cmd/toolgate >&2
 CGO_ENABLED=0 go build -o "$ex/bin/toolgate-shim" ./cmd/toolgate-shim >&2
 

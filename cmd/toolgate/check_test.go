@@ -93,3 +93,39 @@ func TestVersionAndUsage(t *testing.T) {
 		t.Errorf("bad backend: %d %q", code, errb.String())
 	}
 }
+
+// TestCheckUntrustedConf: a tools.conf in a directory of another user's
+// (uid 65534) is refused, fail-closed, with the path, owner, mode and fix
+// in check's report; built-ins stay on.
+func TestCheckUntrustedConf(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("TOOLGATE_REQUIRE_ALL") == "1" {
+			t.Fatal("required: this test chowns a directory to uid 65534 and must run as root")
+		}
+		t.Skip("SKIPPING: this test chowns a directory to uid 65534 and must run as root")
+	}
+	p, back := checkFixture(t, "tool lint_repo EXE test 120 65536 on DIR --\n")
+	dir := filepath.Dir(p)
+	if err := os.Lchown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"check", "--conf", p, "--caps", "repo"}, nil, &out, &errb)
+	got := back.Replace(out.String())
+	for _, want := range []string{
+		"tools.conf DIR/tools.conf: refused\n",
+		// Under a sticky /tmp, the entry rule; otherwise the directory rule.
+		"  file: untrusted path: ",
+		"is owned by uid 65534, not by root",
+		"chown root DIR",
+		"  refused: every external tool and expose subtraction is disabled; built-ins stay on\n",
+		"checkpoint_status",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("check of a conf in uid 65534's directory lacks %q:\n%s", want, got)
+		}
+	}
+	if code != 1 || strings.Contains(got, "lint_repo") {
+		t.Errorf("exit %d (want 1), and the refused conf's tool must not be listed:\n%s", code, got)
+	}
+}
