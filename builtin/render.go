@@ -8,9 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
-	"os"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -445,12 +443,8 @@ func (e *env) write(tool, rel, format string, data []byte, items int, counts map
 	if len(data) > MaxReportBytes {
 		return Errorf("%s: the report would be %d bytes, want at most %d", tool, len(data), MaxReportBytes)
 	}
-	_, err := os.Lstat(filepath.Join(e.ws.Root(), rel))
-	replaced := err == nil
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return Errorf("%s: %v", tool, err)
-	}
-	if err := e.ws.WriteFile(rel, data); err != nil {
+	replaced, err := e.ws.WriteFile(rel, data)
+	if err != nil {
 		return Errorf("%s: %v", tool, err)
 	}
 	sum := sha256.Sum256(data)

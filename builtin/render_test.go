@@ -205,6 +205,23 @@ func TestRenderBoundary(t *testing.T) {
 	}
 }
 
+// TestRenderHiddenThroughSymlink: the reviewer's escape: a symlinked
+// directory inside the workspace led render_audit_report into
+// .claude/commands and .git/hooks, which are never written.
+func TestRenderHiddenThroughSymlink(t *testing.T) {
+	root, _ := hiddenFixture(t)
+	tools := testTools(t, root, "")
+	for _, p := range []string{"cmds/review.md", "hooks/pre-commit.md", "abshooks/x.md", "chain1/hooks/x.md"} {
+		res := call(t, tools, "render_audit_report", `{"output_path":"`+p+`","findings":[{"title":"t","severity":"low","description":"d"}]}`)
+		wantError(t, res, "hidden component")
+	}
+	for _, p := range []string{".claude/commands/review.md", ".git/hooks/pre-commit.md", ".git/hooks/x.md"} {
+		if _, err := os.Lstat(filepath.Join(root, p)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s was written: %v", p, err)
+		}
+	}
+}
+
 func TestRenderValidation(t *testing.T) {
 	root := t.TempDir()
 	tools := testTools(t, root, "")

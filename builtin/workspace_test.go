@@ -175,7 +175,7 @@ func TestWriteFileAfterSwap(t *testing.T) {
 	// The final component becomes a symlink to a file outside.
 	target := filepath.Join(outside, "secret.txt")
 	symlink(t, target, filepath.Join(root, "out/report.md"))
-	if err := ws.WriteFile(rel, []byte("report\n")); err != nil {
+	if _, err := ws.WriteFile(rel, []byte("report\n")); err != nil {
 		t.Fatalf("WriteFile: %v", err)
 	}
 	if b, _ := os.ReadFile(target); string(b) != "outside\n" {
@@ -195,7 +195,7 @@ func TestWriteFileAfterSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	symlink(t, outside, filepath.Join(root, "out"))
-	err = ws.WriteFile(rel, []byte("report\n"))
+	_, err = ws.WriteFile(rel, []byte("report\n"))
 	if err == nil {
 		t.Fatal("WriteFile through an escaping ancestor succeeded")
 	}
@@ -207,6 +207,97 @@ func TestWriteFileAfterSwap(t *testing.T) {
 		if strings.HasPrefix(e.Name(), ".toolgate-") {
 			t.Fatalf("a temporary file was left outside: %s", e.Name())
 		}
+	}
+}
+
+// hiddenFixture adds to boundaryFixture the hidden directories an agent
+// must never write (.git/hooks, .claude/commands) and symlinked
+// directories inside the workspace that lead to them, directly, through a
+// chain, through a symlinked parent, by an absolute target, and by a
+// relative one climbing back down.
+func hiddenFixture(t *testing.T) (root, outside string) {
+	t.Helper()
+	root, outside = boundaryFixture(t)
+	writeTree(t, root, map[string]string{".git/hooks/README": "hooks\n", ".claude/commands/keep.md": "cmd\n", "sub/x/keep": "x\n"})
+	symlink(t, ".claude/commands", filepath.Join(root, "cmds"))
+	symlink(t, ".git/hooks", filepath.Join(root, "hooks"))
+	symlink(t, filepath.Join(root, ".git/hooks"), filepath.Join(root, "abshooks"))
+	symlink(t, "chain2", filepath.Join(root, "chain1"))
+	symlink(t, ".git", filepath.Join(root, "chain2"))
+	symlink(t, ".git", filepath.Join(root, "gitdir"))
+	symlink(t, "gitdir/hooks", filepath.Join(root, "viagit"))
+	symlink(t, "a/../.git/hooks", filepath.Join(root, "updown"))
+	symlink(t, "../.claude", filepath.Join(root, "sub/up"))
+	symlink(t, "../../a", filepath.Join(root, "sub/x/back"))
+	return root, outside
+}
+
+// TestResolveOutputHidden: an output path is judged after every component
+// is resolved, so a symlinked directory inside the workspace cannot lead a
+// report into .git/hooks or .claude/commands; symlinks to ordinary
+// directories inside still work.
+func TestResolveOutputHidden(t *testing.T) {
+	root, _ := hiddenFixture(t)
+	ws, err := NewWorkspace(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, in string
+		wantErr  error
+	}{
+		{"to .claude/commands", "cmds/x.md", ErrHidden},
+		{"to .git/hooks", "hooks/pre-commit.md", ErrHidden},
+		{"absolute, to .git/hooks", "abshooks/x.md", ErrHidden},
+		{"a chain to .git", "chain1/hooks/x.md", ErrHidden},
+		{"through a symlinked parent", "viagit/x.md", ErrHidden},
+		{"down, up and into .git", "updown/x.md", ErrHidden},
+		{"a nested link up into .claude", "sub/up/commands/x.md", ErrHidden},
+		{"a nested link back to a", "sub/x/back/new.md", nil},
+		{"an ordinary symlinked directory", "dirlink-in/b/new.md", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ws.ResolveOutput(tc.in)
+			checkErr(t, "ResolveOutput("+tc.in+")", err, tc.wantErr)
+			_, err = ws.WriteFile(tc.in, []byte("# report\n"))
+			checkErr(t, "WriteFile("+tc.in+")", err, tc.wantErr)
+		})
+	}
+	for _, dir := range []string{".git/hooks", ".claude/commands", ".git"} {
+		entries, _ := os.ReadDir(filepath.Join(root, dir))
+		for _, e := range entries {
+			if n := e.Name(); n != "README" && n != "keep.md" && n != "hooks" {
+				t.Errorf("%s/%s was written", dir, n)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "a/new.md")); err != nil {
+		t.Errorf("sub/x/back/new.md did not land in a/: %v", err)
+	}
+}
+
+// TestWriteFileSwapToHidden: a directory validated by ResolveOutput and
+// then swapped for a symlink to .git/hooks is not followed by WriteFile:
+// no check-then-use race on the directories.
+func TestWriteFileSwapToHidden(t *testing.T) {
+	root, _ := hiddenFixture(t)
+	ws, err := NewWorkspace(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := ws.ResolveOutput("out/pre-commit.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(root, "out")); err != nil {
+		t.Fatal(err)
+	}
+	symlink(t, ".git/hooks", filepath.Join(root, "out"))
+	if _, err := ws.WriteFile(rel, []byte("#!/bin/sh\n")); !errors.Is(err, ErrHidden) {
+		t.Errorf("WriteFile after the swap: %v, want ErrHidden", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, ".git/hooks/pre-commit.md")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the report landed in .git/hooks: %v", err)
 	}
 }
 

@@ -245,6 +245,11 @@ func Load(path string, opts Options) *Config {
 	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
 		errs = append(errs, &Error{File: path, Field: "file", Err: fmt.Errorf("group- or world-writable (mode %04o): anyone who can write it can run code as toolgate; chmod go-w %s", perm, path)})
 	}
+	if checked, err := checkTrusted(path, os.Geteuid()); err != nil {
+		errs = append(errs, &Error{File: path, Field: "file", Err: err})
+	} else if err := checkSame(path, fi, checked); err != nil {
+		errs = append(errs, &Error{File: path, Field: "file", Err: err})
+	}
 	if len(errs) > 0 {
 		cfg.State = StateRefused
 		cfg.Errors = errs

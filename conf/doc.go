@@ -11,5 +11,7 @@
 // The package never executes anything. It does stat the files a line names
 // (the executable must be a regular executable file, the dir a directory, and
 // the denylist is applied to the fully resolved path as well as to the path as
-// written), because a denylist by name is bypassed by a symlink.
+// written), because a denylist by name is bypassed by a symlink. It also
+// lstats every directory on the way to tools.conf and to each registry
+// fragment (checkTrusted): a file another user could change is refused.
 package conf

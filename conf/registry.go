@@ -457,6 +457,11 @@ func LoadRegistry(dir string, opts RegistryOptions) *Registry {
 	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
 		return dirErr("group- or world-writable (mode %04o): anyone who can add a fragment can run a server as toolgate; chmod go-w %s", perm, dir)
 	}
+	if checked, err := checkTrusted(dir, os.Geteuid()); err != nil {
+		return dirErr("%w", err)
+	} else if err := checkSame(dir, fi, checked); err != nil {
+		return dirErr("%w", err)
+	}
 	ents, err := os.ReadDir(dir) // sorted by filename
 	if err != nil {
 		return dirErr("unreadable: %v", unwrapPathErr(err))
@@ -521,6 +526,11 @@ func readFragment(path string) ([]byte, error) {
 	}
 	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
 		return nil, fileErr("group- or world-writable (mode %04o): anyone who can write it can run a server as toolgate; chmod go-w %s", perm, path)
+	}
+	if checked, err := checkTrusted(path, os.Geteuid()); err != nil {
+		return nil, &RegistryError{File: path, Err: err}
+	} else if err := checkSame(path, fi, checked); err != nil {
+		return nil, &RegistryError{File: path, Err: err}
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxFragmentSize+1))
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -47,7 +48,9 @@ import (
 )
 
 // DefaultDownstreamMaxBytes caps the JSON size of one downstream result
-// (1 MiB). A larger result is cut (see capResult) and marked isError.
+// (1 MiB). A larger result is cut (see capResult) and marked isError; a
+// message over messageMax of the cap is discarded while it is read
+// (downstream_cap.go).
 const DefaultDownstreamMaxBytes = 1 << 20
 
 // DownstreamProtocol is the MCP protocol version toolgate asks downstream
@@ -106,6 +109,37 @@ type dconn struct {
 	mu     sync.Mutex
 	reason string // why it ended; "" while alive
 	dead   chan struct{}
+	// discarded are the reasons toolgate answered in place of oversized
+	// responses (see downstream_cap.go), until the call each answers
+	// takes it.
+	discarded []string
+}
+
+// noteDiscarded records the reason given in place of an oversized
+// response.
+func (c *dconn) noteDiscarded(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.discarded) >= 64 { // answers no call took: keep the newest
+		c.discarded = c.discarded[1:]
+	}
+	c.discarded = append(c.discarded, reason)
+}
+
+// takeDiscarded returns the recorded reason err carries, if any: the call
+// failed because its response was oversized, not because the server said
+// so.
+func (c *dconn) takeDiscarded(err error) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	msg := err.Error()
+	for i, r := range c.discarded {
+		if strings.Contains(msg, r) {
+			c.discarded = slices.Delete(c.discarded, i, i+1)
+			return r, true
+		}
+	}
+	return "", false
 }
 
 func (c *dconn) end(reason string) {
@@ -622,7 +656,21 @@ func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
 		return fmt.Errorf("start: %w", err)
 	}
 	c.proc = p
-	c.client = client.NewClient(transport.NewIO(p.Stdout(), p.Stdin(), nil), client.WithProtocolVersion(DownstreamProtocol))
+	limit := messageMax(d.maxBytes())
+	answer := d.oversized(c, limit)
+	stdout := newLineCap(p.Stdout(), limit, func(o oversize) ([]byte, error) {
+		if b := answer(o); b != nil || o.method {
+			return b, nil
+		}
+		// No id to answer: the waiting call cannot be told apart. End
+		// the connection (every call in flight answers with this reason)
+		// and start the server again on the next call.
+		reason := fmt.Sprintf("it wrote a message of %d bytes, over toolgate's cap of %d bytes for one message, with no id toolgate could read; it was stopped", o.size, limit)
+		c.end(reason)
+		go p.Close()
+		return nil, io.EOF // mcp-go ends the stream quietly; c says why
+	})
+	c.client = client.NewClient(transport.NewIO(stdout, p.Stdin(), nil), client.WithProtocolVersion(DownstreamProtocol))
 	// The client's context serves the server's requests to toolgate (ping)
 	// for the life of the process, not the start-up's.
 	if err := c.client.Start(context.WithoutCancel(ctx)); err != nil {
@@ -639,6 +687,30 @@ func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
 	return nil
 }
 
+// oversized answers a response the server sent over the message cap
+// (limit bytes), discarded as it was read: a JSON-RPC error for its id
+// naming the size and the cap, which the waiting call turns into isError
+// (takeDiscarded). A request or notification of the server over the cap
+// is dropped; a message with no id gets no answer (nil).
+func (d *downstream) oversized(c *dconn, limit int) func(oversize) []byte {
+	return func(o oversize) []byte {
+		e := d.log.WithFields(logrus.Fields{"start": c.n, "bytes": o.size, "cap": limit})
+		switch {
+		case o.method:
+			e.Warn("downstream server sent a request or notification over the message cap: discarded")
+			return nil
+		case o.id == nil:
+			e.Warn("downstream server sent a message over the message cap with no readable id: discarded")
+			return nil
+		}
+		reason := fmt.Sprintf("a response of %d bytes, over toolgate's cap of %d bytes for one downstream message (--downstream-max-bytes, at least 1 MiB, plus 64 KiB for the envelope); it was discarded as it was read",
+			o.size, limit)
+		c.noteDiscarded(reason)
+		e.Warn("downstream response over the message cap: discarded, its call answers isError")
+		return errorLine(o.id, oversizeCode, reason)
+	}
+}
+
 // startHTTP connects an MCP client to the URL. The headers (the bearer
 // token and env_http_headers read from the environment at each request)
 // are set by the HTTP client's transport, so that every request carries
@@ -649,8 +721,10 @@ func (d *downstream) startHTTP(ctx context.Context, c *dconn) error {
 	if err != nil {
 		return fmt.Errorf("url: %w", err)
 	}
+	limit := messageMax(d.maxBytes())
+	bounded := &boundedTransport{base: http.DefaultTransport, max: limit, over: d.oversized(c, limit)}
 	hc := &http.Client{
-		Transport: &headerTransport{d: d, scheme: origin.Scheme, host: origin.Host, base: http.DefaultTransport},
+		Transport: &headerTransport{d: d, scheme: origin.Scheme, host: origin.Host, base: bounded},
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},
@@ -955,6 +1029,10 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 // was already noted by its watcher.
 func (d *downstream) callFailed(ctx, cctx context.Context, c *dconn, rec logrus.Fields, served string, err error) *mcp.CallToolResult {
 	msg := d.redact(err.Error())
+	if reason, ok := c.takeDiscarded(err); ok && ctx.Err() == nil {
+		rec["truncated"], rec["error"] = true, "oversized response"
+		return errorResult("toolgate: %s: the downstream server %q sent %s. Ask for less, or raise --downstream-max-bytes.", served, d.srv.ID, reason)
+	}
 	switch {
 	case ctx.Err() != nil:
 		rec["limit"] = string(rt.LimitCancelled)

@@ -30,8 +30,12 @@ import (
 const fakeMCPEnv = "TOOLGATE_FAKE_MCP"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(fakeMCPEnv) == "1" {
+	switch os.Getenv(fakeMCPEnv) {
+	case "1":
 		runFakeMCP()
+		os.Exit(0)
+	case "flood":
+		runFloodMCP()
 		os.Exit(0)
 	}
 	rt.MaybeShim() // the test binary is also the reap shim

@@ -45,6 +45,9 @@ type Options struct {
 	Sandbox *rt.Sandbox
 	// MaxConcurrent bounds concurrent external calls; the excess queues.
 	MaxConcurrent int
+	// MaxRequestBytes bounds a request line of ServeStdio; 0 means
+	// DefaultMaxRequestBytes.
+	MaxRequestBytes int
 	// Log receives the server's own messages. It must not write to stdout.
 	Log *logrus.Logger
 	// Audit receives one record per call (and per refused conf); nil means
@@ -227,6 +230,9 @@ func (s *Server) builtinHandler(b builtin.Tool) mcpserver.ToolHandlerFunc {
 		if err != nil {
 			return nil, err
 		}
+		if res.IsError {
+			res.Text = boundText(res.Text, MaxErrorText) // it may quote the arguments
+		}
 		s.audit(logrus.Fields{"request_id": requestID(req), "tool": b.Name, "kind": "builtin", "backend": s.builtinBackend(b),
 			"is_error": res.IsError, "elapsed_ms": time.Since(start).Milliseconds()}, "call")
 		return toolResult(res.Text, res.Structured, res.IsError), nil
@@ -297,6 +303,8 @@ func (s *Server) nextID() string {
 	return "c" + strconv.FormatUint(s.callSeq.Add(1), 10)
 }
 
+// errorResult is a tool error result; its text is bounded (MaxErrorText),
+// as it may quote what the caller or a downstream server sent.
 func errorResult(format string, a ...any) *mcp.CallToolResult {
-	return toolResult(fmt.Sprintf(format, a...), nil, true)
+	return toolResult(boundText(fmt.Sprintf(format, a...), MaxErrorText), nil, true)
 }

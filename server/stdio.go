@@ -5,45 +5,105 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log"
+	"strings"
 	"sync"
+	"unicode/utf8"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/sirupsen/logrus"
 )
 
+// DefaultMaxRequestBytes is the longest request line served (4 MiB, the
+// newline not counted): the largest arguments a built-in takes are a
+// renderer's report, at most 1 MiB of text, more once JSON-escaped, and
+// downstream tools may take more; while mcp-go decodes a request it holds
+// it several times over, so a line's cost is bounded by this.
+const DefaultMaxRequestBytes = 4 << 20
+
+// MinMaxRequestBytes is the smallest request line limit accepted.
+const MinMaxRequestBytes = 64 << 10
+
+// MaxErrorMessage bounds the message of a JSON-RPC error answer, and
+// MaxErrorText the text of a tool's error result: what goes back to the
+// client never echoes more than that of what it sent (a tool name, a
+// method, a property name, a path), however long the request was. A longer
+// message keeps its start and its end, with the number of bytes cut
+// between them.
+const (
+	MaxErrorMessage = 1 << 10
+	MaxErrorText    = 16 << 10
+)
+
 // ServeStdio serves MCP on in/out until in is closed or ctx is done.
 //
-// Around mcp-go's stdio loop it enforces two points of JSON-RPC 2.0 that
-// the library is lenient about: a batch (an array; MCP removed batching in
+// Around mcp-go's stdio loop it enforces what the library leaves open:
+// a request line longer than Options.MaxRequestBytes is discarded as it is
+// read, never held, and answered -32600 (with its id when the line has one
+// that can be read); a batch (an array; MCP removed batching in
 // 2025-06-18) and a request whose id is not a string, number or null are
-// answered with -32600 Invalid Request instead of being processed; and the
-// response of a call cancelled by notifications/cancelled is dropped.
+// answered with -32600 Invalid Request instead of being processed; an error
+// answer's message is bounded (MaxErrorMessage); and the response of a
+// call cancelled by notifications/cancelled is dropped.
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
 	stdio := mcpserver.NewStdioServer(s.mcp)
 	stdio.SetErrorLogger(log.New(s.log.WriterLevel(logrus.ErrorLevel), "", 0))
 	mcpserver.WithWorkerPoolSize(100)(stdio)
 	mcpserver.WithQueueSize(10000)(stdio)
 	w := &responseFilter{w: out, c: &s.cancelled}
-	return stdio.Listen(ctx, &requestFilter{r: bufio.NewReaderSize(in, 64<<10), w: w}, w)
+	max := s.opts.MaxRequestBytes
+	if max <= 0 {
+		max = DefaultMaxRequestBytes
+	}
+	return stdio.Listen(ctx, &requestFilter{r: bufio.NewReaderSize(in, 64<<10), w: w, max: max}, w)
 }
 
 // requestFilter passes JSON-RPC lines through, answering the ones JSON-RPC
-// says are invalid requests itself.
+// says are invalid requests itself, and the ones over max bytes without
+// keeping them.
 type requestFilter struct {
 	r       *bufio.Reader
 	w       *responseFilter
-	pending []byte
+	max     int
+	line    []byte // the line being read, at most max bytes and its newline
+	pending []byte // the accepted line, until mcp-go has read it
+
+	discard bool  // the line is over max: read on to its end, keeping nothing
+	n       int64 // its bytes so far
+	scan    envelopeScan
 }
 
 func (f *requestFilter) Read(p []byte) (int, error) {
 	for len(f.pending) == 0 {
-		line, err := f.r.ReadBytes('\n')
-		if len(line) > 0 && f.accept(line) {
-			f.pending = line
+		chunk, err := f.r.ReadSlice('\n')
+		switch {
+		case f.discard:
+			f.discarding(chunk)
+		case len(f.line)+len(bytes.TrimSuffix(chunk, []byte("\n"))) > f.max:
+			f.discard = true
+			f.discarding(f.line)
+			f.line = nil // let a long buffer go
+			f.discarding(chunk)
+		default:
+			f.line = append(f.line, chunk...)
+			if bytes.HasSuffix(chunk, []byte("\n")) || (err != nil && !errors.Is(err, bufio.ErrBufferFull) && len(f.line) > 0) {
+				if f.accept(f.line) {
+					f.pending = f.line
+				}
+				f.line = f.line[:0]
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
 		}
 		if err != nil {
+			if f.discard {
+				f.refuseLong()
+			}
 			if len(f.pending) > 0 {
 				break
 			}
@@ -52,7 +112,37 @@ func (f *requestFilter) Read(p []byte) (int, error) {
 	}
 	n := copy(p, f.pending)
 	f.pending = f.pending[n:]
+	if len(f.pending) == 0 && cap(f.line) > 1<<20 {
+		f.line = nil // keep no long buffer between long lines
+	}
 	return n, nil
+}
+
+// discarding reads part of an over-long line: counted, scanned for its id,
+// dropped. At the line's end it is answered.
+func (f *requestFilter) discarding(b []byte) {
+	end := bytes.HasSuffix(b, []byte("\n"))
+	b = bytes.TrimSuffix(b, []byte("\n"))
+	f.n += int64(len(b))
+	f.scan.Write(b)
+	if end {
+		f.refuseLong()
+	}
+}
+
+// refuseLong answers an over-long line -32600, with its id if it had one
+// (a notification, with a method and no id, gets no answer), and resets.
+func (f *requestFilter) refuseLong() {
+	id, method, n := f.scan.ID(), f.scan.HasMethod(), f.n
+	f.discard, f.n, f.scan = false, 0, envelopeScan{}
+	if id == nil && method {
+		return
+	}
+	if id == nil {
+		id = json.RawMessage("null")
+	}
+	_, _ = f.w.Write(errorLine(id, mcp.INVALID_REQUEST, fmt.Sprintf(
+		"Invalid Request: the request line is %d bytes, over the limit of %d bytes (toolgate serve --max-request-bytes); it was discarded unread", n, f.max)))
 }
 
 // invalidRequest is the -32600 answer, with a null id as JSON-RPC asks when
@@ -100,6 +190,10 @@ type responseFilter struct {
 }
 
 func (f *responseFilter) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(p) > MaxErrorMessage && isErrorAnswer(p) {
+		p = boundErrorAnswer(p)
+	}
 	if f.c.n.Load() > 0 && bytes.Contains(p, []byte(`"result"`)) {
 		var msg struct {
 			ID json.RawMessage `json:"id"`
@@ -110,5 +204,68 @@ func (f *responseFilter) Write(p []byte) (int, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.w.Write(p)
+	if _, err := f.w.Write(p); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// isErrorAnswer is a cheap test for a JSON-RPC error answer, so that large
+// results are not decoded on their way out: mcp-go writes the "error"
+// member before anything a message could quote, and a result's "result"
+// member before its content.
+func isErrorAnswer(p []byte) bool {
+	e := bytes.Index(p, []byte(`"error":`))
+	if e < 0 {
+		return false
+	}
+	r := bytes.Index(p[:e], []byte(`"result":`))
+	return r < 0
+}
+
+// boundErrorAnswer cuts the message of a JSON-RPC error answer to
+// MaxErrorMessage and drops its data: mcp-go's messages quote what the
+// request named ("tool 'NAME' not found", "method NAME not found").
+func boundErrorAnswer(p []byte) []byte {
+	var msg struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   *struct {
+			Code    int             `json:"code"`
+			Message string          `json:"message"`
+			Data    json.RawMessage `json:"data,omitempty"`
+		} `json:"error"`
+		Result json.RawMessage `json:"result"`
+	}
+	if json.Unmarshal(p, &msg) != nil || msg.Error == nil || msg.Result != nil ||
+		(len(msg.Error.Message) <= MaxErrorMessage && len(msg.Error.Data) == 0) {
+		return p
+	}
+	if len(msg.ID) == 0 {
+		msg.ID = json.RawMessage("null")
+	}
+	return errorLine(msg.ID, msg.Error.Code, boundText(msg.Error.Message, MaxErrorMessage))
+}
+
+// boundText returns s when it is at most max bytes; otherwise its start and
+// its end, cut at character boundaries, around a note of how much was cut,
+// in max bytes or fewer.
+func boundText(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	note := fmt.Sprintf(" …[toolgate: %d bytes cut]… ", len(s))
+	keep := max - len(note) - 8 // the cut's digits may grow by a few
+	if keep < 2 {
+		return strings.ToValidUTF8(s[:max], "")
+	}
+	head, tail := s[:keep*3/4], s[len(s)-keep/4:]
+	for len(head) > 0 && !utf8.RuneStart(s[len(head)]) {
+		head = head[:len(head)-1]
+	}
+	for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
+		tail = tail[1:]
+	}
+	cut := len(s) - len(head) - len(tail)
+	return head + fmt.Sprintf(" …[toolgate: %d bytes cut]… ", cut) + tail
 }

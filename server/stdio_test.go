@@ -11,9 +11,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/builtin"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -127,7 +129,11 @@ func TestBadProtocolInput(t *testing.T) {
 		{"invalid params", `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":5}}`, -32600, 8.0},
 		{"params not an object", `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":"x"}`, -32600, 9.0},
 		{"unknown tool", `{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"nope"}}`, -32602, 10.0},
-		{"10 MB line", `{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"zeta","arguments":{"x":"` + strings.Repeat("a", 10<<20) + `"}}}`, 0, 11.0},
+		{"3 MB line", `{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"zeta","arguments":{"x":"` + strings.Repeat("a", 3<<20) + `"}}}`, 0, 11.0},
+		{"10 MB line", `{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"zeta","arguments":{"x":"` + strings.Repeat("a", 10<<20) + `"}}}`, -32600, 12.0},
+		{"10 MB line, id last", `{"method":"tools/call","params":{"name":"zeta","arguments":{"x":"` + strings.Repeat("a", 10<<20) + `"}},"jsonrpc":"2.0","id":"last"}`, -32600, "last"},
+		{"10 MB of garbage", strings.Repeat("{", 10<<20), -32600, nil},
+		{"10 MB notification", `{"jsonrpc":"2.0","method":"notifications/x","params":{"x":"` + strings.Repeat("a", 10<<20) + `"}}`, -1, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w.t = t
@@ -135,7 +141,7 @@ func TestBadProtocolInput(t *testing.T) {
 			if tc.code == -1 {
 				w.none(300 * time.Millisecond)
 			} else {
-				// Generous: a 10 MB line is parsed several times, and the
+				// Generous: a 3 MB line is parsed several times, and the
 				// race detector slows that tenfold.
 				m := w.next(60 * time.Second)
 				if got := errCode(m); got != tc.code {
@@ -151,6 +157,113 @@ func TestBadProtocolInput(t *testing.T) {
 				t.Errorf("ping after %s: %v", tc.name, m)
 			}
 		})
+	}
+}
+
+// TestRequestLineBounded: a request line over the limit is discarded as
+// it is read: the server's memory does not grow with it, the answer names
+// the limit without echoing the line, and the next request is answered.
+func TestRequestLineBounded(t *testing.T) {
+	s := New(Options{Conf: loadConf(t, twoTools), Direct: &fakeRunner{}, Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{})})
+	w := serveWire(t, s)
+	w.send(initLine)
+	w.next(5 * time.Second)
+	size := 256 << 20
+	peak := peakSince(t)
+	go func() {
+		fmt.Fprint(w.in, `{"jsonrpc":"2.0","id":"big","method":"tools/call","params":{"name":"zeta","arguments":{"x":"`)
+		chunk := bytes.Repeat([]byte("a"), 1<<20)
+		for range size >> 20 {
+			w.in.Write(chunk)
+		}
+		fmt.Fprintln(w.in, `"}}}`)
+	}()
+	var raw string
+	select {
+	case m := <-w.lines:
+		raw = <-w.raw
+		if errCode(m) != -32600 || m["id"] != "big" {
+			t.Errorf("answer to a %d MiB line = %.300s, want -32600 for id \"big\"", size>>20, raw)
+		}
+	case <-time.After(120 * time.Second):
+		t.Fatal("no answer to the over-long line")
+	}
+	grew := peak()
+	t.Logf("a %d MiB request line: peak RSS %.1f MiB over the RSS before it", size>>20, grew)
+	if grew >= 64 {
+		t.Errorf("a %d MiB request line raised the peak RSS by %.1f MiB, want < 64 MiB", size>>20, grew)
+	}
+	if len(raw) > 512 || !strings.Contains(raw, fmt.Sprintf("over the limit of %d bytes (toolgate serve --max-request-bytes)", DefaultMaxRequestBytes)) {
+		t.Errorf("answer = %.600s, want the limit named in a short answer", raw)
+	}
+	w.send(`{"jsonrpc":"2.0","id":"after","method":"ping"}`)
+	if m := w.next(5 * time.Second); m["id"] != "after" || m["error"] != nil {
+		t.Errorf("ping after the over-long line: %v", m)
+	}
+}
+
+// TestNoErrorEchoes: no error answer, of JSON-RPC or of a tool, echoes more
+// than a bounded part of a long request (here 3 MiB, under the line limit)
+// back to the client.
+func TestNoErrorEchoes(t *testing.T) {
+	builtins, _, err := builtin.Tools(builtin.Config{Root: t.TempDir(), Caps: []builtin.Group{builtin.GroupRepo}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{Conf: loadConf(t, twoTools), Direct: &fakeRunner{}, Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{}), Builtins: builtins})
+	w := serveWire(t, s)
+	w.send(initLine)
+	w.next(5 * time.Second)
+	long := strings.Repeat("a", 3<<20)
+	quotes := strings.Repeat(`\"`, 1<<20) // 1 MiB of quotes, each escaped again in an answer
+	for _, tc := range []struct{ name, line string }{
+		{"unknown tool", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + long + `"}}`},
+		{"unknown tool of quotes", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + quotes + `"}}`},
+		{"unknown method", `{"jsonrpc":"2.0","id":1,"method":"` + long + `"}`},
+		{"wrong jsonrpc", `{"jsonrpc":"` + long + `","id":1,"method":"ping"}`},
+		{"params of the wrong type", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"zeta","arguments":"` + long + `"}}`},
+		{"external with arguments", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"zeta","arguments":{"` + long + `":1}}}`},
+		{"built-in, unknown property", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"repo_manifest","arguments":{"` + long + `":1}}}`},
+		{"built-in, bad path", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"repo_manifest","arguments":{"path":"` + long + `"}}}`},
+		{"built-in, path of quotes", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"repo_manifest","arguments":{"path":"` + quotes + `"}}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w.t = t
+			w.send(tc.line)
+			var raw string
+			select {
+			case <-w.lines:
+				raw = <-w.raw
+			case <-time.After(60 * time.Second):
+				t.Fatal("no answer")
+			}
+			if len(raw) > 2*MaxErrorText {
+				t.Errorf("answer of %d bytes to a %d-byte line: %.300s", len(raw), len(tc.line), raw)
+			}
+			if !strings.Contains(raw, `"error"`) && !strings.Contains(raw, `"isError":true`) {
+				t.Errorf("answer = %.300s, want an error", raw)
+			}
+			if strings.Contains(raw, "bytes cut]") == false && len(raw) > MaxErrorMessage+512 {
+				t.Errorf("a long answer without the cut marked: %.300s", raw)
+			}
+		})
+	}
+}
+
+func TestBoundText(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"short", 10, "short"},
+		{strings.Repeat("a", 100) + "END", 60, strings.Repeat("a", 14) + " …[toolgate: 85 bytes cut]… " + "aEND"},
+		{strings.Repeat("é", 100), 60, strings.Repeat("é", 7) + " …[toolgate: 182 bytes cut]… " + "éé"},
+	} {
+		got := boundText(tc.in, tc.max)
+		if got != tc.want || len(got) > tc.max || !utf8.ValidString(got) {
+			t.Errorf("boundText(%.20q…, %d) = %q (%d bytes), want %q", tc.in, tc.max, got, len(got), tc.want)
+		}
 	}
 }
 

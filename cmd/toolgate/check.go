@@ -53,6 +53,9 @@ func writeCheck(w io.Writer, c *conf.Config, srv *server.Server) {
 	if c.State == conf.StateRefused {
 		fmt.Fprintf(w, "  refused: every external tool and expose subtraction is disabled; built-ins stay on\n")
 	}
+	for _, warn := range c.Warnings() {
+		fmt.Fprintf(w, "  WARNING: line %d: %s\n", warn.Line, warn.Text)
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tKIND\tCLASS\tSANDBOX\tBACKEND\tTIMEOUT\tMAX-BYTES\tDIR\tARGV")

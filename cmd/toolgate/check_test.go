@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sirupsen/logrus"
+
+	"github.com/toolgate/toolgate/builtin"
+	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/testbin"
 )
 
@@ -20,7 +24,13 @@ func checkFixture(t *testing.T, text string) (string, *strings.Replacer) {
 	t.Helper()
 	root := testbin.Dir(t) // fixed-length name, traversable by the sandbox uid
 	exe := filepath.Join(root, "lint")
-	if err := os.WriteFile(exe, []byte("x"), 0o755); err != nil {
+	git := filepath.Join(root, "git")
+	for _, p := range []string{exe, git} {
+		if err := os.WriteFile(p, []byte("x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(git, filepath.Join(root, "vcs")); err != nil {
 		t.Fatal(err)
 	}
 	p := filepath.Join(root, "tools.conf")
@@ -39,6 +49,7 @@ func TestCheckGolden(t *testing.T) {
 		{"loaded", "# example\ntool lint_repo EXE test 120 65536 on DIR -- --strict \"a b\"\ntool git_log EXE read 30 4096 off DIR --\nexpose render_review_report off\n", 0},
 		{"refused", "tool ok EXE read 1 1 off DIR --\ntool sh /bin/sh read 1 1 off DIR -- -c id\ntool lint EXE read 0 1 on DIR --\nexpose checkpoint_status off\nsomething else\n", 1},
 		{"empty", "# nothing yet\n", 0},
+		{"git-read", "tool git_status DIR/git read 30 65536 off DIR -- --no-pager status --short\ntool git_diff_check DIR/git test 60 65536 on DIR -- --no-pager diff --check\ntool vcs_log DIR/vcs read 30 4096 off DIR -- log -n 3\n", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, back := checkFixture(t, tc.conf)
@@ -91,5 +102,58 @@ func TestVersionAndUsage(t *testing.T) {
 	errb.Reset()
 	if code := run([]string{"check", "--backend", "chroot"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), `unknown sandbox backend "chroot"`) {
 		t.Errorf("bad backend: %d %q", code, errb.String())
+	}
+}
+
+// TestCheckUntrustedConf: a tools.conf in a directory of another user's
+// (uid 65534) is refused, fail-closed, with the path, owner, mode and fix
+// in check's report; built-ins stay on.
+func TestCheckUntrustedConf(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("TOOLGATE_REQUIRE_ALL") == "1" {
+			t.Fatal("required: this test chowns a directory to uid 65534 and must run as root")
+		}
+		t.Skip("SKIPPING: this test chowns a directory to uid 65534 and must run as root")
+	}
+	p, back := checkFixture(t, "tool lint_repo EXE test 120 65536 on DIR --\n")
+	dir := filepath.Dir(p)
+	if err := os.Lchown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"check", "--conf", p, "--caps", "repo"}, nil, &out, &errb)
+	got := back.Replace(out.String())
+	for _, want := range []string{
+		"tools.conf DIR/tools.conf: refused\n",
+		// Under a sticky /tmp, the entry rule; otherwise the directory rule.
+		"  file: untrusted path: ",
+		"is owned by uid 65534, not by root",
+		"chown root DIR",
+		"  refused: every external tool and expose subtraction is disabled; built-ins stay on\n",
+		"checkpoint_status",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("check of a conf in uid 65534's directory lacks %q:\n%s", want, got)
+		}
+	}
+	if code != 1 || strings.Contains(got, "lint_repo") {
+		t.Errorf("exit %d (want 1), and the refused conf's tool must not be listed:\n%s", code, got)
+	}
+}
+
+// TestServeLogsRepoConfigWarning: serve logs check's warning at start-up,
+// one entry per line, at warning level.
+func TestServeLogsRepoConfigWarning(t *testing.T) {
+	p, _ := checkFixture(t, "tool git_log DIR/git read 30 4096 off DIR -- log -n 3\n")
+	var logs bytes.Buffer
+	log := logrus.New()
+	log.SetOutput(&logs)
+	c := conf.Load(p, conf.Options{Builtins: builtin.Names()})
+	if c.State != conf.StateLoaded {
+		t.Fatalf("Load: %s %v", c.State, c.Err())
+	}
+	logConf(log, c)
+	if !strings.Contains(logs.String(), "level=warning msg=\"tool git_log is class read and runs ") || !strings.Contains(logs.String(), "make it class test with the sandbox on") || !strings.Contains(logs.String(), "line=1") {
+		t.Errorf("serve's start-up log lacks the warning:\n%s", logs.String())
 	}
 }

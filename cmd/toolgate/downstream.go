@@ -24,7 +24,7 @@ type downstreamFlags struct {
 func (f *downstreamFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dir, "tool-mcp-dir", conf.DefaultRegistryDir, "directory of the tool-MCP registry's *.toml fragments: the downstream MCP servers to serve")
 	fs.BoolVar(&f.eager, "eager", false, "keep every downstream server running from start-up on (default: stop each once its tools are listed, start it again on its first call)")
-	fs.IntVar(&f.maxBytes, "downstream-max-bytes", server.DefaultDownstreamMaxBytes, "cap on the JSON size of one downstream result; a larger one is cut and marked isError")
+	fs.IntVar(&f.maxBytes, "downstream-max-bytes", server.DefaultDownstreamMaxBytes, "cap on the JSON size of one downstream result; a larger one is cut and marked isError, and a message over max(N, 1 MiB) + 64 KiB is discarded as it is read")
 }
 
 // check reports a flag value serve cannot use.

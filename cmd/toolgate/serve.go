@@ -17,11 +17,17 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	s.register(fs)
 	down.register(fs)
+	maxRequest := fs.Int("max-request-bytes", server.DefaultMaxRequestBytes,
+		"longest request line served; a longer one is discarded as it is read and answered -32600")
 	if !parse(fs, args, stderr) {
 		return 2
 	}
 	if err := down.check(); err != nil {
 		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
+		return 2
+	}
+	if *maxRequest < server.MinMaxRequestBytes {
+		fmt.Fprintf(stderr, "toolgate serve: --max-request-bytes %d: want at least %d\n", *maxRequest, server.MinMaxRequestBytes)
 		return 2
 	}
 	a, err := s.build(stderr, true)
@@ -34,6 +40,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defer cancel()
 	rt.StartReaper(ctx)
 
+	a.opts.MaxRequestBytes = *maxRequest
 	srv := server.New(a.opts)
 	// Serving starts at once: the sandbox backend's self-test and the
 	// downstream servers' listing run beside it (a sandboxed call waits

@@ -180,6 +180,9 @@ func logConf(log *logrus.Logger, c *conf.Config) {
 		e.WithField("reason", c.Reason).Info("tools.conf absent: built-in tools only")
 	case conf.StateLoaded:
 		e.WithFields(logrus.Fields{"tools": len(c.Tools), "sha256": c.SHA256}).Info("tools.conf loaded")
+		for _, w := range c.Warnings() {
+			e.WithFields(logrus.Fields{"line": w.Line, "tool": w.Tool}).Warn(w.Text)
+		}
 	case conf.StateRefused:
 		for _, err := range c.Errors {
 			e.WithField("reason", err.Error()).Error("tools.conf refused")

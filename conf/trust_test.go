@@ -1,0 +1,225 @@
+package conf
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// nobody is the uid (and gid) the tests give files that toolgate must not
+// trust: the reviewer's attacker, 65534.
+const nobody = 65534
+
+// requireRoot skips a test that must chown, or fails it under
+// TOOLGATE_REQUIRE_ALL=1 (CI runs as root), so that a skip never hides a
+// regression.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("TOOLGATE_REQUIRE_ALL") == "1" {
+		t.Fatal("required: this test chowns files to uid 65534 and must run as root")
+	}
+	t.Skip("SKIPPING: this test chowns files to uid 65534 and must run as root")
+}
+
+// trustTree builds, under a fresh directory of the test's (root-owned,
+// 0700, in the sticky /tmp), the layout a case describes: each entry is a
+// path and what it is. It returns the base directory.
+type node struct {
+	path   string
+	kind   string // "dir", "file" or "link" (to target)
+	target string
+	mode   os.FileMode
+	uid    int
+}
+
+func trustTree(t *testing.T, nodes []node) string {
+	t.Helper()
+	base := t.TempDir()
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		p := filepath.Join(base, n.path)
+		var err error
+		switch n.kind {
+		case "dir":
+			err = os.Mkdir(p, 0o700)
+		case "file":
+			err = os.WriteFile(p, []byte("# a tools.conf\n"), 0o600)
+		case "link":
+			err = os.Symlink(strings.ReplaceAll(n.target, "BASE", base), p)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.kind != "link" {
+			if err := os.Chmod(p, n.mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Lchown(p, n.uid, n.uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return base
+}
+
+// TestLoadTrust: the real rule on real files. A tools.conf is loaded only
+// when it, and every directory traversed to reach it (from /, through
+// symlinks), is owned by root or toolgate's uid and not writable by others;
+// a sticky root-owned directory (like /tmp) is the one exception, and then
+// what the path takes from it must be ours.
+func TestLoadTrust(t *testing.T) {
+	requireRoot(t)
+	const sticky = os.ModeSticky | 0o777
+	for _, tc := range []struct {
+		name    string
+		nodes   []node
+		conf    string // relative to the base
+		wantErr string // "" for loaded; else in the refusal
+	}{
+		{name: "ours, in our directory", conf: "etc/tools.conf",
+			nodes: []node{{"etc", "dir", "", 0o755, 0}, {"etc/tools.conf", "file", "", 0o640, 0}}},
+		{name: "the reviewer's: owned by 65534, in 65534's directory", conf: "home/tools.conf",
+			nodes:   []node{{"home", "dir", "", 0o755, nobody}, {"home/tools.conf", "file", "", 0o644, nobody}},
+			wantErr: "home (mode 0755) is owned by uid 65534, not by root: its owner can replace"},
+		{name: "the file owned by 65534", conf: "etc/tools.conf",
+			nodes:   []node{{"etc", "dir", "", 0o755, 0}, {"etc/tools.conf", "file", "", 0o644, nobody}},
+			wantErr: "tools.conf is owned by uid 65534 (mode 0644), not by root: its owner can change it and run code as toolgate; chown root"},
+		{name: "ours, in a directory of 65534's", conf: "home/tools.conf",
+			nodes:   []node{{"home", "dir", "", 0o755, nobody}, {"home/tools.conf", "file", "", 0o644, 0}},
+			wantErr: "home (mode 0755) is owned by uid 65534"},
+		{name: "an ancestor further up owned by 65534", conf: "u/etc/mcp/tools.conf",
+			nodes: []node{{"u", "dir", "", 0o755, nobody}, {"u/etc", "dir", "", 0o755, 0}, {"u/etc/mcp", "dir", "", 0o755, 0},
+				{"u/etc/mcp/tools.conf", "file", "", 0o644, 0}},
+			wantErr: "/u (mode 0755) is owned by uid 65534"},
+		{name: "a group-writable directory", conf: "etc/tools.conf",
+			nodes:   []node{{"etc", "dir", "", 0o775, 0}, {"etc/tools.conf", "file", "", 0o644, 0}},
+			wantErr: "etc (mode 0775, owner uid 0) is writable by group or others: they can replace"},
+		{name: "a world-writable directory, not sticky", conf: "etc/tools.conf",
+			nodes:   []node{{"etc", "dir", "", 0o777, 0}, {"etc/tools.conf", "file", "", 0o644, 0}},
+			wantErr: "chmod go-w"},
+		{name: "ours, in our directory in a sticky root directory (as /tmp)", conf: "tmp/d/tools.conf",
+			nodes: []node{{"tmp", "dir", "", sticky, 0}, {"tmp/d", "dir", "", 0o700, 0}, {"tmp/d/tools.conf", "file", "", 0o600, 0}}},
+		{name: "ours, right in a sticky root directory", conf: "tmp/tools.conf",
+			nodes: []node{{"tmp", "dir", "", sticky, 0}, {"tmp/tools.conf", "file", "", 0o600, 0}}},
+		{name: "a directory of 65534's in a sticky directory", conf: "tmp/d/tools.conf",
+			nodes:   []node{{"tmp", "dir", "", sticky, 0}, {"tmp/d", "dir", "", 0o755, nobody}, {"tmp/d/tools.conf", "file", "", 0o644, 0}},
+			wantErr: "tmp/d is owned by uid 65534, not by root, in "},
+		{name: "a symlink of 65534's in a sticky directory", conf: "tmp/tools.conf",
+			nodes: []node{{"etc", "dir", "", 0o755, 0}, {"etc/tools.conf", "file", "", 0o644, 0},
+				{"tmp", "dir", "", sticky, 0}, {"tmp/tools.conf", "link", "BASE/etc/tools.conf", 0, nobody}},
+			wantErr: "tmp/tools.conf is owned by uid 65534, not by root, in "},
+		{name: "a sticky directory owned by 65534", conf: "tmp/tools.conf",
+			nodes:   []node{{"tmp", "dir", "", sticky, nobody}, {"tmp/tools.conf", "file", "", 0o644, 0}},
+			wantErr: "tmp (mode 0777) is owned by uid 65534"},
+		{name: "a symlink to ours", conf: "etc/link.conf",
+			nodes: []node{{"etc", "dir", "", 0o755, 0}, {"etc/real", "dir", "", 0o755, 0}, {"etc/real/tools.conf", "file", "", 0o644, 0},
+				{"etc/link.conf", "link", "real/tools.conf", 0, 0}}},
+		{name: "a symlink into 65534's directory", conf: "etc/tools.conf",
+			nodes: []node{{"etc", "dir", "", 0o755, 0}, {"home", "dir", "", 0o755, nobody}, {"home/tools.conf", "file", "", 0o644, nobody},
+				{"etc/tools.conf", "link", "../home/tools.conf", 0, 0}},
+			wantErr: "home (mode 0755) is owned by uid 65534"},
+		{name: "a symlinked directory leading through 65534's", conf: "etc/mcp/tools.conf",
+			nodes: []node{{"etc", "dir", "", 0o755, 0}, {"home", "dir", "", 0o755, nobody}, {"home/mcp", "dir", "", 0o755, 0},
+				{"home/mcp/tools.conf", "file", "", 0o644, 0}, {"etc/mcp", "link", "BASE/home/mcp", 0, 0}},
+			wantErr: "home (mode 0755) is owned by uid 65534"},
+		{name: "dot-dot in the path", conf: "etc/sub/../tools.conf",
+			nodes: []node{{"etc", "dir", "", 0o755, 0}, {"etc/sub", "dir", "", 0o755, 0}, {"etc/tools.conf", "file", "", 0o644, 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := trustTree(t, tc.nodes)
+			path := filepath.Join(base, tc.conf)
+			if strings.Contains(tc.conf, "..") {
+				path = base + "/" + tc.conf
+			}
+			c := Load(path, Options{})
+			if tc.wantErr == "" {
+				if c.State != StateLoaded {
+					t.Errorf("Load(%s) = %s %v, want loaded", tc.conf, c.State, c.Err())
+				}
+				return
+			}
+			if c.State != StateRefused || len(c.Tools) != 0 {
+				t.Fatalf("Load(%s) = %s, want refused", tc.conf, c.State)
+			}
+			e := firstErr(t, c)
+			if e.Field != "file" || !errors.Is(e, ErrUntrusted) || !strings.Contains(e.Error(), tc.wantErr) || !strings.Contains(e.Error(), path) {
+				t.Errorf("Load(%s) refused with %q\nwant field file, ErrUntrusted, the path and %q", tc.conf, e.Error(), tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestLoadRegistryTrust: the same rule for the tool-MCP registry: its
+// directory, every directory above it, and each fragment.
+func TestLoadRegistryTrust(t *testing.T) {
+	requireRoot(t)
+	f := newRegFixture(t)
+	good := "schema_version = 8\n"
+	for _, tc := range []struct {
+		name    string
+		setup   func(t *testing.T, base string) string // returns the registry dir
+		wantErr string
+	}{
+		{name: "ours", setup: func(t *testing.T, base string) string {
+			regWrite(t, filepath.Join(base, "d"), map[string]string{"10-a.toml": good})
+			return filepath.Join(base, "d")
+		}},
+		{name: "the directory owned by 65534", setup: func(t *testing.T, base string) string {
+			d := filepath.Join(base, "d")
+			regWrite(t, d, map[string]string{"10-a.toml": good})
+			chown(t, d, nobody)
+			return d
+		}, wantErr: "/d is owned by uid 65534 (mode 0755), not by root"},
+		{name: "an ancestor owned by 65534", setup: func(t *testing.T, base string) string {
+			d := filepath.Join(base, "u", "d")
+			regWrite(t, d, map[string]string{"10-a.toml": good})
+			chown(t, filepath.Join(base, "u"), nobody)
+			return d
+		}, wantErr: "/u (mode 0755) is owned by uid 65534"},
+		{name: "a fragment owned by 65534", setup: func(t *testing.T, base string) string {
+			d := filepath.Join(base, "d")
+			regWrite(t, d, map[string]string{"10-a.toml": good, "20-b.toml": good})
+			chown(t, filepath.Join(d, "20-b.toml"), nobody)
+			return d
+		}, wantErr: "20-b.toml is owned by uid 65534 (mode 0644), not by root"},
+		{name: "a fragment symlinked into 65534's directory", setup: func(t *testing.T, base string) string {
+			d := filepath.Join(base, "d")
+			regWrite(t, d, map[string]string{"10-a.toml": good})
+			regWrite(t, filepath.Join(base, "home"), map[string]string{"x.toml": good})
+			chown(t, filepath.Join(base, "home"), nobody)
+			if err := os.Symlink(filepath.Join(base, "home", "x.toml"), filepath.Join(d, "20-b.toml")); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}, wantErr: "/home (mode 0755) is owned by uid 65534"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			dir := tc.setup(t, base)
+			r := LoadRegistry(dir, f.opts)
+			if tc.wantErr == "" {
+				if r.State != StateLoaded {
+					t.Errorf("LoadRegistry = %s %v, want loaded", r.State, r.Err())
+				}
+				return
+			}
+			if r.State != StateRefused || len(r.Servers) != 0 || !errors.Is(r.Err(), ErrUntrusted) || !strings.Contains(r.Err().Error(), tc.wantErr) {
+				t.Errorf("LoadRegistry = %s %v\nwant refused with ErrUntrusted and %q", r.State, r.Err(), tc.wantErr)
+			}
+		})
+	}
+}
+
+func chown(t *testing.T, p string, uid int) {
+	t.Helper()
+	if err := os.Lchown(p, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+}
