@@ -251,8 +251,8 @@ func TestGitDiffInputCut(t *testing.T) {
 // TestGitDiffInputProject diffs the project's own last commit.
 func TestGitDiffInputProject(t *testing.T) {
 	root := projectRoot(t)
-	if _, err := os.Stat(filepath.Join(root, ".git")); err != nil {
-		t.Skipf("SKIPPING: %s is not a git checkout", root)
+	if fi, err := os.Lstat(filepath.Join(root, ".git")); err != nil || !fi.IsDir() {
+		t.Skipf("SKIPPING: %s is not a git checkout with its own .git directory (a linked worktree's is refused, see TestGitDiffInput)", root)
 	}
 	tools := testTools(t, root, "")
 	res := call(t, tools, "git_diff_input", `{"target":"HEAD~1..HEAD"}`)

@@ -440,8 +440,10 @@ func fill(p string, mib int) {
 }
 
 // fds lists the process's open descriptors (less the one reading the
-// list) with what each is. Raw system calls only: an os.File would make the
-// Go runtime open its own poller descriptors first.
+// list, and the Go runtime's own poller, an eventpoll and an eventfd: it
+// opens them when a standard stream is non-blocking, as gVisor's can be)
+// with what each is. Raw system calls only: an os.File would make the Go
+// runtime open its poller descriptors here.
 func fds() {
 	dir, err := syscall.Open("/proc/self/fd", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	check(err)
@@ -465,15 +467,25 @@ func fds() {
 		}
 	}
 	sort.Ints(nums)
-	var list []string
-	for _, i := range nums {
-		list = append(list, strconv.Itoa(i))
-	}
-	fmt.Printf("fds: %s\n", strings.Join(list, " "))
+	var list, poller []string
+	var lines []string
 	for _, i := range nums {
 		target := make([]byte, 256)
 		n, _ := syscall.Readlink("/proc/self/fd/"+strconv.Itoa(i), target)
-		fmt.Printf("fd %d: %s\n", i, target[:max(n, 0)])
+		what := string(target[:max(n, 0)])
+		if i > 2 && (what == "anon_inode:[eventpoll]" || what == "anon_inode:[eventfd]") {
+			poller = append(poller, strconv.Itoa(i))
+			continue
+		}
+		list = append(list, strconv.Itoa(i))
+		lines = append(lines, fmt.Sprintf("fd %d: %s", i, what))
+	}
+	fmt.Printf("fds: %s\n", strings.Join(list, " "))
+	for _, l := range lines {
+		fmt.Println(l)
+	}
+	if len(poller) > 0 {
+		fmt.Printf("the Go runtime's poller: %s\n", strings.Join(poller, " "))
 	}
 }
 
