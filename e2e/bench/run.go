@@ -206,6 +206,7 @@ func (b *bench) perCall(conf string) {
 			s, err := b.sessionFor(conf, "oci/"+name)
 			add(b.mcpPath(s, "toolgate (MCP stdio)", "oci/"+name, "generated spec: seccomp, pids+memory cgroup, rlimits, uid 65534, masked paths", "ts", nil), err)
 		}
+		b.builtinPaths(conf, add)
 		if b.baseline != "" {
 			const g = "toolgate before this change (same rounds)"
 			s, err := dial([]string{b.baseline, "serve", "--conf", conf}, os.Environ(), b.log)
@@ -294,6 +295,76 @@ func (b *bench) addSample(group, name, note string, d sample, err error) {
 		return
 	}
 	b.add(newRow(group, name, note, d))
+}
+
+// builtinPaths are calls of the built-ins: git_diff_input and outline,
+// whose helpers (git, ctags) run in the bwrap sandbox, beside repo_chunks,
+// which starts no process; and the same calls of the baseline, whose
+// helpers ran on the host: what sandboxing the helpers costs a call.
+func (b *bench) builtinPaths(conf string, add func(*path, error)) {
+	ws, err := b.builtinWorkspace()
+	calls := []struct{ name, note, tool string }{
+		{"built-in repo_chunks", "no helper: reads the workspace itself", "repo_chunks"},
+		{"built-in git_diff_input", "3 git runs (2 rev-parse, diff), each in the bwrap sandbox", "git_diff_input"},
+		{"built-in outline", "one ctags run in the bwrap sandbox, the file on stdin", "outline"},
+	}
+	args := map[string]map[string]any{
+		"repo_chunks":    {"index": 1},
+		"git_diff_input": {"target": "HEAD~1..HEAD", "index": 1},
+		"outline":        {"path": "hello.go"},
+	}
+	servers := []struct{ group, prefix, bin string }{{"toolgate (MCP stdio)", "", b.toolgate}}
+	if b.baseline != "" {
+		servers = append(servers, struct{ group, prefix, bin string }{"toolgate before this change (same rounds)", "before: ", b.baseline})
+	}
+	for _, srv := range servers {
+		var s *session
+		if err == nil {
+			s, err = dial([]string{srv.bin, "serve", "--conf", conf, "--root", ws}, os.Environ(), b.log)
+		}
+		for _, c := range calls {
+			add(b.mcpPath(s, srv.group, srv.prefix+c.name, c.note, c.tool, args[c.tool]), err)
+		}
+	}
+}
+
+// builtinWorkspace is a git repository of two commits whose files say
+// hello, for builtinPaths.
+func (b *bench) builtinWorkspace() (string, error) {
+	ws := filepath.Join(b.cache, "builtin-ws")
+	if _, err := os.Stat(filepath.Join(ws, ".git")); err == nil {
+		return ws, nil
+	}
+	_ = os.RemoveAll(ws)
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		return "", err
+	}
+	git := func(args ...string) error {
+		cmd := exec.Command("git", append([]string{"-c", "user.name=bench", "-c", "user.email=bench@invalid"}, args...)...)
+		cmd.Dir, cmd.Env = ws, []string{"PATH=" + rt.DefaultPath, "GIT_CONFIG_NOSYSTEM=1", "HOME=" + ws}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("git %s: %v: %s", args[0], err, out)
+		}
+		return nil
+	}
+	write := func(name, text string) error { return os.WriteFile(filepath.Join(ws, name), []byte(text), 0o644) }
+	steps := []func() error{
+		func() error { return git("init", "-q") },
+		func() error {
+			return write("hello.go", "package hello\n\n// Hello says hello.\nfunc Hello() string { return \"hello\" }\n")
+		},
+		func() error { return git("add", ".") },
+		func() error { return git("commit", "-q", "-m", "one") },
+		func() error { return write("notes.txt", "hello again\n") },
+		func() error { return git("add", ".") },
+		func() error { return git("commit", "-q", "-m", "two") },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return "", fmt.Errorf("built-in workspace: %w", err)
+		}
+	}
+	return ws, nil
 }
 
 // sessionFor starts a toolgate server for sandbox path p.
