@@ -323,7 +323,11 @@ func (b *bench) builtinPaths(conf string, add func(*path, error)) {
 			s, err = dial([]string{srv.bin, "serve", "--conf", conf, "--root", ws}, os.Environ(), b.log)
 		}
 		for _, c := range calls {
-			add(b.mcpPath(s, srv.group, srv.prefix+c.name, c.note, c.tool, args[c.tool]), err)
+			note := c.note
+			if srv.prefix != "" {
+				note = "" // the baseline's own way, whatever it was
+			}
+			add(b.mcpPath(s, srv.group, srv.prefix+c.name, note, c.tool, args[c.tool]), err)
 		}
 	}
 }
