@@ -9,20 +9,10 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-// ShimPath is where the toolgate binary is bound read-only inside every
-// container; the container process is its init shim.
-const ShimPath = "/.toolgate/toolgate"
-
-// Hostname is the hostname inside every container.
-const Hostname = "sandbox"
-
 // SpecVersion is the ociVersion written into every spec. The types come
 // from runtime-spec v1.3, but the spec uses nothing newer than 1.0.2, and
 // crun 1.8 refuses a version it does not know ("unknown version specified").
 const SpecVersion = "1.0.2"
-
-// NobodyID is the default uid and gid of the container process.
-const NobodyID = 65534
 
 // Mount options of read-only binds: directories get recursive read-only
 // ("rro"), files plain "ro" (crun rejects "rro" on a file bind).
@@ -74,7 +64,7 @@ func Default() *specs.Spec {
 		Hostname: Hostname,
 		Process: &specs.Process{
 			Terminal: false,
-			User:     specs.User{UID: NobodyID, GID: NobodyID},
+			User:     specs.User{UID: SandboxUID, GID: SandboxGID},
 			Cwd:      "/",
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding:    []string{},

@@ -12,28 +12,28 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-var env4 = []string{"PATH=/usr/bin:/bin", "PAGER=cat", "GIT_PAGER=cat", "GIT_CONFIG_NOSYSTEM=1"}
+// env4 is the environment every sandbox gets, pinned here literally (not
+// read from Env): a fifth variable must fail a test.
+var env4 = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "PAGER=cat", "GIT_PAGER=cat", "GIT_CONFIG_NOSYSTEM=1"}
 
 func testTool() Tool {
 	return Tool{
 		Exe:  "/srv/repo/check",
 		Dir:  "/srv/repo",
 		Args: []string{ShimPath, "__toolgate_shim", "init", "--", "/srv/repo/check", "/srv/repo/check"},
-		Env:  env4,
 	}
 }
 
 func testPolicy() Policy {
 	return Policy{
-		Rootfs: "/run/toolgate/1/rootfs", UID: NobodyID, GID: NobodyID,
+		Rootfs: "/run/toolgate/1/rootfs", UID: SandboxUID, GID: SandboxGID,
 		Rlimits: Rlimits{NoFile: 1024, NProc: 512, Core: 0, FSize: 1 << 30},
 		TmpSize: 64 << 20, Pids: 256, Memory: 512 << 20, MemorySwap: true,
 		CgroupsPath: "toolgate-1/toolgate-1-c1",
-		SystemBinds: []Bind{
-			{Source: "/usr", Dest: "/usr", Dir: true},
+		Host: Host{Etc: []Bind{
 			{Source: "/etc/passwd", Dest: "/etc/passwd"},
 			{Source: "/etc/ssl", Dest: "/etc/ssl", Dir: true},
-		},
+		}},
 		Shim: "/usr/local/bin/toolgate-shim",
 	}
 }
@@ -249,19 +249,20 @@ func TestValidateRejects(t *testing.T) {
 		policy  func(*Policy)
 		wantErr string
 	}{
-		{name: "exe relative", tool: func(t *Tool) { t.Exe = "check" }, wantErr: `tool exe "check": want a clean absolute path`},
+		{name: "exe relative", tool: func(t *Tool) { t.Exe = "check" }, wantErr: `tool exe "check": not an absolute, clean path`},
 		{name: "exe unclean", tool: func(t *Tool) { t.Exe = "/srv/repo/../x" }, wantErr: `tool exe "/srv/repo/../x"`},
 		{name: "exe in /dev", tool: func(t *Tool) { t.Exe = "/dev/shm/x" }, wantErr: "under /dev"},
 		{name: "exe at the shim", tool: func(t *Tool) { t.Exe = ShimPath }, wantErr: "under /.toolgate"},
-		{name: "dir root", tool: func(t *Tool) { t.Dir = "/" }, wantErr: "binding / would expose the whole host"},
-		{name: "dir contains /etc", tool: func(t *Tool) { t.Dir = "/etc" }, wantErr: "overlaps /etc"},
-		{name: "dir under /proc", tool: func(t *Tool) { t.Dir = "/proc/1" }, wantErr: "overlaps /proc"},
-		{name: "dir is /tmp", tool: func(t *Tool) { t.Dir = "/tmp" }, wantErr: "overlaps /tmp"},
-		{name: "dir trailing slash", tool: func(t *Tool) { t.Dir = "/srv/repo/" }, wantErr: "want a clean absolute path"},
+		{name: "dir root", tool: func(t *Tool) { t.Dir = "/" }, wantErr: `"/" cannot be bound into a sandbox`},
+		{name: "dir /etc", tool: func(t *Tool) { t.Dir = "/etc" }, wantErr: `"/etc" cannot be bound`},
+		{name: "dir under /etc", tool: func(t *Tool) { t.Dir = "/etc/app" }, wantErr: "under /etc"},
+		{name: "dir /srv", tool: func(t *Tool) { t.Dir = "/srv" }, wantErr: `"/srv" cannot be bound`},
+		{name: "dir /opt", tool: func(t *Tool) { t.Dir = "/opt" }, wantErr: `"/opt" cannot be bound`},
+		{name: "dir under /proc", tool: func(t *Tool) { t.Dir = "/proc/1" }, wantErr: "under /proc"},
+		{name: "dir is /tmp", tool: func(t *Tool) { t.Dir = "/tmp" }, wantErr: `"/tmp" cannot be bound`},
+		{name: "dir trailing slash", tool: func(t *Tool) { t.Dir = "/srv/repo/" }, wantErr: "not an absolute, clean path"},
 		{name: "args empty", tool: func(t *Tool) { t.Args = nil }, wantErr: "tool args: empty"},
 		{name: "args relative", tool: func(t *Tool) { t.Args = []string{"toolgate"} }, wantErr: "want an absolute path"},
-		{name: "env malformed", tool: func(t *Tool) { t.Env = []string{"=x"} }, wantErr: "want KEY=VALUE"},
-		{name: "env duplicate", tool: func(t *Tool) { t.Env = []string{"A=1", "A=2"} }, wantErr: "duplicate A"},
 		{name: "rootfs relative", policy: func(p *Policy) { p.Rootfs = "rootfs" }, wantErr: `policy rootfs "rootfs"`},
 		{name: "rootfs slash", policy: func(p *Policy) { p.Rootfs = "/" }, wantErr: `policy rootfs "/"`},
 		{name: "uid 0", policy: func(p *Policy) { p.UID = 0 }, wantErr: "never runs as uid or gid 0"},
@@ -276,13 +277,13 @@ func TestValidateRejects(t *testing.T) {
 		{name: "cgroups path empty", policy: func(p *Policy) { p.CgroupsPath = "" }, wantErr: "policy cgroups path"},
 		{name: "cgroups path dotdot", policy: func(p *Policy) { p.CgroupsPath = "../x" }, wantErr: "policy cgroups path"},
 		{name: "shim relative", policy: func(p *Policy) { p.Shim = "toolgate" }, wantErr: "policy shim"},
-		{name: "no /usr", policy: func(p *Policy) { p.SystemBinds = p.SystemBinds[1:] }, wantErr: "/usr is missing"},
-		{name: "all of /etc", policy: func(p *Policy) { p.SystemBinds = append(p.SystemBinds, Bind{"/etc", "/etc", true}) }, wantErr: "never bind all of /etc"},
-		{name: "all of /home", policy: func(p *Policy) { p.SystemBinds = append(p.SystemBinds, Bind{"/home", "/home", true}) }, wantErr: "never bind all of /home"},
+		{name: "all of /etc", policy: func(p *Policy) { p.Host.Etc = append(p.Host.Etc, Bind{"/etc", "/etc", true}) }, wantErr: "not in the /etc allow-list"},
 		{name: "etc/shadow", policy: func(p *Policy) {
-			p.SystemBinds = append(p.SystemBinds, Bind{"/etc/shadow", "/etc/shadow", false})
+			p.Host.Etc = append(p.Host.Etc, Bind{"/etc/shadow", "/etc/shadow", false})
 		}, wantErr: "not in the /etc allow-list"},
-		{name: "bind relative", policy: func(p *Policy) { p.SystemBinds = append(p.SystemBinds, Bind{"opt", "/opt", true}) }, wantErr: "want clean absolute paths"},
+		{name: "etc elsewhere", policy: func(p *Policy) { p.Host.Etc = append(p.Host.Etc, Bind{"/etc/hosts", "/srv/hosts", false}) }, wantErr: "bound at itself"},
+		{name: "a root dir not usr-merged", policy: func(p *Policy) { p.Host.RootDirs = append(p.Host.RootDirs, "/home") }, wantErr: "not one of the usr-merge names"},
+		{name: "a usr link not usr-merged", policy: func(p *Policy) { p.Host.UsrLinks = append(p.Host.UsrLinks, "home") }, wantErr: "not one of the usr-merge names"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tl, p := testTool(), testPolicy()
@@ -333,12 +334,16 @@ func (f fakeInfo) ModTime() time.Time { return time.Time{} }
 func (f fakeInfo) IsDir() bool        { return f.mode.IsDir() }
 func (f fakeInfo) Sys() any           { return nil }
 
-func TestSystemBinds(t *testing.T) {
+func TestDetectHost(t *testing.T) {
 	host := map[string]fs.FileMode{
 		"/bin": fs.ModeSymlink, "/sbin": fs.ModeSymlink, "/lib": fs.ModeDir, // /lib not merged
+		"/lib32": fs.ModeSymlink, "/libx32": fs.ModeSymlink, // multilib
+		"/lib64": fs.ModeSymlink, // a link, but not into /usr
 		"/etc/ld.so.cache": 0, "/etc/ssl": fs.ModeDir, "/etc/passwd": 0,
 		"/etc/localtime": 0, // stat follows the symlink to a file
+		"/etc/resolv.conf": 0,
 	}
+	links := map[string]string{"/bin": "usr/bin", "/sbin": "/usr/sbin", "/lib32": "usr/lib32", "/libx32": "usr/libx32", "/lib64": "/opt/lib64"}
 	stat := func(p string) (fs.FileInfo, error) {
 		m, ok := host[p]
 		if !ok {
@@ -346,25 +351,55 @@ func TestSystemBinds(t *testing.T) {
 		}
 		return fakeInfo{m}, nil
 	}
-	got, err := SystemBinds(stat, stat)
+	readlink := func(p string) (string, error) { return links[p], nil }
+	got, err := DetectHost(stat, stat, readlink)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Bind{
-		{"/usr", "/usr", true},
-		{"/lib", "/lib", true},
-		{"/etc/ld.so.cache", "/etc/ld.so.cache", false},
-		{"/etc/localtime", "/etc/localtime", false},
-		{"/etc/passwd", "/etc/passwd", false},
-		{"/etc/ssl", "/etc/ssl", true},
+	want := Host{
+		UsrLinks: []string{"bin", "sbin", "lib32", "libx32"},
+		RootDirs: []string{"/lib"},
+		Etc: []Bind{
+			{"/etc/ld.so.cache", "/etc/ld.so.cache", false},
+			{"/etc/localtime", "/etc/localtime", false},
+			{"/etc/passwd", "/etc/passwd", false},
+			{"/etc/ssl", "/etc/ssl", true},
+		},
+		NetEtc: []Bind{{"/etc/resolv.conf", "/etc/resolv.conf", false}},
 	}
 	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("SystemBinds (-want +got):\n%s", d)
+		t.Errorf("DetectHost (-want +got):\n%s", d)
+	}
+	wantBinds := append([]Bind{{"/usr", "/usr", true}, {"/lib", "/lib", true}}, want.Etc...)
+	if d := cmp.Diff(wantBinds, got.Binds(false)); d != "" {
+		t.Errorf("Binds(false) (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(append(wantBinds, want.NetEtc...), got.Binds(true)); d != "" {
+		t.Errorf("Binds(true) (-want +got):\n%s", d)
 	}
 	boom := errors.New("boom")
-	_, err = SystemBinds(stat, func(string) (fs.FileInfo, error) { return nil, boom })
-	if !errors.Is(err, boom) {
-		t.Errorf("SystemBinds with a failing stat = %v, want it wrapped", err)
+	if _, err = DetectHost(stat, func(string) (fs.FileInfo, error) { return nil, boom }, readlink); !errors.Is(err, boom) {
+		t.Errorf("DetectHost with a failing stat = %v, want it wrapped", err)
+	}
+}
+
+// TestCheckBind is the rule every tool dir, downstream dir and read-only
+// bind passes, at load and in both renderers.
+func TestCheckBind(t *testing.T) {
+	for _, tc := range []struct {
+		path, wantErr string
+	}{
+		{"/srv/repo", ""}, {"/srv/x", ""}, {"/opt/x", ""}, {"/home/me/project", ""}, {"/tmp/work", ""},
+		{"/usr/share/x", ""}, {"/var/cache/toolgate/npm", ""},
+		{"/", "cannot be bound"}, {"/srv", "cannot be bound"}, {"/opt", "cannot be bound"}, {"/home", "cannot be bound"},
+		{"/tmp", "cannot be bound"}, {"/etc", "cannot be bound"}, {"/etc/app", "under /etc"}, {"/proc/1", "under /proc"},
+		{"/sys/fs", "under /sys"}, {"/dev/shm", "under /dev"}, {"/.toolgate", "under /.toolgate"},
+		{"srv/repo", "not an absolute, clean path"}, {"/srv/../etc", "not an absolute, clean path"},
+	} {
+		err := CheckBind(tc.path)
+		if (tc.wantErr == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("CheckBind(%q) = %v, want %q", tc.path, err, tc.wantErr)
+		}
 	}
 }
 

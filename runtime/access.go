@@ -4,39 +4,30 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
+
+	"github.com/toolgate/toolgate/bundle"
 )
 
 // SandboxUID and SandboxGID are the unprivileged ids sandboxes run tools as
-// when toolgate runs as root (nobody:nogroup).
+// when toolgate runs as root (the sandbox policy's).
 const (
-	SandboxUID = 65534
-	SandboxGID = 65534
+	SandboxUID = bundle.SandboxUID
+	SandboxGID = bundle.SandboxGID
 )
 
-// forbiddenDirs may never be a sandboxed tool's dir: binding them would
-// hand the sandbox the host's private state (all of /etc, /run, /var, home
-// directories) or its kernel interfaces, or hide the private /tmp.
-var forbiddenDirs = []string{"/", "/etc", "/run", "/var", "/home", "/root", "/boot", "/tmp", "/usr", "/mnt", "/media", "/srv", "/opt"}
-
-// forbiddenTrees may not contain a sandboxed tool's dir at any depth.
-var forbiddenTrees = []string{"/proc", "/sys", "/dev"}
-
 // CheckSandboxTool checks that a test-class tool can be sandboxed safely:
-// its canonical dir is not a host root that must stay private, and uid:gid
-// (the host ids the sandbox runs as) can traverse the dir and execute the
-// exe. dir and exe are canonical (symlinks resolved).
+// its canonical dir and exe pass the sandbox policy's rules (bundle.
+// CheckToolDir, bundle.CheckExe: the same every backend's renderer
+// applies), and uid:gid (the host ids the sandbox runs as) can traverse
+// the dir and execute the exe. dir and exe are canonical (symlinks
+// resolved).
 func CheckSandboxTool(dir, exe string, uid, gid int) error {
-	for _, f := range forbiddenDirs {
-		if dir == f {
-			return fmt.Errorf("dir %q cannot be bound into a sandbox: it would expose the host's %s (use a project directory below it)", dir, f)
-		}
+	if err := bundle.CheckToolDir(dir); err != nil {
+		return err
 	}
-	for _, f := range forbiddenTrees {
-		if dir == f || strings.HasPrefix(dir, f+"/") {
-			return fmt.Errorf("dir %q is under %s, a kernel interface that is never bound into a sandbox", dir, f)
-		}
+	if err := bundle.CheckExe(exe); err != nil {
+		return err
 	}
 	if uid < 0 {
 		return nil
@@ -45,6 +36,21 @@ func CheckSandboxTool(dir, exe string, uid, gid int) error {
 		return fmt.Errorf("the sandbox runs as uid %d gid %d, which cannot use the dir: %w", uid, gid, err)
 	}
 	return CanExecute(exe, uid, gid)
+}
+
+// SelfTestDir makes the tool dir of a backend's self-test: empty, 0755
+// (the sandbox uid traverses it), in the system temp dir. The caller
+// removes it.
+func SelfTestDir() (string, error) {
+	dir, err := os.MkdirTemp("", "toolgate-selftest-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		os.Remove(dir)
+		return "", err
+	}
+	return dir, nil
 }
 
 // CanExecute checks that uid:gid (no supplementary groups) can reach and

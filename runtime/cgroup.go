@@ -18,6 +18,11 @@ import (
 // toolgate-<server pid>/<call id>.
 const GroupPrefix = "toolgate-"
 
+// OCIGroupSuffix ends the name of the OCI backend's parent of its
+// containers' cgroups (GroupPrefix + pid + OCIGroupSuffix): the runtimes
+// create it, and the server's sweep removes it after a crash.
+const OCIGroupSuffix = ".oci"
+
 // Cgroups is what cgroup support the host gives toolgate, detected once at
 // start-up. Either part may be missing: the cgroup2 hierarchy gives every
 // call a group that is killed as one (cgroup.kill), which also catches
@@ -337,7 +342,7 @@ func (c *Cgroups) Sweep() []string {
 			if !ok || !e.IsDir() {
 				continue
 			}
-			rest = strings.TrimSuffix(rest, ".server")
+			rest = strings.TrimSuffix(strings.TrimSuffix(rest, ".server"), OCIGroupSuffix)
 			pid, err := strconv.Atoi(rest)
 			if err != nil || pid == os.Getpid() || processAlive(pid) {
 				continue

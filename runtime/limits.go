@@ -3,6 +3,8 @@ package runtime
 import (
 	"errors"
 	"fmt"
+
+	"github.com/toolgate/toolgate/bundle"
 )
 
 // SandboxLimits are the per-call resource limits of a sandboxed call, shared
@@ -81,13 +83,31 @@ func (l SandboxLimits) Validate() error {
 	return nil
 }
 
-// Rlimits returns the rlimits in the form the enter shim takes, in a fixed
-// order: nofile, nproc, core, fsize.
-func (l SandboxLimits) Rlimits() []Rlimit {
+// Policy is the sandbox policy of these limits on host, with shim bound
+// inside: what every backend renders. Seccomp is always on.
+func (l SandboxLimits) Policy(host bundle.Host, shim string) bundle.Policy {
+	return bundle.Policy{
+		Host: host,
+		UID:  SandboxUID,
+		GID:  SandboxGID,
+		Rlimits: bundle.Rlimits{
+			NoFile: l.NoFile, NProc: l.NProc, Core: l.Core, FSize: l.FSize,
+		},
+		TmpSize: l.TmpSize,
+		Pids:    l.Pids,
+		Memory:  l.Memory,
+		Shim:    shim,
+		Seccomp: true,
+	}
+}
+
+// ShimRlimits returns a policy's rlimits in the form the shims take, in a
+// fixed order: nofile, nproc, core, fsize.
+func ShimRlimits(r bundle.Rlimits) []Rlimit {
 	return []Rlimit{
-		{Name: "nofile", Value: l.NoFile},
-		{Name: "nproc", Value: l.NProc},
-		{Name: "core", Value: l.Core},
-		{Name: "fsize", Value: l.FSize},
+		{Name: "nofile", Value: r.NoFile},
+		{Name: "nproc", Value: r.NProc},
+		{Name: "core", Value: r.Core},
+		{Name: "fsize", Value: r.FSize},
 	}
 }

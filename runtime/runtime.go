@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/toolgate/toolgate/bundle"
 )
 
 // Backend names an execution backend.
@@ -46,16 +48,12 @@ func ParseBackend(s string) (Backend, error) {
 	return "", fmt.Errorf("unknown sandbox backend %q: want one of %s", s, strings.Join(names, ", "))
 }
 
-// Env is the exact environment of every tool: nothing else is passed.
-var Env = []string{
-	"PATH=" + DefaultPath,
-	"PAGER=cat",
-	"GIT_PAGER=cat",
-	"GIT_CONFIG_NOSYSTEM=1",
-}
+// Env is the exact environment of every tool, sandboxed or not (the
+// sandbox policy's, bundle.Env): nothing else is passed.
+var Env = bundle.Env
 
 // DefaultPath is the fixed PATH of every tool.
-const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+const DefaultPath = bundle.DefaultPath
 
 // Invocation is one call of a tool.
 type Invocation struct {

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/toolgate/toolgate/bundle"
 )
 
 // Service is a long-lived process that speaks a protocol on its stdin and
@@ -415,21 +417,7 @@ func ServiceEnv(extra []string) []string {
 }
 
 // CheckServiceBind checks that a host path may be bound read-only into a
-// service's sandbox: absolute, canonical, and not one of the host roots
-// that must stay private (the rule of CheckSandboxTool's dir).
+// service's sandbox: the sandbox policy's rule (bundle.CheckBind).
 func CheckServiceBind(p string) error {
-	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
-		return fmt.Errorf("path %q is not absolute and clean", p)
-	}
-	for _, f := range forbiddenDirs {
-		if p == f {
-			return fmt.Errorf("%q cannot be bound into a sandbox: it would expose the host's %s (use a directory below it)", p, f)
-		}
-	}
-	for _, f := range forbiddenTrees {
-		if p == f || strings.HasPrefix(p, f+"/") {
-			return fmt.Errorf("%q is under %s, a kernel interface that is never bound into a sandbox", p, f)
-		}
-	}
-	return nil
+	return bundle.CheckBind(p)
 }

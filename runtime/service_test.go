@@ -261,9 +261,10 @@ func TestCheckServiceBind(t *testing.T) {
 		{"/etc", "cannot be bound into a sandbox"},
 		{"/home", "cannot be bound into a sandbox"},
 		{"/", "cannot be bound into a sandbox"},
-		{"/proc/1", "kernel interface"},
-		{"relative", "not absolute and clean"},
-		{"/opt/../etc", "not absolute and clean"},
+		{"/proc/1", "under /proc"},
+		{"/etc/mcp.conf", "under /etc"},
+		{"relative", "not an absolute, clean path"},
+		{"/opt/../etc", "not an absolute, clean path"},
 	} {
 		err := CheckServiceBind(tc.path)
 		if (tc.wantErr == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.wantErr) {

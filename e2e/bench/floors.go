@@ -14,6 +14,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
 )
@@ -27,24 +28,40 @@ func sandboxAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: rt.SandboxUID, Gid: rt.SandboxGID, Groups: []uint32{}}}
 }
 
-func lstat(p string) (isLink, isDir bool, err error) {
-	fi, err := os.Lstat(p)
-	if err != nil {
-		return false, false, err
-	}
-	return fi.Mode()&os.ModeSymlink != 0, fi.IsDir(), nil
-}
-
 // bwrapArgv is the exact argv the bwrap backend builds for the probe tool
-// (bwrap.Args): the init shim bound inside and run first.
+// (bwrap.Args of the default policy): the init shim bound inside and run
+// first, the seccomp program read from bwrap.SeccompFD (seccompFile).
 func (b *bench) bwrapArgv() ([]string, error) {
 	bin, err := bwrap.Find()
 	if err != nil {
 		return nil, err
 	}
-	h := bwrap.DetectHost(lstat, os.Readlink)
-	p := bwrap.Plan{Shim: b.shim, Exe: b.probe, ExeResolved: b.probe, Argv: b.toolArgv(), Dir: b.work, TmpSize: rt.DefaultTmpSize}
-	return append([]string{bin}, bwrap.Args(h, p)...), nil
+	h, err := bundle.DetectHost(os.Lstat, os.Stat, os.Readlink)
+	if err != nil {
+		return nil, err
+	}
+	pol := rt.DefaultSandboxLimits().Policy(h, b.shim)
+	p := bwrap.Plan{Exe: b.probe, ExeResolved: b.probe, Argv: b.toolArgv(), Dir: b.work}
+	return append([]string{bin}, bwrap.Args(pol, p)...), nil
+}
+
+// seccompFile is a descriptor holding the backend's seccomp program, as
+// the backend hands bwrap one per sandbox.
+func seccompFile() (*os.File, error) {
+	prog, err := bundle.DefaultSeccompBPF()
+	if err != nil {
+		return nil, err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	if _, err := w.Write(prog); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
 }
 
 // runcPath runs `runc run` of a hand-written minimal bundle: an empty
@@ -211,7 +228,7 @@ func (b *bench) enterPath(bwrapArgv []string, withGroup bool) (*path, error) {
 	i := 0
 	p.call = func() error {
 		i++
-		spec := rt.ShimSpec{Mode: rt.ShimEnter, Rlimits: lim.Rlimits(), UID: uid, GID: gid, Path: bwrapArgv[0], Argv: bwrapArgv}
+		spec := rt.ShimSpec{Mode: rt.ShimEnter, UID: uid, GID: gid, Path: bwrapArgv[0], Argv: bwrapArgv}
 		if withGroup {
 			g, err := cg.NewGroup("bench-"+strconv.Itoa(i), rt.Limits{Pids: lim.Pids, Memory: lim.Memory})
 			if err != nil {
@@ -221,8 +238,13 @@ func (b *bench) enterPath(bwrapArgv []string, withGroup bool) (*path, error) {
 			spec.Joins = g.Joins()
 		}
 		argv := append([]string{b.shim}, spec.Args()...)
+		filter, err := seccompFile()
+		if err != nil {
+			return err
+		}
+		defer filter.Close()
 		var out bytes.Buffer
-		cmd := &exec.Cmd{Path: b.shim, Args: argv, Env: rt.Env, Dir: "/", Stdout: &out, Stderr: &out}
+		cmd := &exec.Cmd{Path: b.shim, Args: argv, Env: rt.Env, Dir: "/", Stdout: &out, Stderr: &out, ExtraFiles: []*os.File{filter}}
 		if err := cmd.Run(); err != nil || !strings.Contains(out.String(), "hello") {
 			return fmt.Errorf("enter shim: %v: %s", err, firstLine(out.String()))
 		}

@@ -174,6 +174,8 @@ type path struct {
 	close             func()
 	d                 sample
 	err               error
+	// files, when set, gives an execPath's process its ExtraFiles.
+	files func() (*os.File, error)
 }
 
 // perCall measures every per-call path in rounds, one call of each per
@@ -190,7 +192,9 @@ func (b *bench) perCall(conf string) {
 	if want(b.sections, "floors") {
 		add(b.execPath("floor", "fork+exec from Go", "os/exec, one pipe for stdout+stderr", b.toolArgv(), b.work, nil, rtEnv()), nil)
 		argv, err := b.bwrapArgv()
-		add(b.execPath("floor", "raw bwrap", "runtime/bwrap.Args argv (init shim inside) as uid 65534; no enter shim, no cgroup, no rlimits", argv, "/", sandboxAttr(), rtEnv()), err)
+		raw := b.execPath("floor", "raw bwrap", "runtime/bwrap.Args argv (init shim inside, seccomp filter) as uid 65534; no enter shim, no cgroup", argv, "/", sandboxAttr(), rtEnv())
+		raw.files = seccompFile
+		add(raw, err)
 		if err == nil {
 			add(b.enterPath(argv, false))
 			add(b.enterPath(argv, true))
@@ -257,15 +261,25 @@ func (b *bench) perCall(conf string) {
 func rtEnv() []string { return append([]string(nil), rt.Env...) }
 
 func (b *bench) execPath(group, name, note string, argv []string, dir string, attr *syscall.SysProcAttr, env []string) *path {
-	return &path{group: group, name: name, note: note, call: func() error {
+	p := &path{group: group, name: name, note: note}
+	p.call = func() error {
 		var out bytes.Buffer
 		cmd := &exec.Cmd{Path: argv[0], Args: argv, Env: env, Dir: dir, Stdout: &out, Stderr: &out, SysProcAttr: attr}
+		if p.files != nil {
+			f, err := p.files()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			cmd.ExtraFiles = []*os.File{f}
+		}
 		err := cmd.Run()
 		if err != nil || !strings.Contains(out.String(), "hello") {
 			return fmt.Errorf("%s: %v: %s", filepath.Base(argv[0]), err, firstLine(out.String()))
 		}
 		return nil
-	}}
+	}
+	return p
 }
 
 func (b *bench) mcpPath(s *session, group, name, note, tool string, args map[string]any) *path {

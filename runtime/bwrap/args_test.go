@@ -8,50 +8,87 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
 
-var debianHost = Host{
+// debianHost is a usr-merged host with every /etc allow-list entry.
+var debianHost = bundle.Host{
 	UsrLinks: []string{"bin", "sbin", "lib", "lib64"},
-	Etc:      EtcAllowList,
-	NetEtc:   NetEtcAllowList,
+	Etc:      binds(bundle.EtcAllowList...),
+	NetEtc:   binds(bundle.NetEtcAllowList...),
+}
+
+// binds are read-only binds of paths at themselves; /etc/ssl,
+// /etc/ld.so.conf.d, /etc/alternatives and /etc/ca-certificates are
+// directories, as on Debian.
+func binds(paths ...string) []bundle.Bind {
+	var out []bundle.Bind
+	for _, p := range paths {
+		dir := slices.Contains([]string{"/etc/ssl", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/ca-certificates"}, p)
+		out = append(out, bundle.Bind{Source: p, Dest: p, Dir: dir})
+	}
+	return out
+}
+
+// testPolicy is the default policy on host h with a /tmp of tmp bytes.
+func testPolicy(h bundle.Host, tmp int64) bundle.Policy {
+	l := rt.DefaultSandboxLimits()
+	l.TmpSize = tmp
+	return l.Policy(h, "/usr/libexec/toolgate/toolgate-shim")
+}
+
+// goldenPlan is one representative sandbox: a policy and a plan.
+type goldenPlan struct {
+	name   string
+	policy bundle.Policy
+	plan   Plan
+}
+
+// goldenPlans are the representative plans of the golden files, and the
+// inputs of the parity test (parity_test.go).
+func goldenPlans() []goldenPlan {
+	multilib := debianHost
+	multilib.UsrLinks = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+	small := testPolicy(debianHost, 64<<20)
+	small.Rlimits = bundle.Rlimits{NoFile: 64, NProc: 32, Core: 0, FSize: 1 << 20}
+	return []goldenPlan{
+		{"usr-tool", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/git", ExeResolved: "/usr/bin/git",
+			Argv: []string{"/usr/bin/git", "--no-pager", "diff", "--check"}, Dir: "/srv/repo"}},
+		{"opt-tool", testPolicy(debianHost, 1<<20), Plan{Exe: "/opt/lint/bin/lint", ExeResolved: "/opt/lint/bin/lint",
+			Argv: []string{"/opt/lint/bin/lint", "--strict", "a b"}, Dir: "/srv/repo"}},
+		{"symlinked-tool", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/local/bin/ruff", ExeResolved: "/opt/ruff/ruff",
+			Argv: []string{"/usr/local/bin/ruff", "check"}, Dir: "/srv/repo"}},
+		{"symlink-outside", testPolicy(debianHost, 64<<20), Plan{Exe: "/srv/bin/lint", ExeResolved: "/srv/real/lint",
+			Argv: []string{"/srv/bin/lint"}, Dir: "/workspace"}},
+		{"tool-in-dir", testPolicy(debianHost, 64<<20), Plan{Exe: "/srv/repo/scripts/check", ExeResolved: "/srv/repo/scripts/check",
+			Argv: []string{"/srv/repo/scripts/check"}, Dir: "/srv/repo"}},
+		{"with-rlimits", small, Plan{Exe: "/usr/bin/make-check", ExeResolved: "/usr/bin/make-check",
+			Argv: []string{"/usr/bin/make-check"}, Dir: "/srv/repo"}},
+		{"unmerged-usr", testPolicy(bundle.Host{RootDirs: []string{"/bin", "/lib"}, Etc: binds("/etc/passwd")}, 64<<20),
+			Plan{Exe: "/bin/true", ExeResolved: "/bin/true", Argv: []string{"/bin/true"}, Dir: "/srv/repo"}},
+		{"multilib", testPolicy(multilib, 64<<20), Plan{Exe: "/usr/bin/true", ExeResolved: "/usr/bin/true",
+			Argv: []string{"/usr/bin/true"}, Dir: "/opt/x"}},
+		{"helper", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/ctags", ExeResolved: "/usr/bin/ctags-universal",
+			Argv: []string{"/usr/bin/ctags", "--options=NONE", "--_interactive"}, Dir: "/srv/x", KeepStderr: true}},
+		// Services (StartService): no --clearenv or --setenv, the service
+		// shim; ReadOnly binds, skipping what is visible already.
+		{"service-node", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/node", ExeResolved: "/usr/bin/node",
+			Argv: []string{"/usr/bin/node", "/opt/mcp/node_modules/srv/dist/index.js", "stdio"}, Dir: "/opt/mcp",
+			Service: true, ReadOnly: []string{"/opt/mcp/node_modules/srv/dist/index.js", "/srv/data", "/usr/share/doc"}}},
+		{"service-net-no-dir", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/local/bin/mcp-web", ExeResolved: "/opt/web/bin/mcp-web",
+			Argv: []string{"/usr/local/bin/mcp-web", "--stdio"}, Service: true, ShareNet: true}},
+	}
 }
 
 // TestArgsGolden pins the exact argv for representative plans. Run with
 // -update to rewrite, and review the diff.
 func TestArgsGolden(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		host Host
-		plan Plan
-	}{
-		{"usr-tool", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/usr/bin/git", ExeResolved: "/usr/bin/git",
-			Argv: []string{"/usr/bin/git", "--no-pager", "diff", "--check"}, Dir: "/srv/repo", TmpSize: 64 << 20}},
-		{"opt-tool", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/opt/lint/bin/lint", ExeResolved: "/opt/lint/bin/lint",
-			Argv: []string{"/opt/lint/bin/lint", "--strict", "a b"}, Dir: "/srv/repo", TmpSize: 1 << 20}},
-		{"symlinked-tool", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/usr/local/bin/ruff", ExeResolved: "/opt/ruff/ruff",
-			Argv: []string{"/usr/local/bin/ruff", "check"}, Dir: "/srv/repo", TmpSize: 64 << 20}},
-		{"symlink-outside", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/srv/bin/lint", ExeResolved: "/srv/real/lint",
-			Argv: []string{"/srv/bin/lint"}, Dir: "/workspace", TmpSize: 64 << 20}},
-		{"tool-in-dir", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/srv/repo/scripts/check", ExeResolved: "/srv/repo/scripts/check",
-			Argv: []string{"/srv/repo/scripts/check"}, Dir: "/srv/repo", TmpSize: 64 << 20}},
-		{"with-rlimits", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/usr/bin/make-check", ExeResolved: "/usr/bin/make-check",
-			Argv: []string{"/usr/bin/make-check"}, Dir: "/srv/repo", TmpSize: 64 << 20,
-			Rlimits: []rt.Rlimit{{Name: "nofile", Value: 1024}, {Name: "nproc", Value: 512}}}},
-		{"unmerged-usr", Host{RootDirs: []string{"/bin", "/lib"}, Etc: []string{"/etc/passwd"}}, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/bin/true", ExeResolved: "/bin/true",
-			Argv: []string{"/bin/true"}, Dir: "/srv/repo", TmpSize: 64 << 20}},
-		// Services (StartService): no --clearenv or --setenv, the service
-		// shim; ReadOnly binds, skipping what is visible already.
-		{"service-node", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/usr/bin/node", ExeResolved: "/usr/bin/node",
-			Argv: []string{"/usr/bin/node", "/opt/mcp/node_modules/srv/dist/index.js", "stdio"}, Dir: "/opt/mcp", TmpSize: 64 << 20,
-			Service: true, ReadOnly: []string{"/opt/mcp/node_modules/srv/dist/index.js", "/srv/data", "/usr/share/doc"}}},
-		{"service-net-no-dir", debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Seccomp: true, Exe: "/usr/local/bin/mcp-web", ExeResolved: "/opt/web/bin/mcp-web",
-			Argv: []string{"/usr/local/bin/mcp-web", "--stdio"}, TmpSize: 64 << 20, Service: true, ShareNet: true}},
-	} {
+	for _, tc := range goldenPlans() {
 		t.Run(tc.name, func(t *testing.T) {
-			got := strings.Join(Args(tc.host, tc.plan), "\n") + "\n"
+			got := strings.Join(Args(tc.policy, tc.plan), "\n") + "\n"
 			golden := filepath.Join("testdata", tc.name+".golden")
 			if *update {
 				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
@@ -66,7 +103,7 @@ func TestArgsGolden(t *testing.T) {
 				t.Errorf("Args() differs from %s:\ngot:\n%s\nwant:\n%s", golden, got, want)
 			}
 			// Idempotence: a pure function of its inputs.
-			if again := strings.Join(Args(tc.host, tc.plan), "\n") + "\n"; again != got {
+			if again := strings.Join(Args(tc.policy, tc.plan), "\n") + "\n"; again != got {
 				t.Error("Args() is not deterministic")
 			}
 		})
@@ -76,7 +113,7 @@ func TestArgsGolden(t *testing.T) {
 // TestArgsInvariants checks the flags every sandbox must carry, by name,
 // independently of the golden files.
 func TestArgsInvariants(t *testing.T) {
-	a := Args(debianHost, Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/usr/bin/true", ExeResolved: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: "/srv/repo", TmpSize: 42})
+	a := Args(testPolicy(debianHost, 42), Plan{Exe: "/usr/bin/true", ExeResolved: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: "/srv/repo"})
 	for _, flag := range []string{"--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
 		"--unshare-cgroup", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv"} {
 		if !slices.Contains(a, flag) {
@@ -87,7 +124,7 @@ func TestArgsInvariants(t *testing.T) {
 	for _, want := range []string{
 		" --cap-drop ALL ", " --ro-bind /srv/repo /srv/repo ", " --chdir /srv/repo ", " --remount-ro / ",
 		" --size 42 --tmpfs /tmp ", " --setenv PAGER cat ", " --setenv GIT_PAGER cat ", " --setenv GIT_CONFIG_NOSYSTEM 1 ",
-		" -- /.toolgate/shim __toolgate_shim init -- /usr/bin/true /usr/bin/true",
+		" --seccomp 3 ", " -- /.toolgate/shim __toolgate_shim init --rlimit nofile=1024 --rlimit nproc=512 --rlimit core=0 --rlimit fsize=1073741824 -- /usr/bin/true /usr/bin/true",
 	} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("argv lacks %q", strings.TrimSpace(want))
@@ -107,48 +144,17 @@ func TestArgsInvariants(t *testing.T) {
 	}
 }
 
-func TestDetectHost(t *testing.T) {
-	fs := map[string]struct {
-		link   string
-		isDir  bool
-		exists bool
-	}{
-		"/bin": {link: "usr/bin", exists: true}, "/sbin": {link: "usr/sbin", exists: true},
-		"/lib": {isDir: true, exists: true}, "/lib64": {link: "/usr/lib64", exists: true},
-		"/lib32":      {link: "elsewhere/lib32", exists: true},
-		"/etc/passwd": {exists: true}, "/etc/ssl": {isDir: true, exists: true},
-	}
-	lst := func(p string) (bool, bool, error) {
-		e, ok := fs[p]
-		if !ok {
-			return false, false, os.ErrNotExist
-		}
-		return e.link != "", e.isDir, nil
-	}
-	rl := func(p string) (string, error) { return fs[p].link, nil }
-	h := DetectHost(lst, rl)
-	if got := strings.Join(h.UsrLinks, ","); got != "bin,sbin,lib64" {
-		t.Errorf("UsrLinks = %s, want bin,sbin,lib64 (lib32 points elsewhere)", got)
-	}
-	if got := strings.Join(h.RootDirs, ","); got != "/lib" {
-		t.Errorf("RootDirs = %s, want /lib", got)
-	}
-	if got := strings.Join(h.Etc, ","); got != "/etc/passwd,/etc/ssl" {
-		t.Errorf("Etc = %s", got)
-	}
-}
-
 // TestServiceArgsInvariants checks what a service's sandbox must and must
 // not carry: the same isolation flags as a tool's (the network namespace
 // only without ShareNet), no environment flag at all (values travel in
 // bwrap's environment, never its argv), and the service shim.
 func TestServiceArgsInvariants(t *testing.T) {
-	base := Plan{Shim: "/usr/libexec/toolgate/toolgate-shim", Exe: "/usr/bin/node", ExeResolved: "/usr/bin/node",
-		Argv: []string{"/usr/bin/node", "/opt/mcp/index.js"}, Dir: "/opt/mcp", TmpSize: 42, Service: true}
+	base := Plan{Exe: "/usr/bin/node", ExeResolved: "/usr/bin/node",
+		Argv: []string{"/usr/bin/node", "/opt/mcp/index.js"}, Dir: "/opt/mcp", Service: true}
 	for _, shareNet := range []bool{false, true} {
 		p := base
 		p.ShareNet = shareNet
-		a := Args(debianHost, p)
+		a := Args(testPolicy(debianHost, 42), p)
 		for _, flag := range []string{"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
 			"--unshare-cgroup", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1"} {
 			if !slices.Contains(a, flag) {
@@ -168,14 +174,14 @@ func TestServiceArgsInvariants(t *testing.T) {
 		}
 		joined := " " + strings.Join(a, " ") + " "
 		for _, want := range []string{" --cap-drop ALL ", " --ro-bind /opt/mcp /opt/mcp ", " --chdir /opt/mcp ", " --remount-ro / ",
-			" -- /.toolgate/shim __toolgate_shim service -- /usr/bin/node /usr/bin/node /opt/mcp/index.js"} {
+			" -- /.toolgate/shim __toolgate_shim service --rlimit nofile=1024 --rlimit nproc=512 --rlimit core=0 --rlimit fsize=1073741824 -- /usr/bin/node /usr/bin/node /opt/mcp/index.js"} {
 			if !strings.Contains(joined, want) {
 				t.Errorf("ShareNet=%v: argv lacks %q", shareNet, strings.TrimSpace(want))
 			}
 		}
 	}
 	// A tool never gets the relaxations, whatever the host offers.
-	tool := Args(debianHost, Plan{Shim: "/s", Exe: "/usr/bin/true", ExeResolved: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: "/srv/repo", TmpSize: 1})
+	tool := Args(testPolicy(debianHost, 1), Plan{Exe: "/usr/bin/true", ExeResolved: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: "/srv/repo"})
 	if slices.Contains(tool, "/etc/resolv.conf") || !slices.Contains(tool, "--unshare-net") {
 		t.Error("a tool's sandbox has the network or its /etc entries")
 	}

@@ -46,7 +46,8 @@ type Runner struct {
 	shim   string
 	cg     *rt.Cgroups
 	limits rt.SandboxLimits
-	host   Host
+	// policy is the sandbox of every call, rendered by Args.
+	policy bundle.Policy
 	// uid and gid are the host ids bwrap runs as, or -1 to keep the
 	// server's (when it is not root).
 	uid, gid int
@@ -119,16 +120,12 @@ func Prepare(cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("bwrap: %w", err)
 	}
 	r.seccomp = prog
-	r.host = DetectHost(lstat, os.Readlink)
-	return r, nil
-}
-
-func lstat(p string) (isLink, isDir bool, err error) {
-	fi, err := os.Lstat(p)
+	host, err := bundle.DetectHost(os.Lstat, os.Stat, os.Readlink)
 	if err != nil {
-		return false, false, err
+		return nil, fmt.Errorf("bwrap: %w", err)
 	}
-	return fi.Mode()&os.ModeSymlink != 0, fi.IsDir(), nil
+	r.policy = r.limits.Policy(host, r.shim)
+	return r, nil
 }
 
 // Path returns the bwrap binary in use.
@@ -150,14 +147,11 @@ func (r *Runner) SelfTest(ctx context.Context) error {
 	if _, err := os.Stat(exe); err != nil {
 		exe = "/bin/true"
 	}
-	dir, err := os.MkdirTemp("", "toolgate-selftest-")
+	dir, err := rt.SelfTestDir()
 	if err != nil {
 		return fmt.Errorf("bwrap self-test: %w", err)
 	}
 	defer os.Remove(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return fmt.Errorf("bwrap self-test: %w", err)
-	}
 	res, err := r.Run(ctx, rt.Invocation{
 		ID: "selftest", Name: "selftest", Path: exe, Argv: []string{exe}, Dir: dir,
 		Timeout: 10 * time.Second, MaxBytes: 4096,
@@ -210,8 +204,7 @@ func Hint(msg string) string {
 
 // Run runs inv in a fresh sandbox.
 func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
-	plan := Plan{Shim: r.shim, Exe: inv.Argv[0], ExeResolved: inv.Path, Argv: inv.Argv, Dir: inv.Dir, TmpSize: r.limits.TmpSize,
-		KeepStderr: inv.StderrMax > 0, Seccomp: true}
+	plan := Plan{Exe: inv.Argv[0], ExeResolved: inv.Path, Argv: inv.Argv, Dir: inv.Dir, KeepStderr: inv.StderrMax > 0}
 	filter, err := r.seccompFile()
 	if err != nil {
 		return rt.Result{}, err
@@ -297,8 +290,7 @@ func (r *Runner) enter(id string, plan Plan) (*rt.Group, start, error) {
 		}
 		group = g
 	}
-	plan.Rlimits = r.limits.Rlimits()
-	argv := append([]string{r.bwrap}, Args(r.host, plan)...)
+	argv := append([]string{r.bwrap}, Args(r.policy, plan)...)
 	if joins := group.Joins(); len(joins) > 0 {
 		shim := rt.ShimSpec{Mode: rt.ShimEnter, Joins: joins, UID: r.uid, GID: r.gid, Path: r.bwrap, Argv: argv}
 		return group, start{path: r.shim, argv: append([]string{r.shim}, shim.Args()...)}, nil

@@ -41,8 +41,8 @@ func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, e
 		}
 	}
 	plan := Plan{
-		Shim: r.shim, Exe: s.Argv[0], ExeResolved: s.Path, Argv: s.Argv, Dir: s.Dir,
-		TmpSize: r.limits.TmpSize, Service: true, ShareNet: s.Network, ReadOnly: s.ReadOnly, Seccomp: true,
+		Exe: s.Argv[0], ExeResolved: s.Path, Argv: s.Argv, Dir: s.Dir,
+		Service: true, ShareNet: s.Network, ReadOnly: s.ReadOnly,
 	}
 	filter, err := r.seccompFile()
 	if err != nil {

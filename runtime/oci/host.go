@@ -88,7 +88,7 @@ func (r *Runner) prepare() error {
 			return fmt.Errorf("oci: %w", err)
 		}
 	}
-	if err := makeSkeleton(r.rootfs); err != nil {
+	if err := makeSkeleton(r.rootfs, r.policy.Host); err != nil {
 		return err
 	}
 	if r.mask != "" {
@@ -102,9 +102,9 @@ func (r *Runner) prepare() error {
 // makeSkeleton creates the empty rootfs every container starts from: the
 // mount points usr etc proc dev tmp (tmp mode 1777: runc gives a tmpfs
 // mount point the mode of the directory below it), .toolgate for the shim,
-// and bin sbin lib lib64 as symlinks into usr where the host is usr-merged
-// (directories, to be bound, where it is not).
-func makeSkeleton(root string) error {
+// and the policy's usr-merge names: symlinks into usr where the host has
+// them so, directories (to be bound) where it is not usr-merged.
+func makeSkeleton(root string, h bundle.Host) error {
 	if err := os.Mkdir(root, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("oci: skeleton rootfs: %w", err)
 	}
@@ -121,20 +121,13 @@ func makeSkeleton(root string) error {
 	if err := os.WriteFile(shim, nil, 0o755); err != nil {
 		return fmt.Errorf("oci: skeleton rootfs: %w", err)
 	}
-	for _, top := range bundle.UsrMerge {
-		p := filepath.Join(root, top)
-		fi, err := os.Lstat(top)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			continue
-		case err != nil:
+	for _, n := range h.UsrLinks {
+		if err := os.Symlink("usr/"+n, filepath.Join(root, n)); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("oci: skeleton rootfs: %w", err)
-		case fi.IsDir():
-			err = os.Mkdir(p, 0o755)
-		default:
-			err = os.Symlink("usr"+top, p)
 		}
-		if err != nil && !errors.Is(err, os.ErrExist) {
+	}
+	for _, d := range h.RootDirs {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("oci: skeleton rootfs: %w", err)
 		}
 	}
@@ -222,7 +215,7 @@ func (r *Runner) sweepState(st string) {
 // hierarchy, including those no limit uses (cpu, blkio, ...). A directory
 // that still holds a container is left alone: rmdir fails on it.
 func removeCgroupParents(pid int) {
-	name := rt.GroupPrefix + strconv.Itoa(pid)
+	name := cgroupParent(pid)
 	for _, pat := range []string{"/sys/fs/cgroup/%s", "/sys/fs/cgroup/*/%s", "/sys/fs/cgroup/*/*/%s", "/sys/fs/cgroup/*/*/*/%s"} {
 		dirs, _ := filepath.Glob(fmt.Sprintf(pat, name))
 		for _, d := range dirs {
@@ -235,6 +228,15 @@ func removeCgroupParents(pid int) {
 			_ = unix.Rmdir(d)
 		}
 	}
+}
+
+// cgroupParent is the parent of the containers' relative cgroupsPath: a
+// directory of its own, never the server's cgroup directory (rt.Cgroups,
+// GroupPrefix + pid), which the direct and bwrap backends keep using when
+// this backend is closed (doctor and selftest set up every backend).
+// rt.Cgroups.Sweep removes it after a crash too.
+func cgroupParent(pid int) string {
+	return rt.GroupPrefix + strconv.Itoa(pid) + rt.OCIGroupSuffix
 }
 
 func alive(pid int) bool {
@@ -256,9 +258,14 @@ func (r *Runner) probe(ctx context.Context) error {
 		r.notes = append(r.notes, fmt.Sprintf("start-up probe skipped: %v", err))
 		return nil
 	}
+	dir, err := rt.SelfTestDir()
+	if err != nil {
+		return fmt.Errorf("oci runtime %s: probe: %w", r.cfg.Runtime, err)
+	}
+	defer os.Remove(dir)
 	inv := rt.Invocation{
 		ID: "probe", Name: "probe", Path: exe, Argv: []string{exe},
-		Dir: "/usr", Timeout: 30 * time.Second, MaxBytes: 8 << 10,
+		Dir: dir, Timeout: 30 * time.Second, MaxBytes: 8 << 10,
 	}
 	res, err := r.Run(ctx, inv)
 	if err != nil {

@@ -131,10 +131,10 @@ func newPlan(cfg Config) (*plan, error) {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	if cfg.UID == 0 {
-		cfg.UID = bundle.NobodyID
+		cfg.UID = bundle.SandboxUID
 	}
 	if cfg.GID == 0 {
-		cfg.GID = bundle.NobodyID
+		cfg.GID = bundle.SandboxGID
 	}
 	if cfg.RunDir == "" {
 		cfg.RunDir = DefaultRunDir()
@@ -146,7 +146,7 @@ func newPlan(cfg Config) (*plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("oci runtime %s: %w", cfg.Runtime, err)
 	}
-	binds, err := bundle.SystemBinds(os.Lstat, os.Stat)
+	host, err := bundle.DetectHost(os.Lstat, os.Stat, os.Readlink)
 	if err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
@@ -161,19 +161,12 @@ func newPlan(cfg Config) (*plan, error) {
 	p.rootfs = filepath.Join(p.dir, "rootfs")
 	p.state = filepath.Join(p.dir, "state-"+string(cfg.Runtime))
 	p.bundles = filepath.Join(p.dir, "bundles")
-	p.policy = bundle.Policy{
-		Rootfs: p.rootfs,
-		UID:    cfg.UID,
-		GID:    cfg.GID,
-		Rlimits: bundle.Rlimits{
-			NoFile: cfg.Limits.NoFile, NProc: cfg.Limits.NProc,
-			Core: cfg.Limits.Core, FSize: cfg.Limits.FSize,
-		},
-		TmpSize:     cfg.Limits.TmpSize,
-		SystemBinds: binds,
-		Shim:        cfg.Shim,
-		Seccomp:     true,
-	}
+	p.policy = cfg.Limits.Policy(host, cfg.Shim)
+	p.policy.UID, p.policy.GID = cfg.UID, cfg.GID
+	p.policy.Rootfs = p.rootfs
+	// The cgroup limits the host can enforce; the rest are notes for
+	// doctor.
+	p.policy.Pids, p.policy.Memory = 0, 0
 	cg := detectControllers()
 	if cfg.Limits.Pids > 0 {
 		if cg.pids {
@@ -214,11 +207,31 @@ var validCallID = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
 // under the server's own cgroups (toolgate-<pid>/<id>, the directory that
 // the server's cgroup sweep removes after a crash).
 func (p *plan) cgroupsPath(id string) string {
-	return rt.GroupPrefix + strconv.Itoa(os.Getpid()) + "/" + id
+	return cgroupParent(os.Getpid()) + "/" + id
 }
 
 // spec returns the runtime spec of inv run as container id.
 func (p *plan) spec(inv rt.Invocation, id string) (*specs.Spec, error) {
+	pol := p.policy
+	pol.CgroupsPath = p.cgroupsPath(id)
+	return render(pol, p.fl, inv)
+}
+
+// RenderSpec is the OCI rendering of the sandbox policy pol for call inv
+// under runtime name: bundle.Spec of the call's tool (the init shim at
+// bundle.ShimPath, which execs inv's argv; the runtime sets the rlimits),
+// with the runtime's own adjustments. A pure function of its inputs: the
+// bwrap backend's parity test renders it beside bwrap.Args.
+func RenderSpec(pol bundle.Policy, name Name, inv rt.Invocation) (*specs.Spec, error) {
+	fl, ok := flavours[name]
+	if !ok {
+		_, err := ParseRuntime(string(name))
+		return nil, err
+	}
+	return render(pol, fl, inv)
+}
+
+func render(pol bundle.Policy, fl flavour, inv rt.Invocation) (*specs.Spec, error) {
 	if len(inv.Argv) == 0 {
 		return nil, errors.New("oci: empty argv")
 	}
@@ -227,11 +240,8 @@ func (p *plan) spec(inv rt.Invocation, id string) (*specs.Spec, error) {
 		Exe:  inv.Path,
 		Dir:  inv.Dir,
 		Args: append([]string{bundle.ShimPath}, shim.Args()...),
-		Env:  rt.Env,
 	}
-	pol := p.policy
-	pol.CgroupsPath = p.cgroupsPath(id)
-	s, err := bundle.Spec(t, pol, p.fl.opts...)
+	s, err := bundle.Spec(t, pol, fl.opts...)
 	if err != nil {
 		return nil, fmt.Errorf("oci: spec of %s: %w", inv.Name, err)
 	}

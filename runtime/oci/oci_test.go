@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -455,5 +456,23 @@ func TestSweepRemovesADeadServersContainers(t *testing.T) {
 	// Its own directory is never swept.
 	if _, err := os.Stat(r.dir); err != nil {
 		t.Errorf("the live server's dir was swept: %v", err)
+	}
+}
+
+// TestLoadRuleIsRenderRule: a tool dir is accepted at load (the rule
+// tools.conf's check calls, rt.CheckSandboxTool) exactly when the OCI
+// rendering takes it, and the bwrap rendering takes whatever load accepts
+// (it validates nothing of its own): /etc/app was listed by check and
+// failed every OCI call; /srv and /opt went the other way.
+func TestLoadRuleIsRenderRule(t *testing.T) {
+	pol := rt.DefaultSandboxLimits().Policy(bundle.Host{}, "/usr/libexec/toolgate/toolgate-shim")
+	pol.Rootfs, pol.CgroupsPath = "/run/toolgate/1/rootfs", "toolgate-1.oci/c1"
+	for _, dir := range []string{"/srv/x", "/opt/x", "/home/me/p", "/tmp/w", "/usr/share/x", "/var/lib/x",
+		"/etc/app", "/etc", "/srv", "/opt", "/", "/tmp", "/usr", "/proc/1", "/sys/x", "/dev/x", "/.toolgate"} {
+		loadErr := rt.CheckSandboxTool(dir, "/usr/bin/true", -1, -1)
+		_, renderErr := RenderSpec(pol, Runc, rt.Invocation{ID: "c1", Name: "t", Path: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: dir})
+		if (loadErr == nil) != (renderErr == nil) {
+			t.Errorf("dir %s: load says %v, the OCI rendering %v", dir, loadErr, renderErr)
+		}
 	}
 }

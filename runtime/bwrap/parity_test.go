@@ -1,0 +1,310 @@
+package bwrap
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/toolgate/toolgate/bundle"
+	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/oci"
+)
+
+// sandboxView is what a rendering of the sandbox policy means, whatever
+// its syntax: the parity test reads one out of bwrap's argv and one out of
+// an OCI spec, and compares them.
+type sandboxView struct {
+	// Mounts maps each path inside the sandbox to what is there.
+	Mounts map[string]string
+	// Namespaces are the new namespaces.
+	Namespaces []string
+	UID, GID   int
+	Hostname   string
+	// Env is the tool's exact environment; Cwd its working directory.
+	Env []string
+	Cwd string
+	// Rlimits are name=value, sorted.
+	Rlimits []string
+	// Caps are the capabilities kept; NoNewPrivs is always true here.
+	Caps       []string
+	NoNewPrivs bool
+	Seccomp    bool
+	// Exec and Argv are what the init shim execs; KeepStderr how it
+	// treats stderr.
+	Exec       string
+	Argv       []string
+	KeepStderr bool
+}
+
+// knownDifferences are the ways the two renderings differ on purpose,
+// each with its reason. Anything else that differs fails the test.
+var knownDifferences = map[string]string{
+	// bwrap runs unprivileged (as the sandbox uid when toolgate is root)
+	// and needs a user namespace to create the others; an OCI runtime
+	// runs as root and sets the process's uid instead. Either way the
+	// tool's kernel uid is not 0 (battery case "links").
+	"namespace user": "bwrap only",
+	// runc masks these /proc and /sys paths over its mount of /proc;
+	// bwrap's --proc is the sandbox's own pid namespace's, and bwrap
+	// remounts /proc/sys, /proc/sysrq-trigger, /proc/irq and /proc/bus
+	// read-only itself. No /sys at all in either.
+	"masked /proc and /sys paths": "OCI only",
+}
+
+// bwrapView reads a sandboxView out of bwrap's argv.
+func bwrapView(t *testing.T, argv []string) sandboxView {
+	t.Helper()
+	v := sandboxView{Mounts: map[string]string{}, NoNewPrivs: true, Caps: nil}
+	ns := map[string]bool{"mount": true} // bwrap always makes one
+	var size, perms string
+	rootRO := false
+	for i := 0; i < len(argv); i++ {
+		a := argv[i]
+		next := func() string {
+			i++
+			return argv[i]
+		}
+		switch a {
+		case "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup":
+			ns[map[string]string{"--unshare-user": "user", "--unshare-ipc": "ipc", "--unshare-pid": "pid",
+				"--unshare-net": "network", "--unshare-uts": "uts", "--unshare-cgroup": "cgroup"}[a]] = true
+		case "--uid":
+			v.UID, _ = strconv.Atoi(next())
+		case "--gid":
+			v.GID, _ = strconv.Atoi(next())
+		case "--hostname":
+			v.Hostname = next()
+		case "--cap-drop":
+			if next() != "ALL" {
+				t.Fatalf("bwrap argv drops only some capabilities")
+			}
+		case "--ro-bind":
+			src, dst := next(), next()
+			v.Mounts[dst] = "ro-bind " + src
+		case "--symlink":
+			target, dst := next(), next()
+			v.Mounts[dst] = "symlink " + target
+		case "--dev":
+			v.Mounts[next()] = "dev"
+			v.Mounts["/dev/pts"] = "devpts" // bwrap's --dev makes it
+		case "--proc":
+			v.Mounts[next()] = "proc"
+		case "--size":
+			size = next()
+		case "--perms":
+			perms = next()
+		case "--tmpfs":
+			v.Mounts[next()] = fmt.Sprintf("tmpfs size=%s mode=%s", size, perms)
+			size, perms = "", ""
+		case "--remount-ro":
+			if d := next(); d == "/" {
+				rootRO = true
+			} else {
+				v.Mounts[d] += " read-only"
+			}
+		case "--chdir":
+			v.Cwd = next()
+		case "--seccomp":
+			if next() != strconv.Itoa(SeccompFD) {
+				t.Fatal("bwrap reads the seccomp program from an unexpected descriptor")
+			}
+			v.Seccomp = true
+		case "--setenv":
+			k, val := next(), next()
+			v.Env = append(v.Env, k+"="+val)
+		case "--clearenv", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1":
+		case "--":
+			shim := argv[i+1:]
+			if shim[0] != bundle.ShimPath {
+				t.Fatalf("bwrap runs %q first, want the shim at %s", shim[0], bundle.ShimPath)
+			}
+			spec := parseInit(t, shim[1:])
+			v.Exec, v.Argv, v.KeepStderr = spec.path, spec.argv, spec.keepStderr
+			v.Rlimits = spec.rlimits
+			i = len(argv)
+		default:
+			t.Fatalf("bwrap argv has %q, which the parity test does not know: teach it what it means", a)
+		}
+	}
+	if m, ok := v.Mounts["/"]; ok || !rootRO {
+		t.Fatalf("bwrap's / is not the read-only tmpfs it makes (%q, remounted read-only: %v)", m, rootRO)
+	}
+	v.Mounts["/"] = "root read-only"
+	v.Namespaces = keys(ns)
+	return v
+}
+
+// initSpec is what the init shim is told.
+type initSpec struct {
+	path       string
+	argv       []string
+	rlimits    []string
+	keepStderr bool
+}
+
+// parseInit reads the init shim's arguments (rt.ShimSpec.Args).
+func parseInit(t *testing.T, a []string) initSpec {
+	t.Helper()
+	if len(a) < 2 || a[0] != rt.ShimArg || a[1] != rt.ShimInit {
+		t.Fatalf("the shim is not run in init mode: %q", a)
+	}
+	var s initSpec
+	a = a[2:]
+	for len(a) > 0 && a[0] != "--" {
+		switch a[0] {
+		case "--rlimit":
+			s.rlimits = append(s.rlimits, a[1])
+		case "--stderr":
+			s.keepStderr = a[1] == "keep"
+		default:
+			t.Fatalf("init shim option %q unknown to the parity test", a[0])
+		}
+		a = a[2:]
+	}
+	s.path, s.argv = a[1], a[2:] // after "--": the path to exec, then argv
+	sort.Strings(s.rlimits)
+	return s
+}
+
+// ociView reads a sandboxView out of an OCI spec, with the skeleton
+// rootfs's symlinks (runtime/oci makes them from the same policy).
+func ociView(t *testing.T, s *specs.Spec, h bundle.Host) sandboxView {
+	t.Helper()
+	v := sandboxView{Mounts: map[string]string{}, Hostname: s.Hostname, Env: s.Process.Env, Cwd: s.Process.Cwd,
+		UID: int(s.Process.User.UID), GID: int(s.Process.User.GID), NoNewPrivs: s.Process.NoNewPrivileges,
+		Seccomp: s.Linux.Seccomp != nil}
+	c := s.Process.Capabilities
+	if caps := slices.Concat(c.Bounding, c.Effective, c.Inheritable, c.Permitted, c.Ambient); len(caps) > 0 {
+		v.Caps = caps
+	}
+	if !s.Root.Readonly {
+		t.Fatal("the OCI root is writable")
+	}
+	v.Mounts["/"] = "root read-only"
+	for _, l := range h.UsrLinks {
+		v.Mounts["/"+l] = "symlink usr/" + l
+	}
+	readonly := map[string]bool{}
+	for _, p := range s.Linux.ReadonlyPaths {
+		readonly[p] = true
+	}
+	for _, m := range s.Mounts {
+		opt := func(prefix string) string {
+			for _, o := range m.Options {
+				if v, ok := strings.CutPrefix(o, prefix); ok {
+					return v
+				}
+			}
+			return ""
+		}
+		var what string
+		switch m.Type {
+		case "bind":
+			if !slices.Contains(m.Options, "ro") && !slices.Contains(m.Options, "rro") {
+				t.Fatalf("OCI bind %s is writable", m.Destination)
+			}
+			what = "ro-bind " + m.Source
+		case "tmpfs":
+			if m.Destination == "/dev" {
+				what = "dev"
+			} else {
+				what = fmt.Sprintf("tmpfs size=%s mode=%s", opt("size="), opt("mode="))
+			}
+		case "proc":
+			what = "proc"
+		case "devpts":
+			what = "devpts"
+		default:
+			t.Fatalf("OCI mount type %q unknown to the parity test", m.Type)
+		}
+		if readonly[m.Destination] {
+			what += " read-only"
+		}
+		v.Mounts[m.Destination] = what
+	}
+	for _, n := range s.Linux.Namespaces {
+		if n.Path != "" {
+			t.Fatalf("the OCI spec joins namespace %s", n.Path)
+		}
+		v.Namespaces = append(v.Namespaces, string(n.Type))
+	}
+	sort.Strings(v.Namespaces)
+	args := s.Process.Args
+	if args[0] != bundle.ShimPath {
+		t.Fatalf("the OCI process is %q, want the shim at %s", args[0], bundle.ShimPath)
+	}
+	spec := parseInit(t, args[1:])
+	v.Exec, v.Argv, v.KeepStderr = spec.path, spec.argv, spec.keepStderr
+	for _, r := range s.Process.Rlimits {
+		if r.Soft != r.Hard {
+			t.Fatalf("OCI rlimit %s soft %d != hard %d", r.Type, r.Soft, r.Hard)
+		}
+		v.Rlimits = append(v.Rlimits, strings.ToLower(strings.TrimPrefix(r.Type, "RLIMIT_"))+"="+strconv.FormatUint(r.Hard, 10))
+	}
+	sort.Strings(v.Rlimits)
+	return v
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// withoutKnown removes the known differences from a view.
+func withoutKnown(v sandboxView) sandboxView {
+	v.Namespaces = slices.DeleteFunc(slices.Clone(v.Namespaces), func(n string) bool { return n == "user" })
+	return v
+}
+
+// TestPolicyParity renders every golden plan that an OCI runtime can run
+// (a tool call; services run under bwrap alone) both ways, from the same
+// policy and call, and compares what the two mean: mounts with their modes
+// and sizes, namespaces, ids, hostname, environment, working directory,
+// rlimits, capabilities, no_new_privs, the seccomp filter, and what runs.
+// A difference fails unless knownDifferences lists it.
+func TestPolicyParity(t *testing.T) {
+	for _, tc := range goldenPlans() {
+		if tc.plan.Service {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			pol := tc.policy
+			pol.Rootfs, pol.CgroupsPath = "/run/toolgate/1/rootfs", "toolgate-1/c1"
+			inv := rt.Invocation{ID: "c1", Name: tc.name, Path: tc.plan.ExeResolved, Argv: tc.plan.Argv, Dir: tc.plan.Dir,
+				Timeout: time.Second, MaxBytes: 1}
+			if tc.plan.KeepStderr {
+				inv.StderrMax = 1
+			}
+			spec, err := oci.RenderSpec(pol, oci.Runc, inv)
+			if err != nil {
+				t.Fatalf("RenderSpec: %v", err)
+			}
+			b, o := withoutKnown(bwrapView(t, Args(pol, tc.plan))), withoutKnown(ociView(t, spec, pol.Host))
+			// A known difference: bwrap's init execs the exe at its path
+			// as configured (and binds the resolved one there when
+			// nothing shows it), the OCI init execs the resolved path, as
+			// the direct backend does. argv, argv[0] included, is the same.
+			if b.Exec != tc.plan.Exe || o.Exec != tc.plan.ExeResolved {
+				t.Errorf("exec: bwrap %q, oci %q; want %q and %q", b.Exec, o.Exec, tc.plan.Exe, tc.plan.ExeResolved)
+			}
+			b.Exec, o.Exec = "", ""
+			if tc.plan.Exe != tc.plan.ExeResolved {
+				delete(b.Mounts, tc.plan.Exe) // the configured path's bind, bwrap only
+			}
+			if d := cmp.Diff(b, o); d != "" {
+				t.Errorf("the bwrap and OCI renderings of %s differ (-bwrap +oci):\n%s", tc.name, d)
+			}
+		})
+	}
+}
