@@ -197,7 +197,7 @@ func (r *Runner) sweepState(st string) {
 	if _, err := os.Stat(st); err != nil {
 		return
 	}
-	res, err := r.op(st, "list", r.fl.quiet)
+	res, err := r.op(r.fl.listArgv(r.bin, st))
 	if err != nil {
 		return
 	}
@@ -205,8 +205,8 @@ func (r *Runner) sweepState(st string) {
 		if !strings.HasPrefix(id, IDPrefix) {
 			continue
 		}
-		_, _ = r.op(st, "kill", id, "KILL")
-		_, _ = r.op(st, "delete", r.fl.force, id)
+		_, _ = r.op(r.fl.killArgv(r.bin, st, id))
+		_, _ = r.op(r.fl.deleteArgv(r.bin, st, id))
 	}
 }
 

@@ -388,7 +388,7 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	}
 	defer os.RemoveAll(b)
 
-	argv := r.runtimeArgs("run", "--bundle", b, id)
+	argv := r.fl.runArgv(r.bin, r.state, b, id)
 	c := rt.Cmd{
 		Path:      r.bin,
 		Args:      argv,
@@ -407,19 +407,10 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	return r.exec(ctx, c)
 }
 
-// runtimeArgs is the runtime's argv for subcommand sub with args.
-func (r *Runner) runtimeArgs(sub string, args ...string) []string {
-	a := []string{r.bin, "--root", r.state}
-	a = append(a, r.fl.global...)
-	a = append(a, sub)
-	return append(a, args...)
-}
-
-// op runs one housekeeping subcommand of the runtime with state dir root,
-// returning its output when it failed.
-func (r *Runner) op(root string, sub string, args ...string) (rt.Result, error) {
-	argv := r.runtimeArgs(sub, args...)
-	argv[2] = root
+// op runs one housekeeping command of the runtime (killArgv, deleteArgv,
+// listArgv), returning its output when it failed.
+func (r *Runner) op(argv []string) (rt.Result, error) {
+	sub := argv[3+len(r.fl.global)]
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	res, err := r.exec(ctx, rt.Cmd{
@@ -430,7 +421,7 @@ func (r *Runner) op(root string, sub string, args ...string) (rt.Result, error) 
 		return res, fmt.Errorf("%s %s: %w", r.cfg.Runtime, sub, err)
 	}
 	if res.Failed() {
-		return res, fmt.Errorf("%s %s %s: exit %d: %s", r.cfg.Runtime, sub, strings.Join(args, " "), res.ExitCode, firstLine(res.Output))
+		return res, fmt.Errorf("%s %s: exit %d: %s", r.cfg.Runtime, strings.Join(argv[1:], " "), res.ExitCode, firstLine(res.Output))
 	}
 	return res, nil
 }
@@ -466,16 +457,12 @@ func (r *Runner) stateExists(id string) bool {
 // kill sends SIGKILL to every process of container id. A container that is
 // already gone is not an error.
 func (r *Runner) kill(id string) {
-	args := []string{id, "KILL"}
-	if r.cfg.Runtime != Runsc {
-		args = []string{"--all", id, "KILL"}
-	}
-	_, _ = r.op(r.state, "kill", args...)
+	_, _ = r.op(r.fl.killArgv(r.bin, r.state, id))
 }
 
 // delete removes container id and its state, forcefully.
 func (r *Runner) delete(id string) {
-	_, _ = r.op(r.state, "delete", r.fl.force, id)
+	_, _ = r.op(r.fl.deleteArgv(r.bin, r.state, id))
 }
 
 // writeBundle creates the private bundle directory b and its config.json.

@@ -2,6 +2,7 @@ package oci
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -307,7 +308,7 @@ func TestNoNetwork(t *testing.T) {
 // listContainers returns the ids the runtime still knows in r's state dir.
 func listContainers(t *testing.T, r *Runner) []string {
 	t.Helper()
-	res, err := r.op(r.state, "list", r.fl.quiet)
+	res, err := r.op(r.fl.listArgv(r.bin, r.state))
 	if err != nil {
 		t.Fatalf("list: %v", err)
 	}
@@ -474,5 +475,38 @@ func TestLoadRuleIsRenderRule(t *testing.T) {
 		if (loadErr == nil) != (renderErr == nil) {
 			t.Errorf("dir %s: load says %v, the OCI rendering %v", dir, loadErr, renderErr)
 		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/argv.golden")
+
+// TestRuntimeArgvGolden pins every runtime command line toolgate runs, per
+// runtime: run, kill, delete and list.
+func TestRuntimeArgvGolden(t *testing.T) {
+	var b strings.Builder
+	for _, name := range KnownRuntimes() {
+		fl := flavours[name]
+		bin, root := "/usr/bin/"+string(name), "/run/toolgate/oci/42/state-"+string(name)
+		for _, argv := range [][]string{
+			fl.runArgv(bin, root, "/run/toolgate/oci/42/bundles/toolgate-42-c1", "toolgate-42-c1"),
+			fl.killArgv(bin, root, "toolgate-42-c1"),
+			fl.deleteArgv(bin, root, "toolgate-42-c1"),
+			fl.listArgv(bin, root),
+		} {
+			fmt.Fprintf(&b, "%s\n", strings.Join(argv, " "))
+		}
+	}
+	golden := filepath.Join("testdata", "argv.golden")
+	if *update {
+		if err := os.WriteFile(golden, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run with -update)", err)
+	}
+	if b.String() != string(want) {
+		t.Errorf("runtime argv differs from %s:\n%s", golden, b.String())
 	}
 }

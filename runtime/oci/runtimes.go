@@ -43,6 +43,9 @@ type flavour struct {
 	force string
 	// quiet is the spelling of list's ids-only flag.
 	quiet string
+	// killAll makes kill signal every process of the container (--all),
+	// not just its init.
+	killAll bool
 	// opts adjust the spec for this runtime.
 	opts []bundle.Opt
 	// pidsFloor is the lowest pids cgroup limit the runtime tolerates
@@ -57,8 +60,8 @@ type flavour struct {
 const runscPidsFloor = 4096
 
 var flavours = map[Name]flavour{
-	Runc: {force: "--force", quiet: "-q"},
-	Crun: {force: "--force", quiet: "-q"},
+	Runc: {force: "--force", quiet: "-q", killAll: true},
+	Crun: {force: "--force", quiet: "-q", killAll: true},
 	Runsc: {
 		// --network=none: no network stack at all, not even a netstack
 		// loopback to the host. --oci-seccomp: apply the spec's seccomp
@@ -69,4 +72,38 @@ var flavours = map[Name]flavour{
 		opts:      []bundle.Opt{bundle.WithoutRecursiveReadonly(), bundle.WithClone3Allowed()},
 		pidsFloor: runscPidsFloor,
 	},
+}
+
+// The runtime's command lines, pure functions of the flavour, the runtime
+// binary, the state dir root and the operation (golden-tested): the global
+// --root, the flavour's global flags, then the subcommand.
+
+func (fl flavour) argv(bin, root, sub string, args ...string) []string {
+	a := []string{bin, "--root", root}
+	a = append(a, fl.global...)
+	a = append(a, sub)
+	return append(a, args...)
+}
+
+// runArgv runs container id from bundle b in the foreground.
+func (fl flavour) runArgv(bin, root, b, id string) []string {
+	return fl.argv(bin, root, "run", "--bundle", b, id)
+}
+
+// killArgv sends SIGKILL to container id.
+func (fl flavour) killArgv(bin, root, id string) []string {
+	if fl.killAll {
+		return fl.argv(bin, root, "kill", "--all", id, "KILL")
+	}
+	return fl.argv(bin, root, "kill", id, "KILL")
+}
+
+// deleteArgv removes container id and its state, forcefully.
+func (fl flavour) deleteArgv(bin, root, id string) []string {
+	return fl.argv(bin, root, "delete", fl.force, id)
+}
+
+// listArgv lists the ids of the containers in root.
+func (fl flavour) listArgv(bin, root string) []string {
+	return fl.argv(bin, root, "list", fl.quiet)
 }
