@@ -3,22 +3,22 @@ module github.com/toolgate/toolgate
 go 1.26.8
 
 require (
+	github.com/containers/common v0.64.2
+	github.com/google/go-cmp v0.7.0
 	github.com/mark3labs/mcp-go v1.2.1
+	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2
 	github.com/sirupsen/logrus v1.10.2
 	golang.org/x/sys v0.50.0
+	golang.org/x/tools v0.52.0
 )
 
 require (
-	github.com/containers/common v0.64.2 // indirect
-	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/jsonschema-go v0.4.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/opencontainers/runtime-spec v1.3.0 // indirect
 	github.com/seccomp/libseccomp-golang v0.11.0 // indirect
 	github.com/spf13/cast v1.7.1 // indirect
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
 	golang.org/x/text v0.27.0 // indirect
-	golang.org/x/tools v0.52.0 // indirect
 )
