@@ -287,7 +287,7 @@ func (c *collector) walkDir(ctx context.Context, dir string) error {
 		if !count {
 			continue
 		}
-		if err := c.file(e, rel); err != nil {
+		if err := c.file(rel); err != nil {
 			return err
 		}
 	}
@@ -323,7 +323,7 @@ func (c *collector) skipEntry(e fs.DirEntry, rel string) SkipReason {
 }
 
 // file reads one regular file and applies the content rules.
-func (c *collector) file(e fs.DirEntry, rel string) error {
+func (c *collector) file(rel string) error {
 	if c.files >= MaxCollectFiles || c.bytes >= MaxCollectBytes {
 		c.skipped.add(SkipOverLimit, false)
 		return nil

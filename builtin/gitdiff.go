@@ -73,7 +73,7 @@ func (e *env) checkRepo() error {
 	case errors.Is(err, fs.ErrNotExist):
 		return errors.New("the workspace root is not the top of a git repository (no .git directory in it): serve --root at a repository's top")
 	case err != nil:
-		return fmt.Errorf(".git: %v", err)
+		return fmt.Errorf(".git: %w", err)
 	case !fi.IsDir():
 		return fmt.Errorf(".git is not a directory (mode %s): a linked worktree or a submodule keeps its git dir outside the workspace, where the sandbox cannot see it", fi.Mode().Type())
 	}

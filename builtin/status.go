@@ -183,7 +183,7 @@ func NoArgs(args json.RawMessage) error {
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(args, &m); err != nil {
-		return fmt.Errorf("arguments must be an object: %v", err)
+		return fmt.Errorf("arguments must be an object: %w", err)
 	}
 	if len(m) > 0 {
 		keys := make([]string, 0, len(m))

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -98,14 +97,14 @@ func fakeTokei(t *testing.T) string {
 		}
 		defer os.RemoveAll(dir)
 		bin := filepath.Join(dir, "tokei")
-		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goBin); err != nil {
-			goBin = "go"
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			goBin = "/usr/local/go/bin/go"
 		}
 		cmd := exec.Command(goBin, "build", "-o", bin, "./testdata/faketokei")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			fakeTokeiErr = fmt.Errorf("build faketokei: %v\n%s", err, out)
+			fakeTokeiErr = fmt.Errorf("build faketokei: %w\n%s", err, out)
 			return
 		}
 		fakeTokeiBytes, fakeTokeiErr = os.ReadFile(bin)

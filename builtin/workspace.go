@@ -213,7 +213,7 @@ func (w *Workspace) ResolveOutput(p string) (string, error) {
 		return "", err
 	}
 	dir, name := path.Split(rel)
-	fd, _, err := w.openOutputDir(p, dir, false)
+	fd, err := w.openOutputDir(p, dir, false)
 	if err != nil {
 		return "", err
 	}
@@ -285,9 +285,9 @@ const maxOutputLinks = 40
 // A missing directory is created (mkdirat) when create is set; otherwise
 // the walk ends there and fd is -1 (what follows will be created, its
 // names already judged). A missing directory a symlink leads to is refused
-// either way. It returns the open directory (the caller closes it) and its
-// workspace-relative components.
-func (w *Workspace) openOutputDir(p, dir string, create bool) (fd int, at []string, err error) {
+// either way. It returns the open directory (the caller closes it).
+func (w *Workspace) openOutputDir(p, dir string, create bool) (int, error) {
+	var at []string
 	type comp struct {
 		name     string
 		fromLink string // the symlinked ancestor this component's name came from
@@ -313,7 +313,7 @@ func (w *Workspace) openOutputDir(p, dir string, create bool) (fd int, at []stri
 	}
 	cur, err := open(nil)
 	if err != nil {
-		return -1, nil, err
+		return -1, err
 	}
 	defer func() {
 		if err != nil && cur >= 0 {
@@ -334,17 +334,17 @@ func (w *Workspace) openOutputDir(p, dir string, create bool) (fd int, at []stri
 			continue
 		case c.name == "..":
 			if len(at) == 0 {
-				return -1, nil, fmt.Errorf("output path %q: symlinked ancestor %q leads above the workspace root: %w", p, c.fromLink, ErrOutside)
+				return -1, fmt.Errorf("output path %q: symlinked ancestor %q leads above the workspace root: %w", p, c.fromLink, ErrOutside)
 			}
 			at = at[:len(at)-1]
 			unix.Close(cur)
 			if cur, err = open(at); err != nil {
 				cur = -1
-				return -1, nil, err
+				return -1, err
 			}
 			continue
 		case strings.HasPrefix(c.name, "."):
-			return -1, nil, fmt.Errorf("output path %q: %scomponent %q: %w", p, via, c.name, ErrHidden)
+			return -1, fmt.Errorf("output path %q: %scomponent %q: %w", p, via, c.name, ErrHidden)
 		}
 		next, oerr := unix.Openat(cur, c.name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		switch {
@@ -353,30 +353,30 @@ func (w *Workspace) openOutputDir(p, dir string, create bool) (fd int, at []stri
 			cur, at = next, append(at, c.name)
 		case errors.Is(oerr, unix.ENOENT):
 			if c.fromLink != "" {
-				return -1, nil, fmt.Errorf("output path %q: %sa missing directory: symlinked ancestors must lead to existing directories", p, via)
+				return -1, fmt.Errorf("output path %q: %sa missing directory: symlinked ancestors must lead to existing directories", p, via)
 			}
 			if !create {
 				unix.Close(cur)
-				return -1, at, nil
+				return -1, nil
 			}
 			if err := unix.Mkdirat(cur, c.name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-				return -1, nil, fmt.Errorf("create %q: %w", where, err)
+				return -1, fmt.Errorf("create %q: %w", where, err)
 			}
 			pending = append([]comp{c}, pending...) // open what was created
 		case errors.Is(oerr, unix.ELOOP) || errors.Is(oerr, unix.ENOTDIR):
 			var st unix.Stat_t
 			if err := unix.Fstatat(cur, c.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				return -1, nil, fmt.Errorf("output path %q: ancestor %q: %w", p, where, err)
+				return -1, fmt.Errorf("output path %q: ancestor %q: %w", p, where, err)
 			}
 			if st.Mode&unix.S_IFMT != unix.S_IFLNK {
-				return -1, nil, fmt.Errorf("output path %q: %sancestor %q is not a directory", p, via, where)
+				return -1, fmt.Errorf("output path %q: %sancestor %q is not a directory", p, via, where)
 			}
 			if links++; links > maxOutputLinks {
-				return -1, nil, fmt.Errorf("output path %q: more than %d symlinks", p, maxOutputLinks)
+				return -1, fmt.Errorf("output path %q: more than %d symlinks", p, maxOutputLinks)
 			}
 			target, err := readlinkat(cur, c.name)
 			if err != nil {
-				return -1, nil, fmt.Errorf("output path %q: symlinked ancestor %q: %w", p, where, err)
+				return -1, fmt.Errorf("output path %q: symlinked ancestor %q: %w", p, where, err)
 			}
 			from := c.fromLink
 			if from == "" {
@@ -389,12 +389,12 @@ func (w *Workspace) openOutputDir(p, dir string, create bool) (fd int, at []stri
 					rel, ok = within(w.alias, clean)
 				}
 				if !ok {
-					return -1, nil, fmt.Errorf("output path %q: symlinked ancestor %q resolves to %q: %w", p, from, target, ErrOutside)
+					return -1, fmt.Errorf("output path %q: symlinked ancestor %q resolves to %q: %w", p, from, target, ErrOutside)
 				}
 				unix.Close(cur)
 				if cur, err = open(nil); err != nil {
 					cur = -1
-					return -1, nil, err
+					return -1, err
 				}
 				at, target = nil, rel
 			}
@@ -404,10 +404,10 @@ func (w *Workspace) openOutputDir(p, dir string, create bool) (fd int, at []stri
 			}
 			pending = append(linked, pending...)
 		default:
-			return -1, nil, fmt.Errorf("output path %q: ancestor %q: %w", p, where, oerr)
+			return -1, fmt.Errorf("output path %q: ancestor %q: %w", p, where, oerr)
 		}
 	}
-	return cur, at, nil
+	return cur, nil
 }
 
 // readlinkat reads the symlink name in the directory fd.
@@ -439,7 +439,7 @@ func (w *Workspace) WriteFile(rel string, data []byte) (replaced bool, err error
 		return false, err
 	}
 	dir, name := path.Split(rel)
-	fd, _, err := w.openOutputDir(rel, dir, true)
+	fd, err := w.openOutputDir(rel, dir, true)
 	if err != nil {
 		return false, err
 	}

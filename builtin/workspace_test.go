@@ -106,7 +106,7 @@ func checkErr(t *testing.T, what string, err, want error) {
 	case want == nil:
 	case err == nil:
 		t.Fatalf("%s: no error, want %v", what, want)
-	case want != errAny && !errors.Is(err, want):
+	case !errors.Is(want, errAny) && !errors.Is(err, want):
 		t.Fatalf("%s: error %v, want %v", what, err, want)
 	}
 }

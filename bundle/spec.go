@@ -100,7 +100,6 @@ func Spec(t Tool, p Policy, extra ...Opt) (*specs.Spec, error) {
 	return s, nil
 }
 
-
 // check is one validation rule of Spec's inputs.
 type check func(Tool, Policy) error
 

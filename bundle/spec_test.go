@@ -338,9 +338,9 @@ func TestDetectHost(t *testing.T) {
 	host := map[string]fs.FileMode{
 		"/bin": fs.ModeSymlink, "/sbin": fs.ModeSymlink, "/lib": fs.ModeDir, // /lib not merged
 		"/lib32": fs.ModeSymlink, "/libx32": fs.ModeSymlink, // multilib
-		"/lib64": fs.ModeSymlink, // a link, but not into /usr
+		"/lib64":           fs.ModeSymlink, // a link, but not into /usr
 		"/etc/ld.so.cache": 0, "/etc/ssl": fs.ModeDir, "/etc/passwd": 0,
-		"/etc/localtime": 0, // stat follows the symlink to a file
+		"/etc/localtime":   0, // stat follows the symlink to a file
 		"/etc/resolv.conf": 0,
 	}
 	links := map[string]string{"/bin": "usr/bin", "/sbin": "/usr/sbin", "/lib32": "usr/lib32", "/libx32": "usr/libx32", "/lib64": "/opt/lib64"}

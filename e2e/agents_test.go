@@ -208,7 +208,7 @@ func agentsImageFor(t *testing.T, node, npmDir string) string {
 		}
 		for _, c := range [][]string{{"cp", node, filepath.Join(ctx, "node")}, {"cp", "-a", npmDir, filepath.Join(ctx, "npm")}} {
 			if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
-				agentsImage.err = fmt.Errorf("%v: %v: %s", c, err, out)
+				agentsImage.err = fmt.Errorf("%v: %w: %s", c, err, out)
 				return
 			}
 		}
@@ -216,7 +216,7 @@ func agentsImageFor(t *testing.T, node, npmDir string) string {
 		previous, _ := exec.Command(podman, "image", "inspect", "--format", "{{.Id}}", name).Output()
 		out, err := exec.Command(podman, "build", "--quiet", "-t", name, "-f", filepath.Join(ctx, "Containerfile"), ctx).CombinedOutput()
 		if err != nil {
-			agentsImage.err = fmt.Errorf("podman build %s: %v: %s", name, err, out)
+			agentsImage.err = fmt.Errorf("podman build %s: %w: %s", name, err, out)
 			return
 		}
 		if p := strings.TrimSpace(string(previous)); p != "" && p != strings.TrimSpace(string(out)) {

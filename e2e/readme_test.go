@@ -15,19 +15,6 @@ import (
 // from the README at test time and only its placeholder paths are replaced,
 // so that the README and the test cannot drift.
 
-// readmePlaceholders are the README's example paths, each as it appears at
-// the start of a JSON or TOML string ("/etc/saphira/mcp: is the host side
-// of a -v: its container side follows a colon, not a quote, and stays).
-var readmePlaceholders = []string{
-	`"/home/me/project`,
-	`"/etc/saphira/mcp/`,
-	`"/etc/saphira/mcp:`,
-	`seccomp=/etc/toolgate/seccomp.json"`,
-	`"/root/.cache/toolgate/containers.conf"`,
-	`"/usr/local/bin/toolgate"`,
-	`"localhost/toolgate:dev"`,
-}
-
 // readmePaths are a test's values for the placeholders.
 type readmePaths struct {
 	Workspace      string // the workspace (/home/me/project)

@@ -110,7 +110,7 @@ func (s *Sandbox) Backend(ctx context.Context) (Runner, error) {
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
-		return nil, unavailable{fmt.Errorf("its self-test had not finished when the call ended (%v)", context.Cause(ctx))}
+		return nil, unavailable{fmt.Errorf("its self-test had not finished when the call ended (%w)", context.Cause(ctx))}
 	}
 	if s.err != nil {
 		return nil, unavailable{s.err}

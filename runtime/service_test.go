@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -65,7 +66,8 @@ func TestShimServiceEnv(t *testing.T) {
 	stderr.Reset()
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err = cmd.Run()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 127 || stdout.Len() != 0 || !strings.Contains(stderr.String(), "start /nonexistent/x") {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 127 || stdout.Len() != 0 || !strings.Contains(stderr.String(), "start /nonexistent/x") {
 		t.Errorf("missing exe: err %v, stdout %q, stderr %q; want exit 127, the reason on stderr only", err, stdout.String(), stderr.String())
 	}
 }

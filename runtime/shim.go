@@ -192,7 +192,7 @@ func enter(s ShimSpec) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		shimFail(126, "sandbox: no_new_privs: %v", err)
 	}
-	err := syscall.Exec(s.Path, s.Argv, os.Environ())
+	err := syscall.Exec(s.Path, s.Argv, os.Environ()) //nolint:gosec // the enter shim's job: exec bwrap as its caller built it
 	shimFail(126, "sandbox: exec %s: %v", s.Path, err)
 }
 
@@ -206,7 +206,7 @@ func initExec(s ShimSpec) {
 			shimFail(126, "init: dup2: %v", err)
 		}
 	}
-	err := syscall.Exec(s.Path, s.Argv, Env)
+	err := syscall.Exec(s.Path, s.Argv, Env) //nolint:gosec // the init shim's job: exec the tool's configured path and fixed argv
 	if errors.Is(err, syscall.E2BIG) {
 		shimFail(126, "start %s: argument list too long", s.Path)
 	}
@@ -220,7 +220,7 @@ func initExec(s ShimSpec) {
 // channel and stderr its log, kept apart.
 func serviceExec(s ShimSpec) {
 	setRlimits(s.Rlimits)
-	err := syscall.Exec(s.Path, s.Argv, withoutPWD(os.Environ()))
+	err := syscall.Exec(s.Path, s.Argv, withoutPWD(os.Environ())) //nolint:gosec // the service shim's job: exec the registry's configured server
 	if errors.Is(err, syscall.E2BIG) {
 		shimFail(126, "start %s: argument list too long", s.Path)
 	}

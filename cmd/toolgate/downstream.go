@@ -49,7 +49,7 @@ func (f *downstreamFlags) options(a *app, backend string) server.DownstreamOptio
 	state, err := a.opts.Sandbox.State()
 	switch {
 	case state == rt.SandboxUnavailable:
-		opts.ServicesErr = fmt.Errorf("%w: the %s sandbox backend is unavailable: %v", server.ErrNeedsBwrap, backend, err)
+		opts.ServicesErr = fmt.Errorf("%w: the %s sandbox backend is unavailable: %w", server.ErrNeedsBwrap, backend, err)
 	case rt.Backend(backend) != rt.BackendBwrap:
 		opts.ServicesErr = fmt.Errorf("%w: --backend %s runs tools, not long-lived servers", server.ErrNeedsBwrap, backend)
 	default:

@@ -119,7 +119,7 @@ func (b *bench) runcPath() (*path, error) {
 		cmd := &exec.Cmd{Path: runc, Args: []string{runc, "--root", state, "run", "--bundle", dir, id}, Env: rt.Env, Dir: dir, Stdout: &out, Stderr: &out}
 		if err := cmd.Run(); err != nil || !strings.Contains(out.String(), "hello") {
 			_ = exec.Command(runc, "--root", state, "delete", "--force", id).Run()
-			return fmt.Errorf("runc run: %v: %s", err, firstLine(out.String()))
+			return fmt.Errorf("runc run: %w: %s", err, firstLine(out.String()))
 		}
 		return nil
 	}
@@ -188,7 +188,7 @@ func (b *bench) runcOwnBundlePath(conf string) (*path, error) {
 		cmd := &exec.Cmd{Path: runc, Args: []string{runc, "--root", state, "run", "--bundle", dir, id}, Env: rt.Env, Dir: dir, Stdout: &out, Stderr: &out}
 		if err := cmd.Run(); err != nil || !strings.Contains(out.String(), "hello") {
 			_ = exec.Command(runc, "--root", state, "delete", "--force", id).Run()
-			return fmt.Errorf("runc run: %v: %s", err, firstLine(out.String()))
+			return fmt.Errorf("runc run: %w: %s", err, firstLine(out.String()))
 		}
 		return nil
 	}
@@ -246,7 +246,7 @@ func (b *bench) enterPath(bwrapArgv []string, withGroup bool) (*path, error) {
 		var out bytes.Buffer
 		cmd := &exec.Cmd{Path: b.shim, Args: argv, Env: rt.Env, Dir: "/", Stdout: &out, Stderr: &out, ExtraFiles: []*os.File{filter}}
 		if err := cmd.Run(); err != nil || !strings.Contains(out.String(), "hello") {
-			return fmt.Errorf("enter shim: %v: %s", err, firstLine(out.String()))
+			return fmt.Errorf("enter shim: %w: %s", err, firstLine(out.String()))
 		}
 		return nil
 	}

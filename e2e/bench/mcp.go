@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -119,5 +118,3 @@ func logFile(path string) io.WriteCloser {
 type nopCloser struct{ io.Writer }
 
 func (nopCloser) Close() error { return nil }
-
-var errSkip = errors.New("skipped")

@@ -275,7 +275,7 @@ func (b *bench) execPath(group, name, note string, argv []string, dir string, at
 		}
 		err := cmd.Run()
 		if err != nil || !strings.Contains(out.String(), "hello") {
-			return fmt.Errorf("%s: %v: %s", filepath.Base(argv[0]), err, firstLine(out.String()))
+			return fmt.Errorf("%s: %w: %s", filepath.Base(argv[0]), err, firstLine(out.String()))
 		}
 		return nil
 	}
@@ -361,7 +361,7 @@ func (b *bench) builtinWorkspace() (string, error) {
 		cmd := exec.Command("git", append([]string{"-c", "user.name=bench", "-c", "user.email=bench@invalid"}, args...)...)
 		cmd.Dir, cmd.Env = ws, []string{"PATH=" + rt.DefaultPath, "GIT_CONFIG_NOSYSTEM=1", "HOME=" + ws}
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("git %s: %v: %s", args[0], err, out)
+			return fmt.Errorf("git %s: %w: %s", args[0], err, out)
 		}
 		return nil
 	}
@@ -584,8 +584,11 @@ func startOnce(argv []string, tools int, logw io.Writer) ([2]time.Duration, erro
 	var list struct {
 		Tools []json.RawMessage `json:"tools"`
 	}
-	if err := json.Unmarshal(res, &list); err != nil || len(list.Tools) < tools {
-		return d, fmt.Errorf("tools/list listed %d tools (%v), want at least %d", len(list.Tools), err, tools)
+	if err := json.Unmarshal(res, &list); err != nil {
+		return d, fmt.Errorf("tools/list: %w", err)
+	}
+	if len(list.Tools) < tools {
+		return d, fmt.Errorf("tools/list listed %d tools, want at least %d", len(list.Tools), tools)
 	}
 	return d, nil
 }

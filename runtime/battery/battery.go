@@ -58,7 +58,7 @@ func ReexecWithSecret() error {
 		_ = os.Remove(bait)
 		env = append(env, BaitVar+"="+strconv.Itoa(fd))
 	}
-	return syscall.Exec("/proc/self/exe", os.Args, env)
+	return syscall.Exec("/proc/self/exe", os.Args, env) //nolint:gosec // re-executes this very program with the secret set
 }
 
 // Probe says how to run the probe program: Path, then Prefix, then a mode.
@@ -322,7 +322,7 @@ func caseNetwork(ctx context.Context, e *Env) error {
 	addr := e.listener.Addr().String()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("%w: the host cannot reach its own listener (%v), so the check would prove nothing", errSkip, err)
+		return fmt.Errorf("%w: the host cannot reach its own listener (%w), so the check would prove nothing", errSkip, err)
 	}
 	c.Close()
 	res, err := e.call(ctx, 20*time.Second, 4096, "net", addr)

@@ -261,9 +261,13 @@ func keys(m map[string]bool) []string {
 	return out
 }
 
-// withoutKnown removes the known differences from a view.
+// withoutKnown removes the known differences from a view: the namespaces
+// that knownDifferences lists (the masked paths are not in a view).
 func withoutKnown(v sandboxView) sandboxView {
-	v.Namespaces = slices.DeleteFunc(slices.Clone(v.Namespaces), func(n string) bool { return n == "user" })
+	v.Namespaces = slices.DeleteFunc(slices.Clone(v.Namespaces), func(n string) bool {
+		_, known := knownDifferences["namespace "+n]
+		return known
+	})
 	return v
 }
 
