@@ -13,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/testbin"
+	rt "github.com/toolgate/toolgate/runtime"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -155,5 +156,18 @@ func TestServeLogsRepoConfigWarning(t *testing.T) {
 	logConf(log, c)
 	if !strings.Contains(logs.String(), "level=warning msg=\"tool git_log is class read and runs ") || !strings.Contains(logs.String(), "make it class test with the sandbox on") || !strings.Contains(logs.String(), "line=1") {
 		t.Errorf("serve's start-up log lacks the warning:\n%s", logs.String())
+	}
+}
+
+// TestEveryKnownBackendHasAPreparer: the backend table and rt's list of
+// backends are the same set.
+func TestEveryKnownBackendHasAPreparer(t *testing.T) {
+	if len(preparers) != len(rt.KnownBackends()) {
+		t.Errorf("%d preparers for %d known backends", len(preparers), len(rt.KnownBackends()))
+	}
+	for _, b := range rt.KnownBackends() {
+		if preparers[b] == nil {
+			t.Errorf("backend %s has no preparer", b)
+		}
 	}
 }

@@ -45,7 +45,7 @@ func (s *settings) ociConfig(shim string) (oci.Config, error) {
 // (log may be nil: nothing is logged). On error the Runner is nil (never a
 // typed nil), and the error says why the runtime cannot run here. The
 // caller closes the Runner with closeSandbox.
-func (s *settings) prepareOCISandbox(shim string, log *logrus.Logger) (sandboxStart, error) {
+func (s *settings) prepareOCISandbox(shim string, _ *rt.Cgroups, log *logrus.Logger) (sandboxStart, error) {
 	cfg, err := s.ociConfig(shim)
 	if err != nil {
 		return nil, err

@@ -91,25 +91,35 @@ func (s *settings) newSandbox(shim string, cg *rt.Cgroups, log *logrus.Logger) (
 // here (bounded by ctx). It never returns a non-nil Runner with an error.
 type sandboxStart func(ctx context.Context) (rt.Runner, error)
 
-// prepareSandbox checks backend b with the configured limits as far as
-// that needs no process (log may be nil), and returns how to start it.
+// preparers are the sandbox backends, by name (rt.KnownBackends): each
+// checks its backend with the configured limits as far as that needs no
+// process (log may be nil) and returns how to start it.
+var preparers = map[rt.Backend]func(s *settings, shim string, cg *rt.Cgroups, log *logrus.Logger) (sandboxStart, error){
+	rt.BackendBwrap: (*settings).prepareBwrapSandbox,
+	rt.BackendOCI:   (*settings).prepareOCISandbox,
+}
+
+// prepareSandbox prepares backend b (see preparers).
 func (s *settings) prepareSandbox(b rt.Backend, shim string, cg *rt.Cgroups, log *logrus.Logger) (sandboxStart, error) {
-	switch b {
-	case rt.BackendOCI:
-		return s.prepareOCISandbox(shim, log)
-	case rt.BackendBwrap:
-		r, err := bwrap.Prepare(bwrap.Config{Shim: shim, Cgroups: cg, Limits: s.sandbox.limits})
-		if err != nil {
+	prepare, ok := preparers[b]
+	if !ok {
+		_, err := rt.ParseBackend(string(b))
+		return nil, fmt.Errorf("backend %q is not available in this build: %w", b, err)
+	}
+	return prepare(s, shim, cg, log)
+}
+
+func (s *settings) prepareBwrapSandbox(shim string, cg *rt.Cgroups, _ *logrus.Logger) (sandboxStart, error) {
+	r, err := bwrap.Prepare(bwrap.Config{Shim: shim, Cgroups: cg, Limits: s.sandbox.limits})
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) (rt.Runner, error) {
+		if err := r.SelfTest(ctx); err != nil {
 			return nil, err
 		}
-		return func(ctx context.Context) (rt.Runner, error) {
-			if err := r.SelfTest(ctx); err != nil {
-				return nil, err
-			}
-			return r, nil
-		}, nil
-	}
-	return nil, fmt.Errorf("backend %q is not available in this build", b)
+		return r, nil
+	}, nil
 }
 
 // newSandboxBackend sets up backend b and proves it works, before it

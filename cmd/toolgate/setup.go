@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	goruntime "runtime"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 
@@ -35,13 +36,22 @@ func (s *settings) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.confPath, "conf", conf.PathFromEnv(os.Getenv), "tools.conf path (default: $"+conf.EnvPath+", else "+conf.DefaultPath+")")
 	fs.StringVar(&s.root, "root", ".", "workspace root of the built-in tools")
 	fs.IntVar(&s.maxConcurrent, "max-concurrent", goruntime.NumCPU()*4, "external calls run at once; the excess queues")
-	fs.StringVar(&s.backend, "backend", string(rt.BackendBwrap), "sandbox backend of test-class tools: bwrap or oci")
+	fs.StringVar(&s.backend, "backend", string(rt.BackendBwrap), "sandbox backend of test-class tools and the built-ins' helpers: "+knownBackendNames())
 	fs.StringVar(&s.logLevel, "log-level", "warn", "log level: debug, info, warn, error (warn: MCP clients such as Claude Code file every line a server writes to stderr as an error)")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&s.auditLog, "audit-log", "", "append one JSON record per call to this file (default: stderr)")
 	s.sandbox.register(fs)
 	s.oci.register(fs)
 	s.builtins.register(fs)
+}
+
+// knownBackendNames lists rt.KnownBackends for --backend's help.
+func knownBackendNames() string {
+	var names []string
+	for _, b := range rt.KnownBackends() {
+		names = append(names, string(b))
+	}
+	return strings.Join(names, " or ")
 }
 
 func (s *settings) logger(stderr io.Writer) (*logrus.Logger, error) {
