@@ -12,9 +12,22 @@ cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 export CGO_ENABLED=1
 
-echo "== go vet" >&2
+echo "== go vet, go mod tidy, golangci-lint" >&2
 go vet -tags seccomp ./...
 go vet -tags 'seccomp e2e' ./e2e/
+if ! go mod tidy -diff >&2; then
+	echo "test: go.mod or go.sum is not tidy: run go mod tidy" >&2
+	exit 1
+fi
+# The linter at a pinned version, built from the Go module proxy once
+# (about a minute) into GOBIN.
+lint_version=v2.15.0
+lint=$(go env GOPATH)/bin/golangci-lint
+if ! "$lint" version 2>/dev/null | grep -q "version ${lint_version#v} "; then
+	echo "test: installing golangci-lint $lint_version" >&2
+	go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$lint_version"
+fi
+"$lint" run ./...
 
 echo "== unit and integration tests" >&2
 go test -race -tags seccomp -count=1 -timeout 20m ./...

@@ -89,12 +89,11 @@ type downstream struct {
 	// call answers isError with it.
 	unavailable error
 
-	mu       sync.Mutex
-	conn     *dconn
-	starts   int
-	offered  map[string]remoteTool // nil until listed
-	listErr  error                 // why the start-up listing failed
-	notOffer []string              // enabled tools the listing lacked
+	mu      sync.Mutex
+	conn    *dconn
+	starts  int
+	offered map[string]remoteTool // nil until listed
+	listErr error                 // why the start-up listing failed
 
 	// slot serialises calls unless supports_parallel_tool_calls.
 	slot chan struct{}
@@ -957,7 +956,8 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		rec := logrus.Fields{"request_id": requestID(req), "tool": served, "kind": "downstream", "server": d.srv.ID,
 			"transport": string(d.srv.Transport), "backend": d.backend, "content": "external", "call": d.s.nextID()}
-		done := func(res *mcp.CallToolResult) (*mcp.CallToolResult, error) {
+		done := func(res *mcp.CallToolResult) (*mcp.CallToolResult, error) { //nolint:unparam // shaped to be the handler's return
+
 			rec["is_error"] = res.IsError
 			if ctx.Err() != nil {
 				// notifications/cancelled (or shutdown): answer nothing.
