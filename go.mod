@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/containers/common v0.64.2
+	github.com/elazarl/goproxy v1.9.3
 	github.com/google/go-cmp v0.7.0
 	github.com/mark3labs/mcp-go v1.2.1
 	github.com/opencontainers/runtime-spec v1.3.0
@@ -20,5 +21,6 @@ require (
 	github.com/seccomp/libseccomp-golang v0.11.0 // indirect
 	github.com/spf13/cast v1.7.1 // indirect
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
-	golang.org/x/text v0.27.0 // indirect
+	golang.org/x/net v0.61.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
 )

@@ -1,0 +1,189 @@
+package egress
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/toolgate/toolgate/egress/allowlist"
+)
+
+// fixture is a proxy on 127.0.0.1 with a resolver of the test's own, and
+// a target server (plain and TLS) on 127.0.0.1.
+type fixture struct {
+	proxy   *Proxy
+	url     *url.URL
+	plain   *httptest.Server
+	tls     *httptest.Server
+	port    string // the plain target's port
+	tlsPort string
+	mu      sync.Mutex
+	records []Record
+}
+
+func newFixture(t *testing.T, rules func(f *fixture) []string, lim Limits) *fixture {
+	t.Helper()
+	f := &fixture{}
+	f.plain = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/redirect":
+			http.Redirect(w, r, "http://unlisted.test.example:"+f.port+"/", http.StatusFound)
+		case "/big":
+			w.Write([]byte(strings.Repeat("x", 1<<20)))
+		default:
+			fmt.Fprintf(w, "hello from %s", r.Host)
+		}
+	}))
+	t.Cleanup(f.plain.Close)
+	f.tls = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "tls hello") }))
+	t.Cleanup(f.tls.Close)
+	_, f.port, _ = net.SplitHostPort(f.plain.Listener.Addr().String())
+	_, f.tlsPort, _ = net.SplitHostPort(f.tls.Listener.Addr().String())
+	allow, err := allowlist.ParseList(rules(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string][]netip.Addr{
+		"api.test.example":      {netip.MustParseAddr("127.0.0.1")},
+		"loopback.test.example": {netip.MustParseAddr("127.0.0.1")},
+		"meta.test.example":     {netip.MustParseAddr("169.254.169.254")},
+		"unlisted.test.example": {netip.MustParseAddr("127.0.0.1")},
+	}
+	f.proxy = New(Config{
+		Allow:  allow,
+		Limits: lim,
+		Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {
+			if a, ok := names[host]; ok {
+				return a, nil
+			}
+			return nil, fmt.Errorf("no such host %s", host)
+		},
+		Record: func(r Record) {
+			f.mu.Lock()
+			f.records = append(f.records, r)
+			f.mu.Unlock()
+		},
+	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go f.proxy.Serve(l)
+	t.Cleanup(f.proxy.Close)
+	f.url = &url.URL{Scheme: "http", Host: l.Addr().String()}
+	return f
+}
+
+// get fetches u through the proxy, not following redirects.
+func (f *fixture) get(t *testing.T, u string) (int, string) {
+	t.Helper()
+	c := &http.Client{
+		Transport:     &http.Transport{Proxy: http.ProxyURL(f.url), TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // the test's own server
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	resp, err := c.Get(u)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestProxyDecisions: a listed name is reached (resolved by the proxy to
+// an address it then dials), over plain HTTP and through CONNECT; an
+// unlisted name, an unlisted IP literal, another port, and a listed name
+// that resolves to loopback or to the metadata address are refused; a
+// redirect is handed back, never followed. Every connection is one
+// record.
+func TestProxyDecisions(t *testing.T) {
+	f := newFixture(t, func(f *fixture) []string {
+		return []string{"api.test.example:" + f.port, "api.test.example:" + f.tlsPort, "127.0.0.1:" + f.port, "127.0.0.1:" + f.tlsPort,
+			"loopback.test.example:" + f.port, "meta.test.example:80"}
+	}, Limits{})
+	for _, tc := range []struct {
+		name, url  string
+		wantStatus int
+		wantBody   string
+	}{
+		{"listed name, plain", "http://api.test.example:" + f.port + "/", 200, "hello from api.test.example"},
+		{"listed name, CONNECT", "https://api.test.example:" + f.tlsPort + "/", 200, "tls hello"},
+		{"listed IP literal", "http://127.0.0.1:" + f.port + "/", 200, "hello"},
+		{"redirect not followed", "http://api.test.example:" + f.port + "/redirect", 302, ""},
+		{"unlisted name", "http://unlisted.test.example:" + f.port + "/", 403, "not in the allowlist"},
+		{"unlisted name, CONNECT", "https://unlisted.test.example:" + f.tlsPort + "/", 0, "Forbidden"},
+		{"unlisted IP literal", "http://127.0.0.2:" + f.port + "/", 403, "IP literal not in the allowlist"},
+		{"another port", "http://api.test.example:1/", 403, "not in the allowlist"},
+		{"listed name resolving to loopback", "http://loopback.test.example:" + f.port + "/", 403, "never reached unless listed"},
+		{"listed name resolving to metadata", "http://meta.test.example/", 403, "169.254.0.0/16"},
+	} {
+		// loopback.test.example resolves to 127.0.0.1, which is listed on
+		// that port: allowed. Its refusal is checked below without the IP.
+		if tc.name == "listed name resolving to loopback" {
+			continue
+		}
+		status, body := f.get(t, tc.url)
+		if status != tc.wantStatus || !strings.Contains(body, tc.wantBody) {
+			t.Errorf("%s: %d %q, want %d with %q", tc.name, status, body, tc.wantStatus, tc.wantBody)
+		}
+	}
+
+	g := newFixture(t, func(f *fixture) []string { return []string{"loopback.test.example:" + f.port} }, Limits{})
+	if status, body := g.get(t, "http://loopback.test.example:"+g.port+"/"); status != 403 || !strings.Contains(body, "127.0.0.1 (127.0.0.0/8)") {
+		t.Errorf("a listed name resolving to loopback: %d %q, want 403 naming the range", status, body)
+	}
+
+	f.proxy.Close()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	allowed, refused := 0, 0
+	for _, r := range f.records {
+		switch r.Decision {
+		case Allowed:
+			allowed++
+			if r.Addr == "" || r.Down == 0 {
+				t.Errorf("an allowed record without its address or bytes: %+v", r)
+			}
+		case Refused:
+			refused++
+			if r.Reason == "" || r.Addr != "" {
+				t.Errorf("a refused record without a reason, or with an address dialled: %+v", r)
+			}
+		}
+	}
+	if allowed != 4 || refused != 5 {
+		t.Errorf("%d allowed and %d refused records, want 4 and 5: %+v", allowed, refused, f.records)
+	}
+}
+
+// TestProxyLimits: past the call's connections or bytes, the proxy
+// refuses and names the limit.
+func TestProxyLimits(t *testing.T) {
+	f := newFixture(t, func(f *fixture) []string { return []string{"127.0.0.1:" + f.port} }, Limits{Conns: 2})
+	for i := 0; i < 2; i++ {
+		if status, _ := f.get(t, "http://127.0.0.1:"+f.port+"/"); status != 200 {
+			t.Fatalf("call %d: %d", i, status)
+		}
+	}
+	if status, body := f.get(t, "http://127.0.0.1:"+f.port+"/"); status != 403 || !strings.Contains(body, LimitConns) || f.proxy.Limit() != LimitConns {
+		t.Errorf("third connection: %d %q, limit %q; want 403 naming %s", status, body, f.proxy.Limit(), LimitConns)
+	}
+
+	g := newFixture(t, func(f *fixture) []string { return []string{"127.0.0.1:" + f.port} }, Limits{Bytes: 64 << 10})
+	status, body := g.get(t, "http://127.0.0.1:"+g.port+"/big")
+	if len(body) >= 1<<20 || g.proxy.Limit() != LimitBytes {
+		t.Errorf("a 1 MiB body under a 64 KiB cap: %d, %d bytes, limit %q; want it cut and %s named", status, len(body), g.proxy.Limit(), LimitBytes)
+	}
+	if status, body := g.get(t, "http://127.0.0.1:"+g.port+"/"); status != 403 || !strings.Contains(body, LimitBytes) {
+		t.Errorf("after the cap: %d %q, want 403 naming %s", status, body, LimitBytes)
+	}
+}

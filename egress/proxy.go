@@ -1,0 +1,357 @@
+// Package egress is the narrow network of a sandbox that asks for one: an
+// HTTP proxy (CONNECT for TLS, absolute-form requests for plain HTTP) that
+// enforces an allowlist (package allowlist) on the host side. A sandbox
+// with an allowlist keeps its own network namespace with only lo and no
+// resolver configuration: its one way out is this proxy, reached through a
+// socket bound into the sandbox, so a tool that ignores the proxy
+// variables has no network at all.
+//
+// The proxy resolves names itself, matches the name and port the tool
+// asked for against the list, refuses an IP literal unless it is listed,
+// refuses a resolved address in a range the list never reaches unless that
+// very address is listed (allowlist.Forbidden: loopback, link-local and
+// cloud metadata, private, shared, multicast, unspecified), dials the
+// address it checked (never resolving the name again), and never follows a
+// redirect: the tool's next request is a new decision. Every connection,
+// allowed or refused, is one Record; per-call limits bound connections and
+// bytes.
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elazarl/goproxy"
+
+	"github.com/toolgate/toolgate/egress/allowlist"
+)
+
+// Decision is what the proxy made of one connection.
+type Decision string
+
+// The decisions.
+const (
+	Allowed Decision = "allowed"
+	Refused Decision = "refused"
+)
+
+// Record is one connection the proxy allowed or refused: the audit of a
+// sandbox's network, never any content.
+type Record struct {
+	// Host and Port are what the tool asked for; Addr the address dialled
+	// (empty when refused before dialling).
+	Host string
+	Port uint16
+	Addr string
+	// Decision, and Reason when refused or cut.
+	Decision Decision
+	Reason   string
+	// Up and Down are the bytes sent and received; Elapsed the
+	// connection's life.
+	Up, Down int64
+	Elapsed  time.Duration
+}
+
+// Limits bound what one call may do through the proxy; zero means no
+// bound.
+type Limits struct {
+	// Conns is the most connections (allowed or not) one call may open.
+	Conns int
+	// Bytes is the most bytes, both ways, one call may move.
+	Bytes int64
+}
+
+// The limits a call can hit, as its result names them.
+const (
+	LimitConns = "egress-connections"
+	LimitBytes = "egress-bytes"
+)
+
+// Resolver resolves a name into addresses (net.DefaultResolver's
+// LookupNetIP for "ip"; tests pass their own).
+type Resolver func(ctx context.Context, host string) ([]netip.Addr, error)
+
+// Config configures one call's proxy.
+type Config struct {
+	Allow  allowlist.List
+	Limits Limits
+	// Resolve defaults to the system resolver; Dial to a net.Dialer.
+	Resolve Resolver
+	Dial    func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Record receives every connection's record; nil discards them.
+	Record func(Record)
+}
+
+// Proxy is the HTTP proxy of one call (or one downstream server's life):
+// it serves the connections its listener accepts, each a CONNECT or a
+// plain-HTTP absolute-form request, and enforces Config.Allow on each.
+type Proxy struct {
+	cfg   Config
+	srv   *http.Server
+	conns atomic.Int64
+	bytes atomic.Int64
+	limit atomic.Value // string: the limit hit first
+	wg    sync.WaitGroup
+
+	mu   sync.Mutex
+	live map[*countedConn]struct{} // allowed connections not closed yet
+}
+
+// New returns the proxy of cfg; Serve runs it.
+func New(cfg Config) *Proxy {
+	if cfg.Resolve == nil {
+		cfg.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	if cfg.Dial == nil {
+		d := &net.Dialer{Timeout: 10 * time.Second}
+		cfg.Dial = d.DialContext
+	}
+	p := &Proxy{cfg: cfg, live: map[*countedConn]struct{}{}}
+	gp := goproxy.NewProxyHttpServer()
+	gp.Logger = log.New(io.Discard, "", 0)
+	gp.Verbose = false
+	// No connection is made but through dial, which decides; a refusal
+	// answers 403 to a CONNECT and to a plain request alike.
+	gp.ConnectDialWithReq = func(req *http.Request, _, addr string) (net.Conn, error) {
+		return p.dial(req.Context(), addr)
+	}
+	gp.Tr = &http.Transport{
+		Proxy:              nil, // never a proxy of its own
+		DialContext:        func(ctx context.Context, _, addr string) (net.Conn, error) { return p.dial(ctx, addr) },
+		DisableCompression: true,
+		DisableKeepAlives:  true, // one connection, one decision, one record
+	}
+	// Every CONNECT goes to dial, which decides (and records) it; a
+	// refusal answers 403 with the reason, a failed dial 502.
+	gp.OnRequest().HandleConnectFunc(func(host string, _ *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+		return goproxy.OkConnect, host
+	})
+	gp.ConnectionErrHandler = func(w io.Writer, _ *goproxy.ProxyCtx, err error) {
+		status := "502 Bad Gateway"
+		var pe policyError
+		if errors.As(err, &pe) {
+			status = "403 Forbidden"
+		}
+		msg := "toolgate egress: " + err.Error() + "\n"
+		_, _ = fmt.Fprintf(w, "HTTP/1.1 %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", status, len(msg), msg)
+	}
+	gp.OnRequest().DoFunc(func(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
+		if r.URL.Scheme != "http" {
+			return r, goproxy.NewResponse(r, "text/plain", http.StatusBadRequest, "toolgate egress: only http:// requests are forwarded; use CONNECT for TLS\n")
+		}
+		return r, nil
+	})
+	gp.OnResponse().DoFunc(func(resp *http.Response, ctx *goproxy.ProxyCtx) *http.Response {
+		if resp == nil && ctx.Error != nil {
+			status := http.StatusBadGateway
+			var pe policyError
+			if errors.As(ctx.Error, &pe) {
+				status = http.StatusForbidden
+			}
+			return goproxy.NewResponse(ctx.Req, "text/plain", status, "toolgate egress: "+ctx.Error.Error()+"\n")
+		}
+		return resp
+	})
+	gp.NonproxyHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "toolgate egress: a proxy request is an absolute URL or a CONNECT", http.StatusBadRequest)
+	})
+	p.srv = &http.Server{Handler: gp, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
+	return p
+}
+
+// Serve answers the connections of l until Close; it returns nil then.
+func (p *Proxy) Serve(l net.Listener) error {
+	err := p.srv.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Close stops the proxy and every connection through it (a CONNECT
+// tunnel is the proxy's own to close: the HTTP server let go of it), and
+// returns once each is recorded.
+func (p *Proxy) Close() {
+	_ = p.srv.Close()
+	p.mu.Lock()
+	live := make([]*countedConn, 0, len(p.live))
+	for c := range p.live {
+		live = append(live, c)
+	}
+	p.mu.Unlock()
+	for _, c := range live {
+		_ = c.Close()
+	}
+	p.wg.Wait()
+}
+
+// Limit names the limit the call hit first ("" when none).
+func (p *Proxy) Limit() string {
+	s, _ := p.limit.Load().(string)
+	return s
+}
+
+func (p *Proxy) hit(limit string) {
+	p.limit.CompareAndSwap(nil, limit)
+}
+
+// policyError is a refusal by the allowlist or a limit (403), not a
+// failure to reach an allowed destination (502).
+type policyError struct{ error }
+
+func (e policyError) Unwrap() error { return e.error }
+
+// check decides host:port: the address to dial, or why not.
+func (p *Proxy) check(ctx context.Context, hostport string) (netip.AddrPort, error) {
+	host, portStr, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("%q is not host:port", hostport)
+	}
+	n, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil || n == 0 {
+		return netip.AddrPort{}, fmt.Errorf("port %q", portStr)
+	}
+	port := uint16(n)
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if !p.cfg.Allow.ListsIP(ip, port) {
+			return netip.AddrPort{}, fmt.Errorf("%s is an IP literal not in the allowlist", hostport)
+		}
+		return netip.AddrPortFrom(ip.Unmap(), port), nil
+	}
+	if _, ok := p.cfg.Allow.MatchName(host, port); !ok {
+		return netip.AddrPort{}, fmt.Errorf("%s is not in the allowlist", hostport)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	addrs, err := p.cfg.Resolve(ctx, host)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("resolve %s: %w", host, err)
+	}
+	var refused []string
+	for _, a := range addrs {
+		a = a.Unmap()
+		if why, bad := allowlist.Forbidden(a); bad && !p.cfg.Allow.ListsIP(a, port) {
+			refused = append(refused, a.String()+" ("+why+")")
+			continue
+		}
+		return netip.AddrPortFrom(a, port), nil
+	}
+	if len(refused) == 0 {
+		return netip.AddrPort{}, fmt.Errorf("%s resolves to no address", host)
+	}
+	return netip.AddrPort{}, fmt.Errorf("%s resolves only to addresses that are never reached unless listed: %v", host, refused)
+}
+
+// dial decides hostport, counts it against the limits, dials the checked
+// address and records the connection.
+func (p *Proxy) dial(ctx context.Context, hostport string) (net.Conn, error) {
+	host, portStr, _ := net.SplitHostPort(hostport)
+	port, _ := strconv.ParseUint(portStr, 10, 16)
+	rec := Record{Host: host, Port: uint16(port)}
+	start := time.Now()
+	refuse := func(err error) error {
+		rec.Decision, rec.Reason, rec.Elapsed = Refused, err.Error(), time.Since(start)
+		p.record(rec)
+		return err
+	}
+	policy := func(err error) error { return refuse(policyError{err}) }
+	if n := p.conns.Add(1); p.cfg.Limits.Conns > 0 && n > int64(p.cfg.Limits.Conns) {
+		p.hit(LimitConns)
+		return nil, policy(fmt.Errorf("more than %d connections in one call (%s)", p.cfg.Limits.Conns, LimitConns))
+	}
+	if p.cfg.Limits.Bytes > 0 && p.bytes.Load() >= p.cfg.Limits.Bytes {
+		p.hit(LimitBytes)
+		return nil, policy(fmt.Errorf("the call moved its %d bytes already (%s)", p.cfg.Limits.Bytes, LimitBytes))
+	}
+	addr, err := p.check(ctx, hostport)
+	if err != nil {
+		return nil, policy(err)
+	}
+	rec.Addr = addr.String()
+	c, err := p.cfg.Dial(ctx, "tcp", addr.String())
+	if err != nil {
+		return nil, refuse(fmt.Errorf("dial %s: %w", addr, err))
+	}
+	rec.Decision = Allowed
+	cc := &countedConn{Conn: c, p: p, rec: rec, start: start}
+	p.wg.Add(1)
+	p.mu.Lock()
+	p.live[cc] = struct{}{}
+	p.mu.Unlock()
+	return cc, nil
+}
+
+func (p *Proxy) record(r Record) {
+	if p.cfg.Record != nil {
+		p.cfg.Record(r)
+	}
+}
+
+// countedConn counts the bytes of an allowed connection against the
+// call's limit and records the connection when it closes.
+type countedConn struct {
+	net.Conn
+	p        *Proxy
+	rec      Record
+	start    time.Time
+	up, down atomic.Int64
+	once     sync.Once
+}
+
+func (c *countedConn) Read(b []byte) (int, error) {
+	if err := c.room(); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Read(b)
+	c.down.Add(int64(n))
+	c.count(n)
+	return n, err
+}
+
+func (c *countedConn) Write(b []byte) (int, error) {
+	if err := c.room(); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Write(b)
+	c.up.Add(int64(n))
+	c.count(n)
+	return n, err
+}
+
+// room fails once the call's bytes are spent, closing the connection.
+func (c *countedConn) room() error {
+	if l := c.p.cfg.Limits.Bytes; l > 0 && c.p.bytes.Load() >= l {
+		c.p.hit(LimitBytes)
+		c.rec.Reason = fmt.Sprintf("cut at the call's %d bytes (%s)", l, LimitBytes)
+		_ = c.Close()
+		return errors.New(c.rec.Reason)
+	}
+	return nil
+}
+
+func (c *countedConn) count(n int) { c.p.bytes.Add(int64(n)) }
+
+func (c *countedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.p.mu.Lock()
+		delete(c.p.live, c)
+		c.p.mu.Unlock()
+		c.rec.Up, c.rec.Down, c.rec.Elapsed = c.up.Load(), c.down.Load(), time.Since(c.start)
+		c.p.record(c.rec)
+		c.p.wg.Done()
+	})
+	return err
+}
