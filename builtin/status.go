@@ -75,6 +75,10 @@ type ToolStatus struct {
 	Kind    string `json:"kind"` // builtin, external, downstream
 	Class   string `json:"class,omitempty"`
 	Backend string `json:"backend"`
+	// Egress are the destinations the tool's sandbox may reach through
+	// the egress proxy; none means no network at all (a sandboxed tool)
+	// or the host's (a read-class one).
+	Egress []string `json:"egress,omitempty"`
 }
 
 // NoArgsSchema is the input schema of a tool that takes no arguments: it
@@ -171,7 +175,11 @@ func (s Status) Text() string {
 	}
 	fmt.Fprintf(&b, "tools (%d):\n", len(s.Tools))
 	for _, t := range s.Tools {
-		fmt.Fprintf(&b, "  %-32s %-10s %-5s %s\n", t.Name, t.Kind, t.Class, t.Backend)
+		fmt.Fprintf(&b, "  %-32s %-10s %-5s %s", t.Name, t.Kind, t.Class, t.Backend)
+		if len(t.Egress) > 0 {
+			fmt.Fprintf(&b, " egress %s", strings.Join(t.Egress, " "))
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }

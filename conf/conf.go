@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/toolgate/toolgate/egress/allowlist"
 )
 
 // EnvPath names the environment variable that locates tools.conf.
@@ -80,6 +82,13 @@ type Tool struct {
 	Args []string
 	// Line is the 1-based line number in tools.conf.
 	Line int
+	// Egress is the tool's network allowlist, from its egress line: nil
+	// for no network at all (every tool without one). Only a test-class
+	// tool has one; its sandbox reaches the listed destinations through
+	// toolgate's egress proxy, and nothing else.
+	Egress allowlist.List
+	// EgressLine is the egress line's number, when there is one.
+	EgressLine int
 }
 
 // Argv returns the full argument vector: the executable as written, then the

@@ -508,3 +508,47 @@ func TestLongInputsAreLinear(t *testing.T) {
 		t.Errorf("got %v", e)
 	}
 }
+
+// TestEgressRules: an egress line gives a test-class tool its allowlist,
+// wherever it stands in the file; every malformed or misplaced one refuses
+// the file with its line and reason; a file without one parses as before.
+func TestEgressRules(t *testing.T) {
+	f := newFixture(t)
+	base := "tool api EXE test 60 4096 on DIR -- fetch\ntool rd EXE read 60 4096 off DIR --\n"
+	c := parse(t, f.line("egress api api.example.com:443 *.example.org:443 127.0.0.1:8080\n"+base))
+	if c.State != StateLoaded {
+		t.Fatalf("refused: %v", c.Errors)
+	}
+	if got := strings.Join(c.Tools[0].Egress.Strings(), " "); got != "api.example.com:443 *.example.org:443 127.0.0.1:8080" || c.Tools[0].EgressLine != 1 {
+		t.Errorf("egress of api = %q (line %d)", got, c.Tools[0].EgressLine)
+	}
+	if c.Tools[1].Egress != nil {
+		t.Errorf("rd has an allowlist: %v", c.Tools[1].Egress)
+	}
+	if c := parse(t, f.line(base)); c.State != StateLoaded || c.Tools[0].Egress != nil {
+		t.Errorf("without an egress line: %s, %v", c.State, c.Tools[0].Egress)
+	}
+	for _, tc := range []struct {
+		name, line, want string
+	}{
+		{"no destination", "egress api", "want `egress <name> <host:port>...`"},
+		{"unknown tool", "egress nosuch api.example.com:443", `unknown tool "nosuch"`},
+		{"a read-class tool", "egress rd api.example.com:443", "read-class tool"},
+		{"a built-in", "egress sloc api.example.com:443", `unknown tool "sloc"`},
+		{"no port", "egress api api.example.com", "host:port"},
+		{"a scheme", "egress api https://api.example.com:443", "no scheme"},
+		{"a top-level wildcard", "egress api *.com:443", "two labels"},
+		{"twice the same", "egress api a.example.com:1 a.example.com:1", "listed twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := firstErr(t, parse(t, f.line(base+tc.line+"\n")))
+			if e.Line != 3 || e.Field != "egress" || !strings.Contains(e.Err.Error(), tc.want) {
+				t.Errorf("error %+v, want line 3, field egress, %q", e, tc.want)
+			}
+		})
+	}
+	c = parse(t, f.line(base+"egress api a.example.com:1\negress api b.example.com:1\n"))
+	if e := firstErr(t, c); e.Line != 4 || !strings.Contains(e.Err.Error(), "egress line already, line 3") {
+		t.Errorf("a second egress line: %+v", e)
+	}
+}

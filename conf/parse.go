@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/toolgate/toolgate/egress/allowlist"
 )
 
 // line is one non-empty, comment-stripped line of tools.conf.
@@ -34,6 +36,7 @@ func Parse(path string, data []byte, opts Options) *Config {
 	var (
 		tools    []Tool
 		exposes  []Expose
+		egresses []egressLine
 		declared = map[string]int{} // external name → line
 		fs       = newFSCache()
 	)
@@ -55,12 +58,19 @@ func Parse(path string, data []byte, opts Options) *Config {
 				continue
 			}
 			exposes = append(exposes, e)
+		case "egress":
+			e, lerrs := decodeEgress(l)
+			errs = append(errs, lineErrors(path, l, lerrs)...)
+			if len(lerrs) == 0 {
+				egresses = append(egresses, e)
+			}
 		default:
 			errs = append(errs, &Error{File: path, Line: l.num, Text: l.text, Field: "directive",
-				Err: fmt.Errorf("unknown directive %q: want tool or expose", l.tokens[0])})
+				Err: fmt.Errorf("unknown directive %q: want tool, expose or egress", l.tokens[0])})
 		}
 	}
 	errs = append(errs, validateExposes(path, lines, exposes, builtins, declared)...)
+	errs = append(errs, attachEgress(path, lines, egresses, tools)...)
 	if len(errs) > 0 {
 		slices.SortStableFunc(errs, func(a, b error) int { return errLine(a) - errLine(b) })
 		cfg.refuse(errs)
@@ -211,6 +221,59 @@ func validateExposes(path string, lines []line, exposes []Expose, builtins map[s
 		}
 		if err != nil {
 			errs = append(errs, lineErrors(path, byNum[e.Line], []error{err})...)
+		}
+	}
+	return errs
+}
+
+// egressLine is one egress directive: egress <name> <host:port>...
+type egressLine struct {
+	name  string
+	allow allowlist.List
+	line  int
+}
+
+func decodeEgress(l line) (egressLine, []error) {
+	if len(l.tokens) < 3 {
+		return egressLine{}, []error{fieldErrf("egress", "want `egress <name> <host:port>...`, got %d fields", len(l.tokens))}
+	}
+	allow, err := allowlist.ParseList(l.tokens[2:])
+	if err != nil {
+		return egressLine{}, []error{fieldErr("egress", err)}
+	}
+	return egressLine{name: l.tokens[1], allow: allow, line: l.num}, nil
+}
+
+// attachEgress gives each egress line's allowlist to the tool it names: a
+// test-class tool (sandboxed: a read-class tool has the host's network
+// anyway) that a tool line defines, with one egress line at most.
+func attachEgress(path string, lines []line, egresses []egressLine, tools []Tool) []error {
+	byNum := make(map[int]line, len(lines))
+	for _, l := range lines {
+		byNum[l.num] = l
+	}
+	byName := map[string]int{}
+	for i, t := range tools {
+		if _, dup := byName[t.Name]; !dup {
+			byName[t.Name] = i
+		}
+	}
+	var errs []error
+	for _, e := range egresses {
+		i, ok := byName[e.name]
+		var err error
+		switch {
+		case !ok:
+			err = fieldErrf("egress", "unknown tool %q: egress names a tool that a tool line defines", e.name)
+		case tools[i].Class != ClassTest:
+			err = fieldErrf("egress", "%q is a %s-class tool: egress is for a test-class tool (sandboxed); a read-class tool runs on the host with its network", e.name, tools[i].Class)
+		case tools[i].EgressLine != 0:
+			err = fieldErrf("egress", "%q has an egress line already, line %d: list every destination on one line", e.name, tools[i].EgressLine)
+		default:
+			tools[i].Egress, tools[i].EgressLine = e.allow, e.line
+		}
+		if err != nil {
+			errs = append(errs, lineErrors(path, byNum[e.line], []error{err})...)
 		}
 	}
 	return errs

@@ -35,6 +35,8 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
+
+	"github.com/toolgate/toolgate/egress/allowlist"
 )
 
 // DefaultRegistryDir is where the registry fragments are read from unless
@@ -95,7 +97,7 @@ type transportSpec struct {
 var transports = map[Transport]transportSpec{
 	TransportStdio: {
 		required: "command",
-		fields:   []string{"command", "args", "cwd", "env", "env_vars", "sandbox", "network"},
+		fields:   []string{"command", "args", "cwd", "env", "env_vars", "sandbox", "network", "allowed_hosts"},
 	},
 	TransportStreamableHTTP: {
 		required: "url",
@@ -208,6 +210,10 @@ type ToolServer struct {
 	// Network is true only when the fragment says network = true (and the
 	// sandbox is on).
 	Network bool
+	// AllowedHosts is the server's network allowlist (allowed_hosts): its
+	// sandboxed process reaches these destinations through toolgate's
+	// egress proxy, and nothing else. Nil for none; never beside Network.
+	AllowedHosts allowlist.List
 
 	// URL is the streamable HTTP endpoint.
 	URL string
@@ -607,6 +613,8 @@ type rawServer struct {
 	EnvVars *[]string         `toml:"env_vars"`
 	Sandbox *bool             `toml:"sandbox"`
 	Network *bool             `toml:"network"`
+	// AllowedHosts: allowed_hosts.
+	AllowedHosts *[]string `toml:"allowed_hosts"`
 
 	URL               *string           `toml:"url"`
 	BearerTokenEnvVar *string           `toml:"bearer_token_env_var"`
@@ -629,7 +637,7 @@ type rawOverride struct {
 // serverFields are the keys of a server table, for the unknown-field
 // message. Keep in step with rawServer.
 var serverFields = []string{
-	"transport", "command", "args", "cwd", "env", "env_vars", "sandbox", "network",
+	"transport", "command", "args", "cwd", "env", "env_vars", "sandbox", "network", "allowed_hosts",
 	"url", "bearer_token_env_var", "http_headers", "env_http_headers",
 	"enabled_tools", "default_tools_approval_mode", "startup_timeout_sec", "tool_timeout_sec",
 	"supports_parallel_tool_calls", "tools",

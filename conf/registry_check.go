@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/toolgate/toolgate/egress/allowlist"
 )
 
 var (
@@ -78,6 +80,7 @@ var registryChecks = []registryCheck{
 	checkEnv,
 	checkEnvVars,
 	checkSandboxNetwork,
+	checkAllowedHosts,
 	checkURL,
 	checkBearerTokenEnvVar,
 	checkHeaders,
@@ -328,6 +331,26 @@ func checkSandboxNetwork(e *registryEntry) []error {
 	return nil
 }
 
+// checkAllowedHosts: a stdio server in the sandbox may list destinations;
+// beside network = true (the host's whole network) or sandbox = false (no
+// sandbox to enforce it in) the list would mean nothing, and is refused.
+func checkAllowedHosts(e *registryEntry) []error {
+	if e.foreign("allowed_hosts") || e.raw.AllowedHosts == nil {
+		return nil
+	}
+	at := []string{"allowed_hosts"}
+	switch {
+	case e.raw.Sandbox != nil && !*e.raw.Sandbox:
+		return []error{e.errf(at, errors.New("needs the sandbox: with sandbox = false the server has the host's network anyway; remove one of them"))}
+	case e.raw.Network != nil && *e.raw.Network:
+		return []error{e.errf(at, errors.New("beside network = true, which gives the host's whole network: choose one (allowed_hosts is the narrow one)"))}
+	}
+	if _, err := allowlist.ParseList(*e.raw.AllowedHosts); err != nil {
+		return []error{e.errf(at, err)}
+	}
+	return nil
+}
+
 func checkURL(e *registryEntry) []error {
 	if e.foreign("url") {
 		return nil
@@ -565,6 +588,9 @@ func normaliseEntry(e *registryEntry, opts RegistryOptions) []error {
 		s.EnvVars = append([]string(nil), deref(r.EnvVars, nil)...)
 		s.Sandbox = deref(r.Sandbox, true)
 		s.Network = s.Sandbox && deref(r.Network, false)
+		if r.AllowedHosts != nil {
+			s.AllowedHosts, _ = allowlist.ParseList(*r.AllowedHosts) // checked by checkAllowedHosts
+		}
 	case TransportStreamableHTTP:
 		s.URL = *r.URL
 		s.BearerTokenEnvVar = deref(r.BearerTokenEnvVar, "")

@@ -25,6 +25,8 @@ type serverDoc struct {
 	EnvVars []string          `toml:"env_vars,omitempty" json:"env_vars,omitempty"`
 	Sandbox *bool             `toml:"sandbox,omitempty" json:"sandbox,omitempty"`
 	Network *bool             `toml:"network,omitempty" json:"network,omitempty"`
+	// AllowedHosts: the server's network allowlist.
+	AllowedHosts []string `toml:"allowed_hosts,omitempty" json:"allowed_hosts,omitempty"`
 
 	URL               string            `toml:"url,omitempty" json:"url,omitempty"`
 	BearerTokenEnvVar string            `toml:"bearer_token_env_var,omitempty" json:"bearer_token_env_var,omitempty"`
@@ -65,6 +67,9 @@ func newServerDoc(s ToolServer) serverDoc {
 		d.Sandbox = &sandbox
 		if sandbox {
 			d.Network = &network
+		}
+		if s.AllowedHosts != nil {
+			d.AllowedHosts = s.AllowedHosts.Strings()
 		}
 	case TransportStreamableHTTP:
 		d.URL, d.BearerTokenEnvVar, d.HTTPHeaders, d.EnvHTTPHeaders = s.URL, s.BearerTokenEnvVar, s.Headers, s.EnvHeaders

@@ -1200,3 +1200,25 @@ func TestClientNameIssue(t *testing.T) {
 		}
 	}
 }
+
+func TestRegistryAllowedHosts(t *testing.T) {
+	runRegCases(t, []regCase{
+		{name: "accept with the sandbox", text: regStdio + "allowed_hosts = [\"api.example.com:443\", \"*.example.org:443\"]\n"},
+		{name: "beside network = true", text: regStdio + "network = true\nallowed_hosts = [\"api.example.com:443\"]\n",
+			path: "tool_mcp_servers.ida_pro.allowed_hosts", want: "beside network = true"},
+		{name: "with sandbox off", text: regStdio + "sandbox = false\nallowed_hosts = [\"api.example.com:443\"]\n",
+			path: "tool_mcp_servers.ida_pro.allowed_hosts", want: "needs the sandbox"},
+		{name: "a malformed destination", text: regStdio + "allowed_hosts = [\"https://api.example.com\"]\n",
+			path: "tool_mcp_servers.ida_pro.allowed_hosts", want: "no scheme"},
+		{name: "empty", text: regStdio + "allowed_hosts = []\n",
+			path: "tool_mcp_servers.ida_pro.allowed_hosts", want: "no destination"},
+	})
+	f := newRegFixture(t)
+	servers, errs := f.parse(regStdio + "allowed_hosts = [\"api.example.com:443\"]\n")
+	if len(errs) > 0 {
+		t.Fatal(joinRegErrs(errs))
+	}
+	if got := servers[0].AllowedHosts.Strings(); len(got) != 1 || got[0] != "api.example.com:443" || servers[0].Network {
+		t.Errorf("allowed hosts %q, network %v", got, servers[0].Network)
+	}
+}

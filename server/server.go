@@ -181,7 +181,7 @@ func (s *Server) register() {
 				continue
 			}
 			entries = append(entries, entry{externalTool(t), s.externalHandler(t),
-				builtin.ToolStatus{Name: t.Name, Kind: "external", Class: string(t.Class), Backend: s.backendName(t)}})
+				builtin.ToolStatus{Name: t.Name, Kind: "external", Class: string(t.Class), Backend: s.backendName(t), Egress: t.Egress.Strings()}})
 		}
 	}
 	s.add(entries...)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -298,7 +299,7 @@ func TestCheckpointStatusTools(t *testing.T) {
 		t.Fatalf("tools = %+v", st.Tools)
 	}
 	for i := range want {
-		if st.Tools[i] != want[i] {
+		if !reflect.DeepEqual(st.Tools[i], want[i]) {
 			t.Errorf("tools[%d] = %+v, want %+v", i, st.Tools[i], want[i])
 		}
 	}

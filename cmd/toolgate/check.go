@@ -73,6 +73,15 @@ func writeCheck(w io.Writer, c *conf.Config, srv *server.Server) {
 			int(t.Timeout/time.Second), t.MaxBytes, t.Dir, quoteArgv(t.Argv()))
 	}
 	tw.Flush()
+	var egress []string
+	for _, st := range srv.Served() {
+		if len(st.Egress) > 0 {
+			egress = append(egress, fmt.Sprintf("  %s: %s", st.Name, strings.Join(st.Egress, " ")))
+		}
+	}
+	if len(egress) > 0 {
+		fmt.Fprintf(w, "\negress (through toolgate's proxy; nothing else is reachable):\n%s\n", strings.Join(egress, "\n"))
+	}
 }
 
 // quoteArgv renders argv unambiguously: words with spaces or quotes are
