@@ -569,9 +569,16 @@ func (d *downstream) get(ctx context.Context) (*dconn, error) {
 		}
 		d.conn = nil
 	}
+	if d.s.stopping.Load() {
+		return nil, errStopping
+	}
 	c, err := d.connect(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if d.s.stopping.Load() { // Close ran while it started
+		d.close(c, "toolgate is stopping", 0)
+		return nil, errStopping
 	}
 	if d.offered == nil {
 		lctx, cancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
@@ -669,7 +676,13 @@ func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
 		go p.Close()
 		return nil, io.EOF // mcp-go ends the stream quietly; c says why
 	})
-	c.client = client.NewClient(transport.NewIO(stdout, p.Stdin(), nil), client.WithProtocolVersion(DownstreamProtocol))
+	stdin := &stdinWriter{w: p.Stdin()}
+	bounded := &boundedStdio{Stdio: transport.NewIO(stdout, stdin, nil), w: stdin, stuck: func(reason string) {
+		if _, ended := c.ended(); !ended {
+			d.drop(c, reason)
+		}
+	}}
+	c.client = client.NewClient(bounded, client.WithProtocolVersion(DownstreamProtocol))
 	// The client's context serves the server's requests to toolgate (ping)
 	// for the life of the process, not the start-up's.
 	if err := c.client.Start(context.WithoutCancel(ctx)); err != nil {
@@ -794,9 +807,15 @@ func (d *downstream) shutdown() {
 	}
 }
 
+// errStopping refuses to start a downstream server once Close has begun.
+var errStopping = errors.New("toolgate is stopping")
+
 // Close stops every downstream server (and everything each started) and
-// closes the HTTP sessions. Call it when serving ends.
+// closes the HTTP sessions; no server is started after it began. ServeStdio
+// calls it as soon as its input ends, before it waits for the calls in
+// flight; calling it again is harmless.
 func (s *Server) Close() {
+	s.stopping.Store(true)
 	if s.stopDiscovery != nil {
 		s.stopDiscovery()
 		<-s.listed
@@ -1040,9 +1059,14 @@ func (d *downstream) callFailed(ctx, cctx context.Context, c *dconn, rec logrus.
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
 		rec["limit"], rec["timed_out"] = string(rt.LimitTimeout), true
 		if c.proc != nil {
-			d.drop(c, fmt.Sprintf("a call of %s exceeded tool_timeout_sec (%s)", served, d.srv.ToolTimeout))
-			return errorResult("toolgate: %s: [timeout] no result within tool_timeout_sec (%s); the downstream server %q was stopped with everything it started and is started again on the next call",
-				served, d.srv.ToolTimeout, d.srv.ID)
+			why := ""
+			if reason, ended := c.ended(); ended {
+				why = " (" + reason + ")" // it did not read its stdin
+			} else {
+				d.drop(c, fmt.Sprintf("a call of %s exceeded tool_timeout_sec (%s)", served, d.srv.ToolTimeout))
+			}
+			return errorResult("toolgate: %s: [timeout] no result within tool_timeout_sec (%s); the downstream server %q was stopped with everything it started%s and is started again on the next call",
+				served, d.srv.ToolTimeout, d.srv.ID, why)
 		}
 		return errorResult("toolgate: %s: [timeout] no result within tool_timeout_sec (%s)", served, d.srv.ToolTimeout)
 	case c.proc != nil && errors.Is(err, transport.ErrTransportClosed):

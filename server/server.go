@@ -76,6 +76,8 @@ type Server struct {
 	// StartDownstream has finished; nil when none was started.
 	listed        chan struct{}
 	stopDiscovery context.CancelFunc
+	// stopping is set by Close: no downstream server starts after it.
+	stopping atomic.Bool
 }
 
 // New builds the server and its tool registry. The tool set is fixed here:

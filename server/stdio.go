@@ -59,7 +59,17 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	if max <= 0 {
 		max = DefaultMaxRequestBytes
 	}
-	return stdio.Listen(ctx, &requestFilter{r: bufio.NewReaderSize(in, 64<<10), w: w, max: max}, w)
+	// When the input ends (stdin closed, or ctx done: a signal), the
+	// downstream servers are stopped at once, beside the cancellation of
+	// the calls in flight, and not after them: whatever a downstream
+	// server does, nothing then waits on it longer than its close grace.
+	var closing sync.WaitGroup
+	stop := sync.OnceFunc(func() { closing.Go(s.Close) })
+	defer context.AfterFunc(ctx, stop)()
+	err := stdio.Listen(ctx, &requestFilter{r: bufio.NewReaderSize(in, 64<<10), w: w, max: max, atEnd: stop}, w)
+	stop()
+	closing.Wait()
+	return err
 }
 
 // requestFilter passes JSON-RPC lines through, answering the ones JSON-RPC
@@ -75,6 +85,9 @@ type requestFilter struct {
 	discard bool  // the line is over max: read on to its end, keeping nothing
 	n       int64 // its bytes so far
 	scan    envelopeScan
+
+	// atEnd, when set, is called when the input ends.
+	atEnd func()
 }
 
 func (f *requestFilter) Read(p []byte) (int, error) {
@@ -106,6 +119,9 @@ func (f *requestFilter) Read(p []byte) (int, error) {
 			}
 			if len(f.pending) > 0 {
 				break
+			}
+			if f.atEnd != nil {
+				f.atEnd()
 			}
 			return 0, err
 		}

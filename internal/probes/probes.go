@@ -168,6 +168,10 @@ func Main(pre, args []string) {
 		fill(arg(args, 0), atoi(arg(args, 1)))
 	case "fds":
 		fds()
+	case "mcp":
+		mcpServer(args)
+	case "escapes":
+		fmt.Print(Escapes)
 	case "add_key":
 		// A syscall the seccomp profile refuses and an unprivileged user
 		// may otherwise make: it adds a key to the process's keyring.
