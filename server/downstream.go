@@ -999,13 +999,19 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 		if err := d.checkVars(); err != nil {
 			return refuse("variables", "%v; not called", err)
 		}
-		queued := time.Now()
+		queued := arrival(ctx)
 		if d.slot != nil {
-			t := time.NewTimer(d.srv.ToolTimeout)
+			if ctx.Err() != nil {
+				return refuse("cancelled", "cancelled while queued")
+			}
+			t := time.NewTimer(time.Until(queued.Add(d.srv.ToolTimeout)))
 			select {
 			case d.slot <- struct{}{}:
 				t.Stop()
 				defer func() { <-d.slot }()
+				if ctx.Err() != nil {
+					return refuse("cancelled", "cancelled while queued")
+				}
 			case <-t.C:
 				return refuse("queue", "queued for tool_timeout_sec (%s) behind another call of %q (supports_parallel_tool_calls is false); not called", d.srv.ToolTimeout, d.srv.ID)
 			case <-ctx.Done():

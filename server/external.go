@@ -100,11 +100,16 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 				return refuse("no sandbox", s.noSandbox(t.Name, err))
 			}
 		}
-		queued := time.Now()
-		release, err := s.acquire(ctx, t.Timeout)
+		queued := arrival(ctx)
+		release, err := s.acquire(ctx, queued, t.Timeout)
 		if err != nil {
+			rec["queued_ms"] = time.Since(queued).Milliseconds()
 			if ctx.Err() != nil {
+				// notifications/cancelled of a queued call: it never runs
+				// and answers nothing.
 				s.cancelled.add(requestID(req))
+				rec["cancelled"] = true
+				return refuse("cancelled while queued", errorResult("toolgate: %s: %v", t.Name, err))
 			}
 			return refuse("queue", errorResult("toolgate: %s: %v", t.Name, err))
 		}
@@ -163,21 +168,38 @@ func (s *Server) noSandbox(name string, err error) *mcp.CallToolResult {
 		name, s.opts.Sandbox.Name(), err)
 }
 
-// acquire takes a slot of --max-concurrent. A call that would wait longer
-// than its own timeout answers an error instead.
-func (s *Server) acquire(ctx context.Context, timeout time.Duration) (func(), error) {
+// acquire takes a slot of --max-concurrent for a call that arrived at
+// arrived. A call that would wait longer than its own timeout from its
+// arrival answers an error instead, and a cancelled one never takes a
+// slot.
+func (s *Server) acquire(ctx context.Context, arrived time.Time, timeout time.Duration) (func(), error) {
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("cancelled while queued: %w", ctx.Err())
+	}
 	select {
 	case s.sem <- struct{}{}:
 		return func() { <-s.sem }, nil
 	default:
 	}
-	t := time.NewTimer(timeout)
+	full := func() error {
+		return fmt.Errorf("queued for %s, its timeout, behind %d running calls (--max-concurrent) without a free slot; not run",
+			time.Since(arrived).Round(time.Millisecond), cap(s.sem))
+	}
+	wait := time.Until(arrived.Add(timeout))
+	if wait <= 0 {
+		return nil, full()
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case s.sem <- struct{}{}:
+		if ctx.Err() != nil {
+			<-s.sem
+			return nil, fmt.Errorf("cancelled while queued: %w", ctx.Err())
+		}
 		return func() { <-s.sem }, nil
 	case <-t.C:
-		return nil, fmt.Errorf("queued for %s behind %d running calls (--max-concurrent) without a free slot; not run", timeout, cap(s.sem))
+		return nil, full()
 	case <-ctx.Done():
 		return nil, fmt.Errorf("cancelled while queued: %w", ctx.Err())
 	}

@@ -47,27 +47,35 @@ const (
 // that can be read); a batch (an array; MCP removed batching in
 // 2025-06-18) and a request whose id is not a string, number or null are
 // answered with -32600 Invalid Request instead of being processed; an error
-// answer's message is bounded (MaxErrorMessage); and the response of a
-// call cancelled by notifications/cancelled is dropped.
+// answer's message is bounded (MaxErrorMessage); tools/call requests are
+// served from their arrival, each on a goroutine of its own, instead of
+// mcp-go's worker queue (dispatch.go); and a call cancelled by
+// notifications/cancelled, running or still queued, answers nothing.
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
 	stdio := mcpserver.NewStdioServer(s.mcp)
 	stdio.SetErrorLogger(log.New(s.log.WriterLevel(logrus.ErrorLevel), "", 0))
-	mcpserver.WithWorkerPoolSize(100)(stdio)
-	mcpserver.WithQueueSize(10000)(stdio)
 	w := &responseFilter{w: out, c: &s.cancelled}
 	max := s.opts.MaxRequestBytes
 	if max <= 0 {
 		max = DefaultMaxRequestBytes
 	}
+	// tools/call requests never reach mcp-go's worker queue: the
+	// dispatcher serves each from its arrival (dispatch.go).
+	calls := newDispatcher(s, w)
+	stdio.SetContextFunc(calls.session)
 	// When the input ends (stdin closed, or ctx done: a signal), the
 	// downstream servers are stopped at once, beside the cancellation of
 	// the calls in flight, and not after them: whatever a downstream
 	// server does, nothing then waits on it longer than its close grace.
 	var closing sync.WaitGroup
-	stop := sync.OnceFunc(func() { closing.Go(s.Close) })
+	stop := sync.OnceFunc(func() {
+		closing.Go(s.Close)
+		calls.stop()
+	})
 	defer context.AfterFunc(ctx, stop)()
-	err := stdio.Listen(ctx, &requestFilter{r: bufio.NewReaderSize(in, 64<<10), w: w, max: max, atEnd: stop}, w)
+	err := stdio.Listen(ctx, &requestFilter{r: bufio.NewReaderSize(in, 64<<10), w: w, max: max, calls: calls, atEnd: stop}, w)
 	stop()
+	calls.wait()
 	closing.Wait()
 	return err
 }
@@ -86,6 +94,9 @@ type requestFilter struct {
 	n       int64 // its bytes so far
 	scan    envelopeScan
 
+	// calls, when set, serves tools/call requests instead of mcp-go, and
+	// notifications/cancelled reach them there too.
+	calls *dispatcher
 	// atEnd, when set, is called when the input ends.
 	atEnd func()
 }
@@ -180,13 +191,37 @@ func (f *requestFilter) accept(line []byte) bool {
 		}
 	case '{':
 		var msg struct {
-			ID json.RawMessage `json:"id"`
+			ID     json.RawMessage `json:"id"`
+			Method json.RawMessage `json:"method"`
+			Params json.RawMessage `json:"params"`
 		}
-		if json.Unmarshal(t, &msg) == nil && len(msg.ID) > 0 {
+		if json.Unmarshal(t, &msg) != nil {
+			return true // mcp-go answers
+		}
+		if len(msg.ID) > 0 {
 			switch msg.ID[0] {
 			case '{', '[', 't', 'f':
 				f.answer("id must be a string, a number or null")
 				return false
+			}
+		}
+		if f.calls == nil {
+			return true
+		}
+		var method string
+		_ = json.Unmarshal(msg.Method, &method)
+		var params struct {
+			Name      string          `json:"name"`
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		switch {
+		case method == string(mcp.MethodToolsCall) && len(msg.ID) > 0 && string(msg.ID) != "null":
+			_ = json.Unmarshal(msg.Params, &params)
+			f.calls.call(msg.ID, params.Name, t)
+			return false
+		case method == string(mcp.MethodNotificationCancelled) && len(msg.ID) == 0:
+			if json.Unmarshal(msg.Params, &params) == nil && len(params.RequestID) > 0 {
+				f.calls.cancelled(params.RequestID)
 			}
 		}
 	}
