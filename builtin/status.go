@@ -38,7 +38,16 @@ type DownstreamStatus struct {
 	State     string   `json:"state"` // listed, failed, unavailable
 	Reason    string   `json:"reason,omitempty"`
 	Served    []string `json:"served"`
-	NotServed []string `json:"not_served,omitempty"` // enabled but not offered
+	NotServed []string `json:"not_served,omitempty"` // enabled but not served
+	// Refused are the enabled tools the server listed that are not served,
+	// with why (a definition over the size cap, a name listed twice).
+	Refused []ToolRefusal `json:"refused,omitempty"`
+}
+
+// ToolRefusal is an enabled downstream tool that is not served, and why.
+type ToolRefusal struct {
+	Tool   string `json:"tool"`
+	Reason string `json:"reason"`
 }
 
 // ConfStatus is the tools.conf load outcome.
@@ -171,6 +180,9 @@ func (s Status) Text() string {
 				fmt.Fprintf(&b, ": %s", d.Reason)
 			}
 			b.WriteString("\n")
+			for _, r := range d.Refused {
+				fmt.Fprintf(&b, "    not served: %s: %s\n", r.Tool, r.Reason)
+			}
 		}
 	}
 	fmt.Fprintf(&b, "tools (%d):\n", len(s.Tools))

@@ -30,6 +30,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -92,7 +93,8 @@ type downstream struct {
 	mu      sync.Mutex
 	conn    *dconn
 	starts  int
-	offered map[string]remoteTool // nil until listed
+	offered map[string]remoteTool // the enabled tools it listed; nil until listed
+	refused map[string]string     // enabled tools it listed that are not served, and why
 	listErr error                 // why the start-up listing failed
 
 	// slot serialises calls unless supports_parallel_tool_calls.
@@ -304,6 +306,9 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts DownstreamOptions) 
 		})
 	}
 	s.updateStatus(func(st *builtin.RegistryStatus) { st.Listing = false })
+	// The pages read are garbage now; give their memory back to the
+	// system rather than keep the listing's peak for the server's life.
+	debug.FreeOSMemory()
 	e.WithField("servers", len(downs)).Info("tool-mcp registry loaded")
 }
 
@@ -405,7 +410,7 @@ func (d *downstream) discover(ctx context.Context) {
 		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
-	tools, err := listTools(lctx, c.client)
+	l, err := listTools(lctx, c.client, d.srv.Enabled)
 	cancel()
 	if err != nil {
 		d.close(c, "listing failed", 0)
@@ -413,8 +418,8 @@ func (d *downstream) discover(ctx context.Context) {
 		d.log.WithError(d.listErr).Error("downstream server not listed at start-up: its enabled tools are served with an open schema and each call tries to start it again")
 		return
 	}
-	d.offered = tools
-	d.log.WithFields(logrus.Fields{"offered": len(tools), "ms": time.Since(start).Milliseconds()}).Info("downstream server listed")
+	d.offered, d.refused = l.tools, l.refused
+	d.log.WithFields(logrus.Fields{"offered": l.offered, "ms": time.Since(start).Milliseconds()}).Info("downstream server listed")
 	if d.s.down.opts.Eager {
 		d.mu.Lock()
 		d.conn = c
@@ -449,6 +454,12 @@ func (d *downstream) register() builtin.DownstreamStatus {
 			t = mcp.NewToolWithRawSchema(name, d.describe(tool, ""), openSchema)
 			t.Annotations = approvalAnnotations(d.srv.Approval(tool), mcp.ToolAnnotation{})
 		} else {
+			if why, ok := d.refused[tool]; ok {
+				st.NotServed = append(st.NotServed, tool)
+				st.Refused = append(st.Refused, builtin.ToolRefusal{Tool: tool, Reason: why})
+				d.log.WithFields(logrus.Fields{"tool": tool, "reason": why}).Error("downstream tool not served")
+				continue
+			}
 			rtool, ok := d.offered[tool]
 			if !ok {
 				st.NotServed = append(st.NotServed, tool)
@@ -582,13 +593,16 @@ func (d *downstream) get(ctx context.Context) (*dconn, error) {
 	}
 	if d.offered == nil {
 		lctx, cancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
-		tools, err := listTools(lctx, c.client)
+		l, err := listTools(lctx, c.client, d.srv.Enabled)
 		cancel()
 		if err != nil {
 			d.close(c, "listing failed", 0)
 			return nil, fmt.Errorf("tools/list: %s", d.redact(err.Error()))
 		}
-		d.offered = tools
+		d.offered, d.refused = l.tools, l.refused
+		for tool, why := range l.refused {
+			d.log.WithFields(logrus.Fields{"tool": tool, "reason": why}).Error("downstream tool not served")
+		}
 	}
 	d.conn = c
 	return c, nil
@@ -1026,6 +1040,9 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 			return done(errorResult("toolgate: %s: the downstream server %q could not be started: %v", served, d.srv.ID, err))
 		}
 		if _, ok := d.offers(tool); !ok {
+			if why, refused := d.refusal(tool); refused {
+				return refuse("refused tool", "the downstream server %q lists %q, but toolgate does not serve it: %s", d.srv.ID, tool, why)
+			}
 			return refuse("not offered", "the downstream server %q does not offer %q", d.srv.ID, tool)
 		}
 		var creq mcp.CallToolRequest
@@ -1114,6 +1131,14 @@ func (d *downstream) offers(tool string) (remoteTool, bool) {
 	return t, ok
 }
 
+// refusal says why a tool the server listed is not served, if it is not.
+func (d *downstream) refusal(tool string) (string, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	why, ok := d.refused[tool]
+	return why, ok
+}
+
 func (d *downstream) maxBytes() int {
 	if n := d.s.down.opts.MaxBytes; n > 0 {
 		return n
@@ -1121,12 +1146,31 @@ func (d *downstream) maxBytes() int {
 	return DefaultDownstreamMaxBytes
 }
 
-// listTools asks for tools/list page by page and keeps each tool's JSON,
-// so that the schemas are served byte for byte. The request goes straight
-// to the transport (mcp-go's ListTools decodes schemas into a struct that
-// drops keywords).
-func listTools(ctx context.Context, c *client.Client) (map[string]remoteTool, error) {
-	out := map[string]remoteTool{}
+// MaxDownstreamTool bounds the definition of one downstream tool (its
+// JSON in the server's tools/list: name, description, schemas,
+// annotations): an enabled tool listed with a larger one is not served,
+// and says why. It is served whole in toolgate's own tools/list, which
+// every client reads, and kept for the life of the server.
+const MaxDownstreamTool = 256 << 10
+
+// listing is what a server's tools/list gave: only the enabled tools are
+// kept.
+type listing struct {
+	tools   map[string]remoteTool // enabled, offered and accepted
+	refused map[string]string     // enabled and offered, but not served: why
+	offered int                   // tools listed, enabled or not
+}
+
+// listTools asks for tools/list page by page and keeps the JSON of each
+// enabled tool, so that its schemas are served byte for byte; every other
+// tool is dropped as its page is read, so a server that lists thousands
+// costs toolgate one page at a time. An enabled tool whose definition is
+// over MaxDownstreamTool, or that is listed twice (either definition could
+// be meant), is refused. The request goes straight to the transport
+// (mcp-go's ListTools decodes schemas into a struct that drops keywords).
+func listTools(ctx context.Context, c *client.Client, enabled func(string) bool) (*listing, error) {
+	l := &listing{tools: map[string]remoteTool{}, refused: map[string]string{}}
+	seen := map[string]int{}
 	cursor := ""
 	for page := 1; ; page++ {
 		if page > 100 {
@@ -1149,19 +1193,45 @@ func listTools(ctx context.Context, c *client.Client) (map[string]remoteTool, er
 			return nil, resp.Error.AsError()
 		}
 		var res struct {
-			Tools      []remoteTool `json:"tools"`
-			NextCursor string       `json:"nextCursor"`
+			Tools      []json.RawMessage `json:"tools"`
+			NextCursor string            `json:"nextCursor"`
 		}
-		if err := json.Unmarshal(resp.Result, &res); err != nil {
+		err = json.Unmarshal(resp.Result, &res)
+		resp = nil // let the page go
+		if err != nil {
 			return nil, fmt.Errorf("decode: %w", err)
 		}
-		for _, t := range res.Tools {
-			if t.Name != "" {
-				out[t.Name] = t
+		for _, raw := range res.Tools {
+			var head struct {
+				Name string `json:"name"`
 			}
+			if json.Unmarshal(raw, &head) != nil || head.Name == "" {
+				continue
+			}
+			l.offered++
+			if !enabled(head.Name) {
+				continue
+			}
+			name := head.Name
+			if seen[name]++; seen[name] > 1 {
+				delete(l.tools, name)
+				l.refused[name] = fmt.Sprintf("the server lists it %d times in one tools/list; a tool's name must be unique, and either definition could be meant", seen[name])
+				continue
+			}
+			var t remoteTool
+			if err := json.Unmarshal(raw, &t); err != nil {
+				l.refused[name] = fmt.Sprintf("its definition does not decode: %v", err)
+				continue
+			}
+			if len(raw) > MaxDownstreamTool {
+				l.refused[name] = fmt.Sprintf("its definition is %d bytes (inputSchema %d, outputSchema %d, description %d), over toolgate's cap of %d bytes for one downstream tool",
+					len(raw), len(t.InputSchema), len(t.OutputSchema), len(t.Description), MaxDownstreamTool)
+				continue
+			}
+			l.tools[name] = t
 		}
 		if res.NextCursor == "" || res.NextCursor == cursor {
-			return out, nil
+			return l, nil
 		}
 		cursor = res.NextCursor
 	}
