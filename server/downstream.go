@@ -1060,6 +1060,9 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 		if err != nil {
 			return done(d.callFailed(ctx, cctx, c, rec, served, err))
 		}
+		if !d.s.keepEscapes[served] {
+			res = neutralizeResult(res)
+		}
 		out, cut := capResult(res, d.maxBytes())
 		rec["truncated"] = cut
 		return done(out)
@@ -1235,6 +1238,46 @@ func listTools(ctx context.Context, c *client.Client, enabled func(string) bool)
 		}
 		cursor = res.NextCursor
 	}
+}
+
+// neutralizeResult returns res with the terminal control sequences of its
+// text neutralised: the text content items and the text of embedded
+// resources, what a client prints. structuredContent is left as it is: it
+// reaches a client as JSON, whose encoding escapes every control
+// character.
+func neutralizeResult(res *mcp.CallToolResult) *mcp.CallToolResult {
+	var content []mcp.Content
+	for i, c := range res.Content {
+		var n mcp.Content
+		switch c := c.(type) {
+		case mcp.TextContent:
+			if t := neutralize(c.Text); t != c.Text {
+				c.Text = t
+				n = c
+			}
+		case mcp.EmbeddedResource:
+			if r, ok := c.Resource.(mcp.TextResourceContents); ok {
+				if t := neutralize(r.Text); t != r.Text {
+					r.Text = t
+					c.Resource = r
+					n = c
+				}
+			}
+		}
+		if n == nil {
+			continue
+		}
+		if content == nil {
+			content = slices.Clone(res.Content)
+		}
+		content[i] = n
+	}
+	if content == nil {
+		return res
+	}
+	out := *res
+	out.Content = content
+	return &out
 }
 
 // capResult returns res unchanged when its JSON fits in max bytes.

@@ -157,7 +157,7 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 		rec["limit"] = string(res.Limit)
 		rec["is_error"] = res.Failed()
 		s.audit(rec, "call")
-		return renderResult(res, backend), nil
+		return renderResult(res, backend, s.keepEscapes[t.Name]), nil
 	}
 }
 
@@ -233,7 +233,15 @@ func Render(res rt.Result) string {
 	return b.String()
 }
 
-func renderResult(res rt.Result, backend string) *mcp.CallToolResult {
+// renderResult is the result of a call: Render's text, its terminal
+// control sequences neutralised unless keep (--keep-escapes), as the text
+// content and as structuredContent's output.
+func renderResult(res rt.Result, backend string, keep bool) *mcp.CallToolResult {
+	if !keep {
+		if out := neutralize(string(res.Output)); len(out) != len(res.Output) || out != string(res.Output) {
+			res.Output = []byte(out)
+		}
+	}
 	text := Render(res)
 	out := CallOutput{
 		IsError:      res.Failed(),

@@ -53,6 +53,10 @@ type Options struct {
 	// Audit receives one record per call (and per refused conf); nil means
 	// Log.
 	Audit *logrus.Logger
+	// KeepEscapes names the external and downstream tools whose output
+	// keeps its terminal control sequences (--keep-escapes); every other
+	// tool's are neutralised (escapes.go).
+	KeepEscapes []string
 }
 
 // Server is a configured toolgate MCP server.
@@ -63,8 +67,10 @@ type Server struct {
 	auditLog  *logrus.Logger
 	cancelled cancelled
 	sem       chan struct{}
-	callSeq   atomic.Uint64
-	inFlight  atomic.Int64
+	// keepEscapes is Options.KeepEscapes as a set.
+	keepEscapes map[string]bool
+	callSeq     atomic.Uint64
+	inFlight    atomic.Int64
 
 	// mu guards what the downstream discovery adds while serving.
 	mu     sync.RWMutex
@@ -97,11 +103,15 @@ func New(opts Options) *Server {
 		opts.Sandbox = rt.FailedSandbox("none", errors.New("no sandbox backend configured"))
 	}
 	s := &Server{
-		opts:     opts,
-		log:      opts.Log,
-		auditLog: opts.Audit,
-		order:    map[string]int{},
-		sem:      make(chan struct{}, opts.MaxConcurrent),
+		opts:        opts,
+		log:         opts.Log,
+		auditLog:    opts.Audit,
+		order:       map[string]int{},
+		sem:         make(chan struct{}, opts.MaxConcurrent),
+		keepEscapes: map[string]bool{},
+	}
+	for _, name := range opts.KeepEscapes {
+		s.keepEscapes[name] = true
 	}
 	s.mcp = mcpserver.NewMCPServer("toolgate", opts.Version,
 		mcpserver.WithToolCapabilities(false),
@@ -305,8 +315,9 @@ func (s *Server) nextID() string {
 	return "c" + strconv.FormatUint(s.callSeq.Add(1), 10)
 }
 
-// errorResult is a tool error result; its text is bounded (MaxErrorText),
-// as it may quote what the caller or a downstream server sent.
+// errorResult is a tool error result; its text is bounded (MaxErrorText)
+// and its terminal control sequences neutralised, as it may quote what the
+// caller or a downstream server sent.
 func errorResult(format string, a ...any) *mcp.CallToolResult {
-	return toolResult(boundText(fmt.Sprintf(format, a...), MaxErrorText), nil, true)
+	return toolResult(boundText(neutralize(fmt.Sprintf(format, a...)), MaxErrorText), nil, true)
 }

@@ -2,8 +2,15 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/toolgate/toolgate/builtin"
+	"github.com/toolgate/toolgate/conf"
 )
 
 func TestServeDownstreamFlags(t *testing.T) {
@@ -32,4 +39,71 @@ func TestServeMaxRequestBytesFlag(t *testing.T) {
 	if !strings.Contains(stderr.String(), "-max-request-bytes") || !strings.Contains(stderr.String(), "4194304") {
 		t.Errorf("serve -h lacks -max-request-bytes and its default:\n%s", stderr.String())
 	}
+}
+
+// TestServeKeepEscapesFlag: a --keep-escapes value that cannot be a tool
+// name is refused at parse (exit 2, the reason, nothing on stdout).
+func TestServeKeepEscapesFlag(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"serve", "--keep-escapes", "lint,a b"}, strings.NewReader(""), &stdout, &stderr)
+	if want := `invalid value "lint,a b" for flag -keep-escapes: "a b" is not a tool name`; code != 2 || stdout.Len() != 0 || !strings.Contains(stderr.String(), want) {
+		t.Errorf("serve --keep-escapes 'lint,a b': exit %d, stdout %q, stderr %q; want exit 2 and %q", code, stdout.String(), stderr.String(), want)
+	}
+}
+
+// TestKeepEscapesCheck: the names must be externals of the loaded conf or
+// enabled tools of the loaded registry; an unknown name is an error when
+// every name is known, and a warning when the conf or the registry is
+// refused (its tools are not served, so a name of one cannot be told from
+// a typo).
+func TestKeepEscapesCheck(t *testing.T) {
+	p, _ := checkFixture(t, "tool lint EXE read 10 4096 off DIR --\n")
+	loaded := conf.Load(p, conf.Options{Builtins: builtin.Names()})
+	refused := conf.Parse("tools.conf", []byte("tool x /bin/sh read 1 1 off / --\n"), conf.Options{})
+	reg := registryWith(t, "[tool_mcp_servers.web]\ntransport = \"streamable_http\"\nurl = \"https://mcp.example.invalid/\"\nenabled_tools = [\"search\"]\ndefault_tools_approval_mode = \"auto\"\n")
+	absent := conf.LoadRegistry(filepath.Join(t.TempDir(), "none"), conf.RegistryOptions{})
+	for _, tc := range []struct {
+		name    string
+		keep    keepEscapes
+		c       *conf.Config
+		r       *conf.Registry
+		wantErr string
+		warns   bool
+	}{
+		{"external", keepEscapes{"lint"}, loaded, absent, "", false},
+		{"downstream", keepEscapes{"web__search", "lint"}, loaded, reg, "", false},
+		{"unknown", keepEscapes{"lint", "nope"}, loaded, reg, "--keep-escapes nope: no external (tools.conf " + p + ") or downstream tool of that name", false},
+		{"a built-in", keepEscapes{"checkpoint_status"}, loaded, absent, "built-in results are never changed", false},
+		{"refused conf", keepEscapes{"lint"}, refused, absent, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := logrus.New()
+			var logs bytes.Buffer
+			log.SetOutput(&logs)
+			err := tc.keep.check(tc.c, tc.r, log)
+			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("check(%q) = %v, want %q", tc.keep, err, tc.wantErr)
+			}
+			if warned := strings.Contains(logs.String(), "--keep-escapes names no tool served"); warned != tc.warns {
+				t.Errorf("check(%q) warned %v, want %v: %s", tc.keep, warned, tc.warns, logs.String())
+			}
+		})
+	}
+}
+
+// registryWith loads a registry of one fragment holding the given servers.
+func registryWith(t *testing.T, servers string) *conf.Registry {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tool-mcp.d")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "10-x.toml"), []byte("schema_version = 8\n\n"+servers), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := conf.LoadRegistry(dir, conf.RegistryOptions{})
+	if r.State != conf.StateLoaded {
+		t.Fatalf("registry %s: %v", r.State, r.Err())
+	}
+	return r
 }

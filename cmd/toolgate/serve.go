@@ -14,9 +14,11 @@ import (
 func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var s settings
 	var down downstreamFlags
+	var keep keepEscapes
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	s.register(fs)
 	down.register(fs)
+	keep.register(fs)
 	maxRequest := fs.Int("max-request-bytes", server.DefaultMaxRequestBytes,
 		"longest request line served; a longer one is discarded as it is read and answered -32600")
 	if !parse(fs, args, stderr) {
@@ -40,12 +42,18 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defer cancel()
 	rt.StartReaper(ctx)
 
+	dopts := down.options(a, s.backend)
+	if err := keep.check(a.conf, dopts.Registry, a.log); err != nil {
+		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
+		return 2
+	}
 	a.opts.MaxRequestBytes = *maxRequest
+	a.opts.KeepEscapes = keep
 	srv := server.New(a.opts)
 	// Serving starts at once: the sandbox backend's self-test and the
 	// downstream servers' listing run beside it (a sandboxed call waits
 	// for the self-test, tools/list for the listing).
-	srv.StartDownstream(ctx, down.options(a, s.backend))
+	srv.StartDownstream(ctx, dopts)
 	defer srv.Close()
 	killed := make(chan int, 1)
 	stop := context.AfterFunc(ctx, func() { killed <- srv.InFlight() })
