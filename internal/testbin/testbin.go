@@ -96,6 +96,26 @@ type buildError struct {
 
 func (e *buildError) Error() string { return e.err.Error() + ": " + e.out }
 
+// RequireAllEnv is the variable that makes every missing prerequisite of
+// a test a failure instead of a skip (CI sets it to 1), so that a skip can
+// never hide a regression.
+const RequireAllEnv = "TOOLGATE_REQUIRE_ALL"
+
+// RequireAll reports whether RequireAllEnv is 1.
+func RequireAll() bool { return os.Getenv(RequireAllEnv) == "1" }
+
+// Missing ends t because what it needs is not here (a binary, a backend,
+// root, a build tag): a skip that says so loudly, or, under
+// TOOLGATE_REQUIRE_ALL=1, a failure. Every such skip goes through it.
+func Missing(t testing.TB, format string, a ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, a...)
+	if RequireAll() {
+		t.Fatalf("%s=1 and a prerequisite is missing: %s", RequireAllEnv, msg)
+	}
+	t.Skipf("SKIPPED, a prerequisite is missing (%s=1 makes this a failure): %s", RequireAllEnv, msg)
+}
+
 // Cleanup removes the built programs; call it from TestMain after m.Run.
 func Cleanup() {
 	if dir != "" {
