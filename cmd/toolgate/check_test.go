@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -111,10 +112,7 @@ func TestVersionAndUsage(t *testing.T) {
 // in check's report; built-ins stay on.
 func TestCheckUntrustedConf(t *testing.T) {
 	if os.Geteuid() != 0 {
-		if os.Getenv("TOOLGATE_REQUIRE_ALL") == "1" {
-			t.Fatal("required: this test chowns a directory to uid 65534 and must run as root")
-		}
-		t.Skip("SKIPPING: this test chowns a directory to uid 65534 and must run as root")
+		testbin.Missing(t, "this test chowns a directory to uid 65534 and must run as root (uid %d)", os.Geteuid())
 	}
 	p, back := checkFixture(t, "tool lint_repo EXE test 120 65536 on DIR --\n")
 	dir := filepath.Dir(p)
@@ -139,6 +137,69 @@ func TestCheckUntrustedConf(t *testing.T) {
 	}
 	if code != 1 || strings.Contains(got, "lint_repo") {
 		t.Errorf("exit %d (want 1), and the refused conf's tool must not be listed:\n%s", code, got)
+	}
+}
+
+// TestCheckSandboxDirs: the load-time rule of test-class tools, as serve
+// and check apply it (sandboxToolCheck, runtime.CheckSandboxTool), on real
+// directories: a host root, or a dir under a kernel interface or /etc,
+// refuses the line, and so does a dir or an exe the sandbox uid cannot reach (as root,
+// the sandbox runs as 65534); a project directory it can reach loads.
+func TestCheckSandboxDirs(t *testing.T) {
+	p, _ := checkFixture(t, "")
+	root := filepath.Dir(p)
+	exe := filepath.Join(root, "lint")
+	private := filepath.Join(root, "private")
+	for _, d := range []string{private, filepath.Join(private, "project")} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hidden := filepath.Join(private, "lint")
+	if err := os.WriteFile(hidden, []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, dir, exe string
+		root           bool   // the rule needs the sandbox uid: root only
+		want           string // "" loads
+	}{
+		{"host root /", "/", exe, false, `dir "/" cannot be bound into a sandbox: it would expose the host's /`},
+		{"/etc", "/etc", exe, false, `dir "/etc" cannot be bound into a sandbox: it would expose the host's /etc`},
+		{"/home", "/home", exe, false, `dir "/home" cannot be bound into a sandbox: it would expose the host's /home`},
+		{"/tmp", "/tmp", exe, false, `dir "/tmp" cannot be bound into a sandbox: it would expose the host's /tmp`},
+		{"under /proc", "/proc/sys", exe, false, `dir "/proc/sys" is under /proc, which is never bound into a sandbox (the sandbox has its own)`},
+		{"under /sys", "/sys/kernel", exe, false, `dir "/sys/kernel" is under /sys, which is never bound into a sandbox`},
+		{"under /etc", "/etc/apt", exe, false, `dir "/etc/apt" is under /etc, which is never bound into a sandbox`},
+		{"a dir below a 0700 dir", filepath.Join(private, "project"), exe, true,
+			fmt.Sprintf(`the sandbox runs as uid 65534 gid 65534, which cannot use the dir: %q (mode 0700, owner 0:0) does not allow it`, private)},
+		{"an exe below a 0700 dir", root, hidden, true,
+			fmt.Sprintf(`the sandbox runs as uid 65534 gid 65534, which cannot execute %q: %q (mode 0700, owner 0:0) does not allow it`, hidden, private)},
+		{"a project dir", root, exe, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := os.Stat(tc.dir); err != nil {
+				t.Skipf("%s does not exist here: %v", tc.dir, err)
+			}
+			if tc.root && os.Geteuid() != 0 {
+				testbin.Missing(t, "the sandbox uid (65534) is checked only when toolgate runs as root (uid %d)", os.Geteuid())
+			}
+			line := fmt.Sprintf("tool lint %s test 10 4096 on %s --\n", tc.exe, tc.dir)
+			if err := os.WriteFile(p, []byte(line), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var out, errb bytes.Buffer
+			code := run([]string{"check", "--conf", p, "--caps", "repo"}, nil, &out, &errb)
+			if tc.want == "" {
+				if code != 0 || !strings.Contains(out.String(), ": loaded") {
+					t.Errorf("check of %s: exit %d, want it loaded:\n%s", tc.dir, code, out.String())
+				}
+				return
+			}
+			if want := "  line 1: tool: " + tc.want; code != 1 || !strings.Contains(out.String(), want) {
+				t.Errorf("check of a test tool in %s: exit %d, want 1 and %q:\n%s", tc.dir, code, want, out.String())
+			}
+		})
 	}
 }
 
