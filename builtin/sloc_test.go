@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/internal/testbin"
 )
 
 // tokeiOutput is what tokei 12 prints for `--output json` on the fixture.
@@ -62,8 +62,8 @@ func TestSloc(t *testing.T) {
 	if want := []string{"--output", "json", "./"}; !slices.Equal(log.Args, want) {
 		t.Errorf("tokei argv %q, want %q", log.Args, want)
 	}
-	if !slices.Equal(log.Env, rt.Env) {
-		t.Errorf("tokei environment %q, want exactly %q", log.Env, rt.Env)
+	if !slices.Equal(log.Env, testbin.ToolEnv) {
+		t.Errorf("tokei environment %q, want exactly %q", log.Env, testbin.ToolEnv)
 	}
 	if canon, _ := filepath.EvalSymlinks(root); log.Dir != canon {
 		t.Errorf("tokei ran in %q, want the workspace %q", log.Dir, canon)

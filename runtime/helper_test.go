@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/testbin"
 )
 
 // These tests run /bin/sh and coreutils as stand-in helpers: they are test
@@ -62,8 +64,8 @@ func TestRunHelperEnvAndDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
-	if !slices.Equal(got, Env) {
-		t.Fatalf("helper environment %q, want exactly %q", got, Env)
+	if !slices.Equal(got, testbin.ToolEnv) {
+		t.Fatalf("helper environment %q, want exactly %q", got, testbin.ToolEnv)
 	}
 	res, err = RunHelper(context.Background(), HelperCmd{Path: "/bin/pwd", Dir: dir, Timeout: 5 * time.Second,
 		MaxStdout: 4096, MaxStderr: 4096})

@@ -397,7 +397,7 @@ func TestDownstreamRefusedAtCallTime(t *testing.T) {
 func TestDownstreamEnvAndRedaction(t *testing.T) {
 	h := fakeHarness(t, true, 0)
 	res := h.call(t, "fake__env", nil)
-	want := []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_PAGER=cat", "LOG_LEVEL=debug", "PAGER=cat", "PATH=" + rt.DefaultPath,
+	want := []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_PAGER=cat", "LOG_LEVEL=debug", "PAGER=cat", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"TOOLGATE_FAKE_MCP=1", "TOOLGATE_FAKE_SECRET=fake-secret-value-1"}
 	var got []string
 	for _, kv := range strings.Split(resultText(res), "\n") {

@@ -96,6 +96,17 @@ type buildError struct {
 
 func (e *buildError) Error() string { return e.err.Error() + ": " + e.out }
 
+// ToolEnv is the environment of every tool, helper and downstream server,
+// in the order toolgate sets it: exactly four variables. It is written out
+// here, not taken from runtime.Env, so that a test comparing with it fails
+// when the code's list changes (a fifth variable, another PATH).
+var ToolEnv = []string{
+	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"PAGER=cat",
+	"GIT_PAGER=cat",
+	"GIT_CONFIG_NOSYSTEM=1",
+}
+
 // RequireAllEnv is the variable that makes every missing prerequisite of
 // a test a failure instead of a skip (CI sets it to 1), so that a skip can
 // never hide a regression.

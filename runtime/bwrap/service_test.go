@@ -66,7 +66,8 @@ func output(t *testing.T, p *rt.Process) string {
 	}
 }
 
-// TestServiceEnv proves the server's environment is exactly rt.Env plus
+// TestServiceEnv proves the server's environment is exactly the four
+// variables (testbin.ToolEnv) plus
 // its own variables (no PWD, nothing of the server's), and that a value
 // never appears on the command line of any process toolgate starts.
 func TestServiceEnv(t *testing.T) {
@@ -84,7 +85,7 @@ func TestServiceEnv(t *testing.T) {
 	p, _ = startProbe(t, r, rt.Service{Env: []string{"SVC_TOKEN=" + secret, "LEVEL=info"}}, "env")
 	got := strings.TrimSpace(output(t, p))
 	want := strings.Join([]string{
-		"GIT_CONFIG_NOSYSTEM=1", "GIT_PAGER=cat", "LEVEL=info", "PAGER=cat", "PATH=" + rt.DefaultPath, "SVC_TOKEN=" + secret,
+		"GIT_CONFIG_NOSYSTEM=1", "GIT_PAGER=cat", "LEVEL=info", "PAGER=cat", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "SVC_TOKEN=" + secret,
 	}, "\n")
 	if got != want {
 		t.Errorf("service environment:\n%s\nwant exactly:\n%s", got, want)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/bundle"
+	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -186,7 +187,7 @@ func TestCombinedOutputInOrder(t *testing.T) {
 func TestEnvIsExactlyTheFourVariables(t *testing.T) {
 	forEachRuntime(t, func(t *testing.T, r *Runner) {
 		res := run(t, r, inv("env"))
-		want := slices.Sorted(slices.Values(rt.Env))
+		want := slices.Sorted(slices.Values(testbin.ToolEnv))
 		got := strings.Split(strings.TrimSpace(string(res.Output)), "\n")
 		if !slices.Equal(got, want) {
 			t.Errorf("env = %q, want exactly %q (no HOME)", got, want)
