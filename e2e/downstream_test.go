@@ -153,3 +153,56 @@ func taggedProcs(tag string) []string {
 	}
 	return out
 }
+
+// TestDownstreamKilledWhenToolgateStops: a sandboxed stdio downstream
+// server, started by a call, is gone with everything it started once
+// toolgate's stdin closes, and once toolgate is killed (SIGKILL: it dies
+// with its parent).
+func TestDownstreamKilledWhenToolgateStops(t *testing.T) {
+	onlyBinary(t) // the downstream server is the host's probe
+	for _, how := range []string{"stdin closed", "SIGKILL"} {
+		t.Run(how, func(t *testing.T) {
+			tag := fmt.Sprintf("tag=stop-%d", time.Now().UnixNano())
+			reg := registryDir(t, fmt.Sprintf(`schema_version = 8
+
+[tool_mcp_servers.probe]
+transport = "stdio"
+command = %q
+args = ["mcp", %q]
+enabled_tools = ["pid", "forks"]
+default_tools_approval_mode = "auto"
+startup_timeout_sec = 30
+`, testbin.Probe(t), tag))
+			srv := serveCmd(t, writeConf(t, ""), "--tool-mcp-dir", reg)
+			cmd := exec.Command(srv.argv[0], srv.argv[1:]...)
+			stdin, _ := cmd.StdinPipe()
+			stdout, _ := cmd.StdoutPipe()
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cmd.Process.Kill() })
+			out := bufio.NewReader(stdout)
+			for i, line := range []string{
+				`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"stop","version":"1"}}}`,
+				`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"probe__pid"}}`,
+			} {
+				fmt.Fprintln(stdin, line)
+				if l, err := out.ReadString('\n'); err != nil || !strings.Contains(l, fmt.Sprintf(`"id":%d,"result"`, i+1)) {
+					t.Fatalf("answer %d: %v %q", i+1, err, l)
+				}
+			}
+			if n := len(taggedProcs(tag)); n == 0 {
+				t.Fatalf("no downstream process with %s after a call", tag)
+			}
+			if how == "SIGKILL" {
+				cmd.Process.Kill()
+			} else {
+				stdin.Close()
+			}
+			go io.Copy(io.Discard, out)
+			cmd.Wait()
+			waitFor(t, 5*time.Second, func() bool { return len(taggedProcs(tag)) == 0 })
+		})
+	}
+}

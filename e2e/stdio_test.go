@@ -374,3 +374,42 @@ func TestManySessions(t *testing.T) {
 		t.Error(e)
 	}
 }
+
+// TestRefusedConfAudited: a refused tools.conf is audited at start-up line
+// by line — one record per refused line with its number, field and reason,
+// none for the accepted line, and nothing else of the file.
+func TestRefusedConfAudited(t *testing.T) {
+	probe, dir := testbin.Probe(t), testbin.Dir(t)
+	conf := writeConf(t, fmt.Sprintf("tool good %[1]s read 10 4096 off %[2]s -- echo hi\ntool bad /bin/bash read 10 4096 off %[2]s -- MARKER_ARG\ntool slow %[1]s read 0 4096 off %[2]s --\n", probe, dir))
+	srv := serveCmd(t, conf)
+	cmd := exec.Command(srv.argv[0], srv.argv[1:]...)
+	cmd.Stdin = strings.NewReader("")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("serve: %v\n%s", err, stderr.String())
+	}
+	var recs []map[string]any
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["kind"] == "conf" {
+			recs = append(recs, m)
+		}
+	}
+	if len(recs) != 2 {
+		t.Fatalf("%d conf audit records, want 2 (lines 2 and 3):\n%s", len(recs), stderr.String())
+	}
+	for i, want := range []struct {
+		line          float64
+		field, reason string
+	}{{2, "exe", `basename "bash"`}, {3, "timeout-s", "0 out of range: want 1 to 3600"}} {
+		r := recs[i]
+		if r["line"] != want.line || r["field"] != want.field || r["state"] != "refused" || r["msg"] != "conf refused" ||
+			!strings.Contains(fmt.Sprint(r["reason"]), want.reason) {
+			t.Errorf("record %d = %v, want line %v field %s and a reason with %q", i, r, want.line, want.field, want.reason)
+		}
+	}
+	if b, _ := json.Marshal(recs); strings.Contains(string(b), "MARKER_ARG") {
+		t.Errorf("the audit records carry the refused line's text: %s", b)
+	}
+}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
+	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/server"
 )
 
 func TestServeDownstreamFlags(t *testing.T) {
@@ -106,4 +110,19 @@ func registryWith(t *testing.T, servers string) *conf.Registry {
 		t.Fatalf("registry %s: %v", r.State, r.Err())
 	}
 	return r
+}
+
+// TestDownstreamMaxBytesDefault: without the flag, serve caps a downstream
+// result at 1 MiB and hands the server that cap.
+func TestDownstreamMaxBytesDefault(t *testing.T) {
+	var f downstreamFlags
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	f.register(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	a := &app{opts: server.Options{Sandbox: rt.FailedSandbox("bwrap", errors.New("not in this test"))}}
+	if got := f.options(a, "bwrap").MaxBytes; got != 1048576 {
+		t.Errorf("--downstream-max-bytes default = %d, want 1048576 (1 MiB)", got)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -29,7 +30,9 @@ import (
 //   - dup: it lists "echo" twice.
 //
 // Its tools: echo (answers "echo: N bytes of arguments"), pid (its pid),
-// escapes (text with terminal control sequences), deaf and big.
+// escapes (text with terminal control sequences), text (a text of
+// {"bytes": N} bytes), limits (its rlimits, from /proc/self/limits), forks
+// (how many of {"n": N} sleeping children it could start), deaf and big.
 func mcpServer(args []string) {
 	opt := map[string]string{}
 	for _, a := range args {
@@ -91,7 +94,8 @@ func mcpTools(n, schema, big int, dup bool) []json.RawMessage {
 		// The padding is a description: the schema stays valid.
 		return fmt.Sprintf(`{"type":"object","description":%q}`, strings.Repeat("p", size-32))
 	}
-	tools := []json.RawMessage{tool("echo", open), tool("pid", open), tool("escapes", open), tool("deaf", open), tool("big", padded(big))}
+	tools := []json.RawMessage{tool("echo", open), tool("pid", open), tool("escapes", open), tool("text", open),
+		tool("limits", open), tool("forks", open), tool("deaf", open), tool("big", padded(big))}
 	if dup {
 		tools = append(tools, tool("echo", `{"type":"object","description":"the second echo"}`))
 	}
@@ -153,6 +157,20 @@ func mcpAnswer(w io.Writer, line []byte, tools []json.RawMessage, page int) {
 			text(strconv.Itoa(os.Getpid()))
 		case "escapes":
 			text(Escapes)
+		case "text":
+			var a struct {
+				Bytes int `json:"bytes"`
+			}
+			json.Unmarshal(req.Params.Arguments, &a)
+			text(strings.Repeat("a", a.Bytes))
+		case "limits":
+			text(rlimits())
+		case "forks":
+			var a struct {
+				N int `json:"n"`
+			}
+			json.Unmarshal(req.Params.Arguments, &a)
+			text(fmt.Sprintf("started %d of %d", forks(a.N), a.N))
 		default:
 			text(req.Params.Name + " ran")
 		}
@@ -162,4 +180,39 @@ func mcpAnswer(w io.Writer, line []byte, tools []json.RawMessage, page int) {
 		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": req.ID, "error": map[string]any{"code": -32601, "message": "method not found"}})
 		w.Write(append(b, '\n'))
 	}
+}
+
+// rlimits are the lines of /proc/self/limits that the sandbox sets.
+func rlimits() string {
+	b, err := os.ReadFile("/proc/self/limits")
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, k := range []string{"Max open files", "Max processes", "Max core file size", "Max file size"} {
+			if strings.HasPrefix(l, k) {
+				out = append(out, strings.Join(strings.Fields(l), " "))
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// forks starts up to n sleeping children, counts those that started, and
+// kills them all.
+func forks(n int) int {
+	var started []*exec.Cmd
+	for range n {
+		c := self("forkbomb-child")
+		if c.Start() != nil {
+			break
+		}
+		started = append(started, c)
+	}
+	for _, c := range started {
+		c.Process.Kill()
+		c.Wait()
+	}
+	return len(started)
 }
