@@ -2,13 +2,14 @@ package builtin
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/toolgate/toolgate/bundle"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
@@ -21,17 +22,16 @@ import (
 func sandboxRunner(t *testing.T) rt.Runner {
 	t.Helper()
 	if _, err := bwrap.Find(); err != nil {
-		msg := fmt.Sprintf("SKIPPING: %v; this test needs the real sandbox", err)
-		if os.Getenv("TOOLGATE_REQUIRE_ALL") == "1" {
-			t.Fatal(msg + " and TOOLGATE_REQUIRE_ALL=1")
-		}
-		t.Skip(msg)
+		testbin.Missing(t, "%v; this test needs the real sandbox", err)
 	}
 	cg := rt.DetectCgroups()
 	t.Cleanup(cg.Close)
 	limits := rt.DefaultSandboxLimits()
 	limits.Pids, limits.Memory = 0, 0
 	r, err := bwrap.New(context.Background(), bwrap.Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: limits})
+	if errors.Is(err, bundle.ErrNoSeccomp) {
+		testbin.Missing(t, "this test binary was built without -tags seccomp (go test -tags seccomp): %v", err)
+	}
 	if err != nil {
 		t.Fatalf("bwrap backend: %v", err)
 	}

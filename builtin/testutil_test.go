@@ -48,11 +48,7 @@ func requireBinary(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		msg := fmt.Sprintf("SKIPPING: %s is not installed here (%v); this test needs it", name, err)
-		if os.Getenv("TOOLGATE_REQUIRE_ALL") == "1" {
-			t.Fatal(msg + " and TOOLGATE_REQUIRE_ALL=1")
-		}
-		t.Skip(msg)
+		testbin.Missing(t, "%s is not installed here (%v); this test needs it", name, err)
 	}
 	return p
 }

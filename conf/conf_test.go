@@ -439,15 +439,7 @@ func TestLoad(t *testing.T) {
 			t.Errorf("got %v, want not a regular file", e)
 		}
 	})
-	t.Run("unreadable", func(t *testing.T) {
-		if os.Geteuid() == 0 {
-			t.Skip("root reads a 0000 file: unreadable cannot be produced as root")
-		}
-		c := Load(write("u.conf", good, 0o000), Options{})
-		if c.State != StateAbsent || !strings.Contains(c.Reason, "unreadable") {
-			t.Errorf("got %+v, want absent (unreadable)", c)
-		}
-	})
+	// unreadable: TestUnreadableConf, as an unprivileged user.
 }
 
 func TestCheckHook(t *testing.T) {

@@ -37,10 +37,7 @@ const agentsDirEnv = "TOOLGATE_AGENTS_DIR"
 // missingDep skips the test loudly, or fails it under TOOLGATE_REQUIRE_ALL=1.
 func missingDep(t *testing.T, format string, a ...any) {
 	t.Helper()
-	if os.Getenv("TOOLGATE_REQUIRE_ALL") == "1" {
-		t.Fatalf("TOOLGATE_REQUIRE_ALL=1: "+format, a...)
-	}
-	t.Skipf("SKIPPING: "+format, a...)
+	testbin.Missing(t, format, a...)
 }
 
 // agentClient is one agent CLI: how to configure and run it.

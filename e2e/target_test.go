@@ -133,10 +133,7 @@ func requireTarget(t *testing.T) {
 	if skipReason == "" {
 		return
 	}
-	if os.Getenv("TOOLGATE_REQUIRE_ALL") == "1" {
-		t.Fatalf("TOOLGATE_REQUIRE_ALL=1: %s", skipReason)
-	}
-	t.Skipf("SKIPPING: %s", skipReason)
+	testbin.Missing(t, "%s", skipReason)
 }
 
 // onlyBinary skips a test that watches host processes and cgroups of the
@@ -271,10 +268,7 @@ func containerGone(t *testing.T, name string) bool {
 func listenInNetns(t *testing.T, pid int, addr string) net.Listener {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		if os.Getenv("TOOLGATE_REQUIRE_ALL") == "1" {
-			t.Fatalf("TOOLGATE_REQUIRE_ALL=1: joining the container's network namespace needs root (uid %d)", os.Geteuid())
-		}
-		t.Skipf("SKIPPING: joining the container's network namespace needs root (uid %d)", os.Geteuid())
+		testbin.Missing(t, "joining the container's network namespace needs root (uid %d)", os.Geteuid())
 	}
 	type result struct {
 		l   net.Listener

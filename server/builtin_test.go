@@ -34,11 +34,7 @@ func (builtinTestRunner) Run(context.Context, rt.Invocation) (rt.Result, error) 
 func requireBin(t *testing.T, name string) {
 	t.Helper()
 	if _, err := exec.LookPath(name); err != nil {
-		msg := "SKIPPING: " + name + " is not installed here; this test needs it"
-		if os.Getenv("TOOLGATE_REQUIRE_ALL") == "1" {
-			t.Fatal(msg + " and TOOLGATE_REQUIRE_ALL=1")
-		}
-		t.Skip(msg)
+		testbin.Missing(t, "%s is not installed here; this test needs it", name)
 	}
 }
 

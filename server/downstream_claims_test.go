@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/toolgate/toolgate/bundle"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
@@ -102,8 +104,11 @@ func TestDownstreamSandboxLimits(t *testing.T) {
 	limits := rt.DefaultSandboxLimits()
 	limits.Pids, limits.NoFile, limits.FSize, limits.Core = 24, 77, 12345678, 0
 	services, err := bwrap.New(context.Background(), bwrap.Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: limits})
+	if errors.Is(err, bundle.ErrNoSeccomp) {
+		testbin.Missing(t, "this test binary was built without -tags seccomp (go test -tags seccomp): %v", err)
+	}
 	if err != nil {
-		testbin.Missing(t, "the bwrap backend does not run here: %v", err)
+		t.Fatalf("bwrap: %v", err)
 	}
 	r := loadRegistry(t, map[string]string{"10-probe.toml": fmt.Sprintf(`schema_version = 8
 

@@ -7,6 +7,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/toolgate/toolgate/bundle"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
@@ -33,10 +35,7 @@ import (
 // so that a skip never hides a regression.
 func missing(t *testing.T, format string, a ...any) {
 	t.Helper()
-	if os.Getenv("TOOLGATE_REQUIRE_ALL") == "1" {
-		t.Fatalf("required: "+format, a...)
-	}
-	t.Skipf("SKIPPING: "+format+" (scripts/npm-deps.sh installs the npm packages)", a...)
+	testbin.Missing(t, format+" (scripts/npm-deps.sh installs the npm packages)", a...)
 }
 
 // npmPackages returns the directory scripts/npm-deps.sh installs into,
@@ -67,6 +66,9 @@ func bwrapServices(t *testing.T) *bwrap.Runner {
 	cg := rt.DetectCgroups()
 	t.Cleanup(cg.Close)
 	r, err := bwrap.New(context.Background(), bwrap.Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: rt.DefaultSandboxLimits()})
+	if errors.Is(err, bundle.ErrNoSeccomp) {
+		testbin.Missing(t, "this test binary was built without -tags seccomp (go test -tags seccomp): %v", err)
+	}
 	if err != nil {
 		t.Fatalf("bwrap: %v", err)
 	}

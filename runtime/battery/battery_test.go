@@ -2,6 +2,7 @@ package battery
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 
@@ -33,46 +34,43 @@ func testLimits() rt.SandboxLimits {
 	return l
 }
 
-// backend is one sandbox under test.
+// backend is one sandbox under test; missing, when set, is why it does
+// not run here (its subtest is skipped loudly, or fails under
+// TOOLGATE_REQUIRE_ALL=1).
 type backend struct {
-	name   string
-	run    rt.Runner
-	limits rt.SandboxLimits
+	name    string
+	run     rt.Runner
+	limits  rt.SandboxLimits
+	missing string
 }
 
-func requireOrSkip(t *testing.T, format string, a ...any) {
-	t.Helper()
-	if os.Getenv("TOOLGATE_REQUIRE_ALL") == "1" {
-		t.Fatalf("required backend unavailable: "+format, a...)
-	}
-	t.Logf("SKIPPING backend: "+format, a...)
+// unavailable is a backend that does not run here, and why.
+func unavailable(name, format string, a ...any) backend {
+	return backend{name: name, missing: fmt.Sprintf(format, a...)}
 }
 
-// backends returns every sandbox backend that runs here.
+// backends returns every sandbox backend, those that do not run here
+// with the reason.
 func backends(t *testing.T) []backend {
 	t.Helper()
 	cg := rt.DetectCgroups()
 	t.Cleanup(cg.Close)
 	var out []backend
 	if b, err := bwrap.New(context.Background(), bwrap.Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: testLimits()}); err != nil {
-		requireOrSkip(t, "bwrap: %v", err)
+		out = append(out, unavailable("bwrap", "%v", err))
 	} else {
-		out = append(out, backend{"bwrap", b, testLimits()})
+		out = append(out, backend{name: "bwrap", run: b, limits: testLimits()})
 	}
 	// Without cgroup limits (a container's configuration) bwrap is exec'd
 	// directly, with no enter shim: the rlimits alone bound the call.
 	nolim := testLimits()
 	nolim.Pids, nolim.Memory = 0, 0
 	if b, err := bwrap.New(context.Background(), bwrap.Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: nolim}); err != nil {
-		requireOrSkip(t, "bwrap without cgroup limits: %v", err)
+		out = append(out, unavailable("bwrap/no-cgroup-limits", "%v", err))
 	} else {
-		out = append(out, backend{"bwrap/no-cgroup-limits", b, nolim})
+		out = append(out, backend{name: "bwrap/no-cgroup-limits", run: b, limits: nolim})
 	}
-	out = append(out, ociBackends(t, cg)...)
-	if len(out) == 0 {
-		t.Skip("no sandbox backend runs here")
-	}
-	return out
+	return append(out, ociBackends(t, cg)...)
 }
 
 // TestBattery runs every case through every backend: each guarantee must
@@ -81,6 +79,9 @@ func TestBattery(t *testing.T) {
 	probe := Probe{Path: testbin.Probe(t)}
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
+			if b.missing != "" {
+				testbin.Missing(t, "the %s backend does not run here: %s", b.name, b.missing)
+			}
 			env, err := NewEnv(b.name, b.run, probe, b.limits)
 			if err != nil {
 				t.Fatal(err)
@@ -97,10 +98,9 @@ func TestBattery(t *testing.T) {
 						t.Logf("held in %s", o.Elapsed)
 					case Skipped:
 						if c.Name == "memory-bomb" && b.limits.Memory == 0 {
-							t.Logf("no memory limit configured: %s", o.Detail)
-							return
+							t.Skipf("not applicable: no memory limit configured for %s (%s)", b.name, o.Detail)
 						}
-						requireOrSkip(t, "%s: %s", c.Name, o.Detail)
+						testbin.Missing(t, "%s on %s: %s", c.Name, b.name, o.Detail)
 					default:
 						t.Errorf("%s: %s\n%s", o.State, c.Guarantee, o.Detail)
 					}

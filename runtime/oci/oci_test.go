@@ -2,6 +2,7 @@ package oci
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -72,18 +73,6 @@ func runTests(m *testing.M) int {
 	return code
 }
 
-// requireAll makes a missing prerequisite a failure instead of a skip.
-func requireAll() bool { return os.Getenv("TOOLGATE_REQUIRE_ALL") == "1" }
-
-func skipOrFail(t *testing.T, format string, a ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, a...)
-	if requireAll() {
-		t.Fatalf("TOOLGATE_REQUIRE_ALL=1: %s", msg)
-	}
-	t.Skipf("SKIPPED (set TOOLGATE_REQUIRE_ALL=1 to fail instead): %s", msg)
-}
-
 // runners are created once per runtime and shared by the tests.
 var (
 	runnersMu sync.Mutex
@@ -93,10 +82,10 @@ var (
 func runner(t *testing.T, name Name) *Runner {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		skipOrFail(t, "the oci backend needs root")
+		testbin.Missing(t, "the oci backend needs root (uid %d)", os.Geteuid())
 	}
 	if _, err := findBinary(string(name)); err != nil {
-		skipOrFail(t, "%v", err)
+		testbin.Missing(t, "%v", err)
 	}
 	runnersMu.Lock()
 	defer runnersMu.Unlock()
@@ -112,6 +101,11 @@ func runner(t *testing.T, name Name) *Runner {
 	})
 	if err != nil {
 		_ = os.RemoveAll(runDir)
+		if errors.Is(err, bundle.ErrNoSeccomp) {
+			// Plain go test ./...: the OCI backend requires its seccomp
+			// profile, which only the seccomp build has.
+			testbin.Missing(t, "this test binary was built without -tags seccomp (go test -tags seccomp): %v", err)
+		}
 		t.Fatalf("New(%s) = %v", name, err)
 	}
 	runners[name] = r
