@@ -99,6 +99,8 @@ type downstream struct {
 
 	// slot serialises calls unless supports_parallel_tool_calls.
 	slot chan struct{}
+	// starting is held by the one call that starts the server (get).
+	starting chan struct{}
 }
 
 // dconn is one live connection: a started process or an HTTP session.
@@ -362,7 +364,7 @@ func (s *Server) collisions(r *conf.Registry) []error {
 }
 
 func (s *Server) newDownstream(srv conf.ToolServer) *downstream {
-	d := &downstream{s: s, srv: srv, backend: "http"}
+	d := &downstream{s: s, srv: srv, backend: "http", starting: make(chan struct{}, 1)}
 	if !srv.SupportsParallelToolCalls {
 		d.slot = make(chan struct{}, 1)
 	}
@@ -570,15 +572,26 @@ func approvalAnnotations(mode conf.ApprovalMode, own mcp.ToolAnnotation) mcp.Too
 
 // get returns the live connection, starting or connecting when there is
 // none (bounded by startup_timeout_sec), and lists the tools when the
-// start-up listing failed.
+// start-up listing failed. A call that finds another starting the server
+// waits for it within its own context (and startup_timeout_sec), never
+// holding the lock that shutdown and the other calls take.
 func (d *downstream) get(ctx context.Context) (*dconn, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if c := d.conn; c != nil {
-		if _, ended := c.ended(); !ended {
-			return c, nil
-		}
-		d.conn = nil
+	if c := d.live(); c != nil {
+		return c, nil
+	}
+	wait := time.NewTimer(d.srv.StartupTimeout)
+	select {
+	case d.starting <- struct{}{}:
+		wait.Stop()
+	case <-ctx.Done():
+		wait.Stop()
+		return nil, fmt.Errorf("while another call was starting it: %w", ctx.Err())
+	case <-wait.C:
+		return nil, fmt.Errorf("another call was still starting it after startup_timeout_sec (%s)", d.srv.StartupTimeout)
+	}
+	defer func() { <-d.starting }()
+	if c := d.live(); c != nil {
+		return c, nil
 	}
 	if d.s.stopping.Load() {
 		return nil, errStopping
@@ -587,11 +600,7 @@ func (d *downstream) get(ctx context.Context) (*dconn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.s.stopping.Load() { // Close ran while it started
-		d.close(c, "toolgate is stopping", 0)
-		return nil, errStopping
-	}
-	if d.offered == nil {
+	if d.offered == nil { // written only here and at start-up, under starting
 		lctx, cancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
 		l, err := listTools(lctx, c.client, d.srv.Enabled)
 		cancel()
@@ -599,13 +608,35 @@ func (d *downstream) get(ctx context.Context) (*dconn, error) {
 			d.close(c, "listing failed", 0)
 			return nil, fmt.Errorf("tools/list: %s", d.redact(err.Error()))
 		}
+		d.mu.Lock()
 		d.offered, d.refused = l.tools, l.refused
+		d.mu.Unlock()
 		for tool, why := range l.refused {
 			d.log.WithFields(logrus.Fields{"tool": tool, "reason": why}).Error("downstream tool not served")
 		}
 	}
+	d.mu.Lock()
+	if d.s.stopping.Load() { // Close ran while it started: shutdown saw no connection
+		d.mu.Unlock()
+		d.close(c, "toolgate is stopping", 0)
+		return nil, errStopping
+	}
 	d.conn = c
+	d.mu.Unlock()
 	return c, nil
+}
+
+// live returns the current connection if it has not ended.
+func (d *downstream) live() *dconn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c := d.conn; c != nil {
+		if _, ended := c.ended(); !ended {
+			return c
+		}
+		d.conn = nil
+	}
+	return nil
 }
 
 // connect starts (stdio) or connects to (HTTP) the server and completes
