@@ -189,3 +189,47 @@ func waitLog(t *testing.T, h *harness, s string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestDownstreamWaitForStartBounded: a call that finds another call
+// starting the server (a slow one: 3 s) waits for it only as long as its
+// own context allows: cancelled after 300 ms, it returns then.
+func TestDownstreamWaitForStartBounded(t *testing.T) {
+	r := loadRegistry(t, map[string]string{"10-slow.toml": fmt.Sprintf(`schema_version = 8
+
+[tool_mcp_servers.slow]
+transport = "stdio"
+command = %q
+args = ["mcp", "slowstart=3"]
+sandbox = false
+enabled_tools = ["echo"]
+default_tools_approval_mode = "auto"
+startup_timeout_sec = 20
+supports_parallel_tool_calls = true
+`, testbin.Probe(t))})
+	if r.State != conf.StateLoaded {
+		t.Fatalf("registry %s: %v", r.State, r.Err())
+	}
+	h := newHarness(t, Options{}, DownstreamOptions{Registry: r}, nil) // lazy: the first call starts it
+	h.s.mu.RLock()
+	d := h.s.down.servers[0]
+	h.s.mu.RUnlock()
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "slow__echo"
+	first := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, _ := d.handler("echo")(context.Background(), req)
+		first <- res
+	}()
+	time.Sleep(200 * time.Millisecond) // the first call is starting the server
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	res, err := d.handler("echo")(ctx, req)
+	took := time.Since(start)
+	if err != nil || !res.IsError || took > time.Second {
+		t.Errorf("the second call returned after %s (%v, %q), want at its 300 ms deadline", took, err, resultText(res))
+	}
+	if res := <-first; res.IsError || !strings.HasPrefix(resultText(res), "echo: ") {
+		t.Errorf("the first call = %q", resultText(res))
+	}
+}

@@ -28,6 +28,7 @@ import (
 //     an inputSchema of about B bytes each, P tools per tools/list page.
 //   - big=B: the tool "big" has an inputSchema of about B bytes.
 //   - dup: it lists "echo" twice.
+//   - slowstart=S: it reads nothing for S seconds after it starts.
 //
 // Its tools: echo (answers "echo: N bytes of arguments"), pid (its pid),
 // escapes (text with terminal control sequences), text (a text of
@@ -50,6 +51,7 @@ func mcpServer(args []string) {
 	_, deaf := opt["deaf"]
 	_, dup := opt["dup"]
 	tools := mcpTools(num("tools"), num("schema"), num("big"), dup)
+	time.Sleep(time.Duration(num("slowstart")) * time.Second)
 	page := num("page")
 	if page <= 0 {
 		page = len(tools)
