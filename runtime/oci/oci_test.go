@@ -73,6 +73,17 @@ func runTests(m *testing.M) int {
 	return code
 }
 
+// needSeccomp skips a test that renders or runs the OCI backend's spec,
+// which always carries its seccomp profile, when this test binary was
+// built without -tags seccomp (plain go test ./...): loudly, and a failure
+// under TOOLGATE_REQUIRE_ALL=1.
+func needSeccomp(t *testing.T) {
+	t.Helper()
+	if _, err := bundle.DefaultSeccomp(); errors.Is(err, bundle.ErrNoSeccomp) {
+		testbin.Missing(t, "this test binary was built without -tags seccomp (go test -tags seccomp): %v", err)
+	}
+}
+
 // runners are created once per runtime and shared by the tests.
 var (
 	runnersMu sync.Mutex
@@ -461,6 +472,7 @@ func TestSweepRemovesADeadServersContainers(t *testing.T) {
 // (it validates nothing of its own): /etc/app was listed by check and
 // failed every OCI call; /srv and /opt went the other way.
 func TestLoadRuleIsRenderRule(t *testing.T) {
+	needSeccomp(t)
 	pol := rt.DefaultSandboxLimits().Policy(bundle.Host{}, "/usr/libexec/toolgate/toolgate-shim")
 	pol.Rootfs, pol.CgroupsPath = "/run/toolgate/1/rootfs", "toolgate-1.oci/c1"
 	for _, dir := range []string{"/srv/x", "/opt/x", "/home/me/p", "/tmp/w", "/usr/share/x", "/var/lib/x",
