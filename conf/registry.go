@@ -210,6 +210,12 @@ type ToolServer struct {
 	// Network is true only when the fragment says network = true (and the
 	// sandbox is on).
 	Network bool
+	// ReadOnly are the canonical host paths a sandbox binds read-only for
+	// the server beside its cwd: every argument that is an absolute path
+	// of something that exists (the server's installation, a data
+	// directory), resolved at load, each one the sandbox policy lets be
+	// bound (bundle.CheckBind).
+	ReadOnly []string
 	// AllowedHosts is the server's network allowlist (allowed_hosts): its
 	// sandboxed process reaches these destinations through toolgate's
 	// egress proxy, and nothing else. Nil for none; never beside Network.
@@ -418,6 +424,26 @@ type RegistryOptions struct {
 	// in order. Empty means RegistrySearchPath. Entries that are not
 	// absolute are skipped: a relative entry is never searched.
 	SearchPath []string
+	// Taken are the tool names served before the registry's (built-ins
+	// and tools.conf tools), each with what it is, for the message: a
+	// served name (ID__TOOL of an enabled tool) equal to one refuses the
+	// registry. TakenNames builds it.
+	Taken map[string]string
+}
+
+// TakenNames is RegistryOptions.Taken for the built-ins named and the
+// tools of c (when it is loaded: a refused conf serves none).
+func TakenNames(builtins []string, c *Config) map[string]string {
+	taken := map[string]string{}
+	for _, b := range builtins {
+		taken[b] = "the built-in tool"
+	}
+	if c != nil && c.State == StateLoaded {
+		for _, t := range c.Tools {
+			taken[t.Name] = fmt.Sprintf("the tools.conf tool at %s line %d", c.Path, t.Line)
+		}
+	}
+	return taken
 }
 
 func (o RegistryOptions) searchPath() []string {
@@ -496,9 +522,38 @@ func LoadRegistry(dir string, opts RegistryOptions) *Registry {
 		r.refuse(errs)
 		return r
 	}
+	servers := mergeEntries(entries)
+	if errs := Collisions(servers, opts.Taken); len(errs) > 0 {
+		r.refuse(errs)
+		return r
+	}
 	r.State = StateLoaded
-	r.Servers = mergeEntries(entries)
+	r.Servers = servers
 	return r
+}
+
+// Collisions returns an error for every served name (ID__TOOL of an
+// enabled tool) that taken has (a tools.conf name may contain "__"). The
+// check uses enabled_tools, not what servers offer, so that the outcome
+// does not depend on a server; LoadRegistry applies it (so registry
+// validate sees what serve does), and the server applies it again to what
+// it serves.
+func Collisions(servers []ToolServer, taken map[string]string) []error {
+	var errs []error
+	for _, srv := range servers {
+		for _, tool := range srv.EnabledTools {
+			name := srv.ServedName(tool)
+			if what, ok := taken[name]; ok {
+				errs = append(errs, &RegistryError{
+					File: srv.Fragment, Line: srv.Line,
+					Path: "tool_mcp_servers." + srv.ID + ".enabled_tools",
+					Err: fmt.Errorf("served name %q collides with %s of the same name: rename the tools.conf tool or remove %q from enabled_tools",
+						name, what, tool),
+				})
+			}
+		}
+	}
+	return errs
 }
 
 // ParseFragment validates the bytes of one fragment named path: it is

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/egress/allowlist"
+
+	"github.com/toolgate/toolgate/bundle"
 )
 
 var (
@@ -588,6 +590,13 @@ func normaliseEntry(e *registryEntry, opts RegistryOptions) []error {
 		s.EnvVars = append([]string(nil), deref(r.EnvVars, nil)...)
 		s.Sandbox = deref(r.Sandbox, true)
 		s.Network = s.Sandbox && deref(r.Network, false)
+		if s.Sandbox {
+			ro, err := readOnlyBinds(s.Args)
+			if err != nil {
+				return []error{e.errf([]string{"args"}, err)}
+			}
+			s.ReadOnly = ro
+		}
 		if r.AllowedHosts != nil {
 			s.AllowedHosts, _ = allowlist.ParseList(*r.AllowedHosts) // checked by checkAllowedHosts
 		}
@@ -668,4 +677,29 @@ func checkExecutable(p string) (string, error) {
 		return "", fmt.Errorf("%s is not executable (mode %04o)", quoteValue(p), fi.Mode().Perm())
 	}
 	return resolved, nil
+}
+
+// readOnlyBinds resolves the arguments of a sandboxed server that are
+// absolute paths of things that exist: what its sandbox binds read-only
+// (an absolute argument that names nothing is an ordinary argument). Each
+// must pass the sandbox policy's bind rule, or the server could never
+// start.
+func readOnlyBinds(args []string) ([]string, error) {
+	var out []string
+	for _, a := range args {
+		if !filepath.IsAbs(a) {
+			continue
+		}
+		p, err := filepath.EvalSymlinks(a)
+		if err != nil {
+			continue
+		}
+		if err := bundle.CheckBind(p); err != nil {
+			return nil, fmt.Errorf("argument %q resolves to %s, which a sandbox would bind read-only: %w", a, p, err)
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }

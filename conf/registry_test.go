@@ -1222,3 +1222,31 @@ func TestRegistryAllowedHosts(t *testing.T) {
 		t.Errorf("allowed hosts %q, network %v", got, servers[0].Network)
 	}
 }
+
+// TestRegistryReadOnly: the read-only binds of a sandboxed server are
+// resolved at load (what registry show and validate see is what a call
+// binds), and an argument naming what a sandbox may never bind refuses the
+// entry there, not at every call.
+func TestRegistryReadOnly(t *testing.T) {
+	f := newRegFixture(t)
+	if err := os.Symlink(f.work, filepath.Join(f.root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	servers, errs := f.parse(regStdio + `args = ["@ROOT@/link", "@WORK@", "--flag", "/nonexistent/x"]` + "\n")
+	if len(errs) > 0 {
+		t.Fatal(joinRegErrs(errs))
+	}
+	if got := servers[0].ReadOnly; len(got) != 1 || got[0] != f.work {
+		t.Errorf("read-only binds %q, want [%s] (resolved, once)", got, f.work)
+	}
+	servers, errs = f.parse(regStdio + "sandbox = false\nargs = [\"@WORK@\"]\n")
+	if len(errs) > 0 || servers[0].ReadOnly != nil {
+		t.Errorf("an unsandboxed server has read-only binds %q (%v)", servers[0].ReadOnly, errs)
+	}
+	runRegCases(t, []regCase{
+		{name: "an argument under /etc", text: regStdio + "args = [\"/etc/passwd\"]\n",
+			path: "tool_mcp_servers.ida_pro.args", want: "under /etc"},
+		{name: "the root", text: regStdio + "args = [\"/\"]\n",
+			path: "tool_mcp_servers.ida_pro.args", want: `"/" cannot be bound`},
+	})
+}

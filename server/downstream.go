@@ -29,7 +29,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -330,37 +329,19 @@ func (s *Server) refuseRegistry(st *builtin.RegistryStatus, errs []error) {
 	e.Error("tool-mcp registry refused: every downstream server is disabled; built-in and tools.conf tools are unaffected")
 }
 
-// collisions returns an error for every served name (ID__TOOL of an
-// enabled tool) that is also the name of a tools.conf tool (whose names
-// may contain "__") or of a built-in. The check uses enabled_tools, not
-// what servers offer, so that the outcome does not depend on a server.
+// collisions applies conf.Collisions to the names this server serves
+// already (a registry loaded without RegistryOptions.Taken, as in tests,
+// is held to the same rule).
 func (s *Server) collisions(r *conf.Registry) []error {
-	taken := map[string]string{}
 	s.mu.RLock()
+	taken := conf.TakenNames(nil, s.opts.Conf)
 	for name := range s.order {
-		taken[name] = "the built-in tool"
+		if _, ok := taken[name]; !ok {
+			taken[name] = "the built-in tool"
+		}
 	}
 	s.mu.RUnlock()
-	if c := s.opts.Conf; c != nil && c.State == conf.StateLoaded {
-		for _, t := range c.Tools {
-			taken[t.Name] = fmt.Sprintf("the tools.conf tool at %s line %d", c.Path, t.Line)
-		}
-	}
-	var errs []error
-	for _, srv := range r.Servers {
-		for _, tool := range srv.EnabledTools {
-			name := srv.ServedName(tool)
-			if what, ok := taken[name]; ok {
-				errs = append(errs, &conf.RegistryError{
-					File: srv.Fragment, Line: srv.Line,
-					Path: "tool_mcp_servers." + srv.ID + ".enabled_tools",
-					Err: fmt.Errorf("served name %q collides with %s of the same name: rename the tools.conf tool or remove %q from enabled_tools",
-						name, what, tool),
-				})
-			}
-		}
-	}
-	return errs
+	return conf.Collisions(r.Servers, taken)
 }
 
 func (s *Server) newDownstream(srv conf.ToolServer) *downstream {
@@ -690,7 +671,6 @@ func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
 	if err != nil {
 		return err
 	}
-	binds := d.binds()
 	svc := rt.Service{
 		ID:       fmt.Sprintf("mcp-%s-%d", d.srv.ID, c.n),
 		Name:     d.srv.ID,
@@ -699,7 +679,7 @@ func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
 		Dir:      d.srv.Cwd,
 		Env:      env,
 		Network:  d.srv.Network,
-		ReadOnly: binds,
+		ReadOnly: d.srv.ReadOnly,
 		Stderr:   d.stderrLine,
 	}
 	p, err := d.starter.StartService(ctx, svc)
@@ -960,27 +940,6 @@ func (d *downstream) httpHeaders() map[string]string {
 		}
 	}
 	return h
-}
-
-// binds are the host paths a sandboxed server sees read-only besides /usr,
-// the /etc allow-list, its cwd and its command: every argument that is an
-// absolute path of an existing file or directory (a script, a data
-// directory), canonical.
-func (d *downstream) binds() []string {
-	var out []string
-	for _, a := range d.srv.Args {
-		if !filepath.IsAbs(a) {
-			continue
-		}
-		p, err := filepath.EvalSymlinks(a)
-		if err != nil {
-			continue // not a path that exists: an ordinary argument
-		}
-		if !slices.Contains(out, p) {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // secrets are the values of the variables the server references, as now

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/server"
@@ -40,7 +41,7 @@ func (f *downstreamFlags) check() error {
 // runner for a sandboxed server.
 func (f *downstreamFlags) options(a *app, backend string) server.DownstreamOptions {
 	opts := server.DownstreamOptions{
-		Registry: conf.LoadRegistry(f.dir, conf.RegistryOptions{}),
+		Registry: conf.LoadRegistry(f.dir, conf.RegistryOptions{Taken: conf.TakenNames(builtin.Names(), a.conf)}),
 		Eager:    f.eager,
 		MaxBytes: f.maxBytes,
 	}

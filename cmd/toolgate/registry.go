@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 )
 
@@ -44,6 +45,7 @@ func registryCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("registry "+sub, flag.ContinueOnError)
 	dir := fs.String("tool-mcp-dir", conf.DefaultRegistryDir, "directory of the registry's *.toml fragments")
+	confPath := fs.String("conf", conf.PathFromEnv(os.Getenv), "tools.conf, whose tool names a served name may not take (as serve refuses)")
 	format := "toml"
 	if sub == "show" {
 		fs.StringVar(&format, "format", "toml", "output format: toml or json")
@@ -61,7 +63,11 @@ func registryCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "toolgate registry show: --format %q: want toml or json\n", format)
 		return 2
 	}
-	r := conf.LoadRegistry(*dir, conf.RegistryOptions{})
+	// The registry is judged as serve judges it: with the names the
+	// built-ins and tools.conf take. tools.conf's own refusal is check's
+	// to report; a refused conf takes no name.
+	c := conf.Load(*confPath, conf.Options{Builtins: builtin.Names()})
+	r := conf.LoadRegistry(*dir, conf.RegistryOptions{Taken: conf.TakenNames(builtin.Names(), c)})
 	switch sub {
 	case "list":
 		return registryList(r, stdout)

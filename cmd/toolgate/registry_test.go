@@ -247,3 +247,22 @@ func TestRegistryShowLoadsBack(t *testing.T) {
 		}
 	}
 }
+
+// TestRegistryValidateCollision: registry validate refuses a registry
+// whose served name a tools.conf tool takes, as serve does (the check
+// lived in the server alone, and validate said ready).
+func TestRegistryValidateCollision(t *testing.T) {
+	root := newRegistryFixture(t, "good")
+	confPath := filepath.Join(root, "tools.conf")
+	line := fmt.Sprintf("tool ida_pro__decompile %s read 5 100 off %s --\n", filepath.Join(root, "bin", "ida-pro-mcp"), filepath.Join(root, "work"))
+	if err := os.WriteFile(confPath, []byte(line), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runRegistry(t, root, "registry", "validate", "--tool-mcp-dir", "$DIR", "--conf", confPath)
+	if code != 1 || !strings.Contains(out, `served name "ida_pro__decompile" collides with the tools.conf tool at`) {
+		t.Errorf("validate with a colliding tools.conf: exit %d\n%s", code, out)
+	}
+	if code, out := runRegistry(t, root, "registry", "validate", "--tool-mcp-dir", "$DIR", "--conf", filepath.Join(root, "absent.conf")); code != 0 {
+		t.Errorf("validate without a tools.conf: exit %d\n%s", code, out)
+	}
+}
