@@ -128,4 +128,5 @@ func (c *cancelled) take(id string) bool {
 // output content and never environment values.
 func (s *Server) audit(fields logrus.Fields, msg string) {
 	s.auditLog.WithFields(fields).Info(msg)
+	s.metrics.observeAudit(fields)
 }

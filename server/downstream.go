@@ -979,8 +979,8 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		rec := logrus.Fields{"request_id": requestID(req), "tool": served, "kind": "downstream", "server": d.srv.ID,
 			"transport": string(d.srv.Transport), "backend": d.backend, "content": "external", "call": d.s.nextID()}
+		d.s.annotate(ctx, req, rec)
 		done := func(res *mcp.CallToolResult) (*mcp.CallToolResult, error) { //nolint:unparam // shaped to be the handler's return
-
 			rec["is_error"] = res.IsError
 			if ctx.Err() != nil {
 				// notifications/cancelled (or shutdown): answer nothing.

@@ -84,6 +84,7 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 	backend := s.backendName(t)
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		rec := logrus.Fields{"request_id": requestID(req), "tool": t.Name, "kind": "external", "class": t.Class, "backend": backend}
+		s.annotate(ctx, req, rec)
 		refuse := func(reason string, res *mcp.CallToolResult) (*mcp.CallToolResult, error) {
 			rec["refused"] = reason
 			rec["is_error"] = true

@@ -78,6 +78,9 @@ type Server struct {
 	served []builtin.ToolStatus
 	down   *downstreamSet // ConnectDownstream
 
+	// metrics, when set (NewHTTP), count every call.
+	metrics *Metrics
+
 	// listed is closed when the downstream discovery started by
 	// StartDownstream has finished; nil when none was started.
 	listed        chan struct{}
@@ -245,8 +248,10 @@ func (s *Server) builtinHandler(b builtin.Tool) mcpserver.ToolHandlerFunc {
 		if res.IsError {
 			res.Text = boundText(res.Text, MaxErrorText) // it may quote the arguments
 		}
-		s.audit(logrus.Fields{"request_id": requestID(req), "tool": b.Name, "kind": "builtin", "backend": s.builtinBackend(b),
-			"is_error": res.IsError, "elapsed_ms": time.Since(start).Milliseconds()}, "call")
+		rec := logrus.Fields{"request_id": requestID(req), "tool": b.Name, "kind": "builtin", "backend": s.builtinBackend(b),
+			"is_error": res.IsError, "elapsed_ms": time.Since(start).Milliseconds()}
+		s.annotate(ctx, req, rec)
+		s.audit(rec, "call")
 		return toolResult(res.Text, res.Structured, res.IsError), nil
 	}
 }

@@ -15,13 +15,19 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var s settings
 	var down downstreamFlags
 	var keep keepEscapes
+	var hf httpFlags
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	s.register(fs)
 	down.register(fs)
 	keep.register(fs)
+	hf.register(fs)
 	maxRequest := fs.Int("max-request-bytes", server.DefaultMaxRequestBytes,
 		"longest request line served; a longer one is discarded as it is read and answered -32600")
 	if !parse(fs, args, stderr) {
+		return 2
+	}
+	if err := hf.check(); err != nil {
+		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
 		return 2
 	}
 	if err := down.check(); err != nil {
@@ -40,7 +46,15 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defer a.close()
 	ctx, cancel := signalContext()
 	defer cancel()
-	rt.StartReaper(ctx)
+	life := ctx
+	if hf.listen != "" {
+		// Over HTTP a signal starts a drain (--shutdown-grace): what the
+		// calls still running need lives on until it ends.
+		var stop context.CancelFunc
+		life, stop = context.WithCancel(context.WithoutCancel(ctx))
+		defer stop()
+	}
+	rt.StartReaper(life)
 
 	dopts := down.options(a, s.backend)
 	if err := keep.check(a.conf, dopts.Registry, a.log); err != nil {
@@ -53,8 +67,11 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// Serving starts at once: the sandbox backend's self-test and the
 	// downstream servers' listing run beside it (a sandboxed call waits
 	// for the self-test, tools/list for the listing).
-	srv.StartDownstream(ctx, dopts)
+	srv.StartDownstream(life, dopts)
 	defer srv.Close()
+	if hf.listen != "" {
+		return serveHTTP(ctx, a, srv, &hf, *maxRequest, stderr)
+	}
 	killed := make(chan int, 1)
 	stop := context.AfterFunc(ctx, func() { killed <- srv.InFlight() })
 	a.log.WithField("tools", len(srv.Served())).Info("serving MCP on stdio")

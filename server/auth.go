@@ -1,0 +1,172 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/toolgate/toolgate/conf"
+)
+
+// Principal is who an HTTP request was authenticated as: the name audit
+// records and per-principal limits use, how it was authenticated, and the
+// scopes it holds.
+type Principal struct {
+	// Name is the token file's name of the token, or the OAuth token's
+	// subject.
+	Name string
+	// Method is AuthToken, AuthOAuth or AuthNone.
+	Method string
+	// Scopes are the scopes the token carries (token file or the JWT's
+	// scope/scp claim).
+	Scopes []string
+	// Client is the OAuth client the token was issued to (azp or
+	// client_id), when the token says.
+	Client string
+}
+
+// The ways a principal is authenticated.
+const (
+	AuthToken = "token" // a static bearer token of --auth-tokens
+	AuthOAuth = "oauth" // a JWT access token of --oauth-issuer
+	AuthNone  = "none"  // a loopback listener without authentication
+)
+
+// HasScope reports whether p holds scope.
+func (p Principal) HasScope(scope string) bool { return slices.Contains(p.Scopes, scope) }
+
+type principalKey struct{}
+
+// WithPrincipal returns ctx carrying p.
+func WithPrincipal(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// PrincipalFrom returns the principal of an HTTP request's context; ok
+// is false over stdio.
+func PrincipalFrom(ctx context.Context) (Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(Principal)
+	return p, ok
+}
+
+// Authenticator checks a bearer token.
+type Authenticator interface {
+	// Authenticate returns the principal of token, or an error: an
+	// *AuthError for a token that is refused, anything else when the token
+	// could not be checked now (ErrAuthUnavailable).
+	Authenticate(ctx context.Context, token string) (Principal, error)
+}
+
+// AuthError is a refused token: the RFC 6750 error code and a description
+// that never quotes the token.
+type AuthError struct {
+	Code        string // invalid_token, invalid_request
+	Description string
+}
+
+func (e *AuthError) Error() string { return e.Code + ": " + e.Description }
+
+// ErrAuthUnavailable wraps why a token could not be checked at all (the
+// issuer's keys are not loaded): the client should retry, not discard its
+// token.
+var ErrAuthUnavailable = errors.New("authentication unavailable")
+
+func invalidToken(format string, a ...any) error {
+	return &AuthError{Code: "invalid_token", Description: fmt.Sprintf(format, a...)}
+}
+
+// StaticTokens authenticates the bearer tokens of a token file.
+type StaticTokens struct {
+	tokens []conf.Token
+}
+
+// NewStaticTokens serves the tokens of t.
+func NewStaticTokens(t *conf.Tokens) *StaticTokens {
+	return &StaticTokens{tokens: slices.Clone(t.Tokens)}
+}
+
+// Authenticate compares the SHA-256 of token with every entry's, in
+// constant time and without stopping at a match, so that neither the
+// comparison nor the number of entries compared tells how much of a token
+// was right.
+func (s *StaticTokens) Authenticate(_ context.Context, token string) (Principal, error) {
+	sum := sha256.Sum256([]byte(token))
+	match := -1
+	for i := range s.tokens {
+		if subtle.ConstantTimeCompare(sum[:], s.tokens[i].Digest[:]) == 1 {
+			match = i
+		}
+	}
+	if match < 0 {
+		return Principal{}, errUnknownToken
+	}
+	t := s.tokens[match]
+	return Principal{Name: t.Name, Method: AuthToken, Scopes: slices.Clone(t.Scopes)}, nil
+}
+
+var errUnknownToken = invalidToken("unknown token")
+
+// chain tries each authenticator in turn: the first that accepts the token
+// wins. Otherwise the most telling refusal is the answer (one that says
+// more than "unknown token"), unless an authenticator could not check the
+// token at all and no other refused it for a reason of its own.
+type chain []Authenticator
+
+// ChainAuth accepts a token any of auths accepts (static tokens, then
+// OAuth).
+func ChainAuth(auths ...Authenticator) Authenticator { return chain(auths) }
+
+func (c chain) Authenticate(ctx context.Context, token string) (Principal, error) {
+	var refused, unavailable error
+	for _, a := range c {
+		p, err := a.Authenticate(ctx, token)
+		switch {
+		case err == nil:
+			return p, nil
+		case errors.Is(err, ErrAuthUnavailable):
+			unavailable = err
+		case refused == nil || errors.Is(refused, errUnknownToken):
+			refused = err
+		}
+	}
+	if unavailable != nil && (refused == nil || errors.Is(refused, errUnknownToken)) {
+		return Principal{}, unavailable
+	}
+	if refused == nil {
+		refused = errUnknownToken
+	}
+	return Principal{}, refused
+}
+
+// bearerToken returns the token of an Authorization: Bearer header. ok is
+// false when there is no Authorization header; err says why a header is
+// refused.
+func bearerToken(r *http.Request) (token string, ok bool, err error) {
+	h := r.Header.Values("Authorization")
+	if len(h) == 0 {
+		return "", false, nil
+	}
+	if len(h) > 1 {
+		return "", true, &AuthError{Code: "invalid_request", Description: "more than one Authorization header"}
+	}
+	scheme, tok, found := strings.Cut(h[0], " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", true, &AuthError{Code: "invalid_request", Description: "want Authorization: Bearer <token>"}
+	}
+	tok = strings.TrimSpace(tok)
+	if tok == "" {
+		return "", true, &AuthError{Code: "invalid_request", Description: "empty bearer token"}
+	}
+	if len(tok) > conf.MaxTokenLength {
+		return "", true, invalidToken("token over %d bytes", conf.MaxTokenLength)
+	}
+	if r.URL.Query().Has("access_token") {
+		return "", true, &AuthError{Code: "invalid_request", Description: "a token in the query string is not accepted"}
+	}
+	return tok, true, nil
+}

@@ -1,0 +1,689 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+	"github.com/sirupsen/logrus"
+
+	"github.com/toolgate/toolgate/conf"
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+// MCPPath is the MCP endpoint of the HTTP transport.
+const MCPPath = "/mcp"
+
+// HTTP defaults.
+const (
+	// DefaultShutdownGrace is how long SIGTERM lets in-flight calls finish
+	// before they are killed.
+	DefaultShutdownGrace = 25 * time.Second
+	// DefaultSessionIdle forgets a 2025-11-25 session unused that long.
+	DefaultSessionIdle = 30 * time.Minute
+	// maxSessionsPerPrincipal bounds one principal's live sessions.
+	maxSessionsPerPrincipal = 256
+	// maxHeaderBytes bounds a request's headers (a token included): a
+	// larger request is answered 431 before anything reads it.
+	maxHeaderBytes = 64 << 10
+	// builtinQueueTimeout bounds how long a call with no timeout of its
+	// own (a built-in, a downstream tool) waits for a principal's slot.
+	builtinQueueTimeout = time.Minute
+)
+
+// HTTPOptions configure the streamable HTTP transport.
+type HTTPOptions struct {
+	// Auth checks bearer tokens; nil serves without authentication, which
+	// Listen refuses on anything but a loopback address.
+	Auth Authenticator
+	// OAuth, when set, is also in Auth: its issuer is named in the
+	// protected resource metadata, and /readyz waits for its keys.
+	OAuth *OAuth
+	// Resource is this server's URL (--oauth-resource): the protected
+	// resource metadata's resource, and the base of the metadata URL that
+	// a 401 names.
+	Resource string
+	// Scopes maps scopes to tools; empty lets every principal use every
+	// tool.
+	Scopes ToolScopes
+	// AllowOrigins are the Origin values accepted besides loopback ones
+	// (scheme://host[:port]).
+	AllowOrigins []string
+	// MaxBodyBytes bounds a request body (DefaultMaxRequestBytes if 0).
+	MaxBodyBytes int
+	// MaxPerPrincipal bounds one principal's concurrent calls (0: no
+	// bound but --max-concurrent's).
+	MaxPerPrincipal int
+	// ShutdownGrace bounds how long in-flight calls may finish after the
+	// serving context ends (DefaultShutdownGrace if 0).
+	ShutdownGrace time.Duration
+	// TLSCert and TLSKey serve HTTPS when both are set.
+	TLSCert, TLSKey string
+	// Metrics, when set, are served at /metrics (authenticated) and fed by
+	// every call.
+	Metrics *Metrics
+}
+
+// HTTP is toolgate's streamable HTTP transport: MCP at /mcp behind Origin
+// validation, authentication, a body cap and scope checks, beside
+// /healthz, /readyz, /metrics and the protected resource metadata.
+type HTTP struct {
+	s        *Server
+	opts     HTTPOptions
+	mcp      *mcpserver.StreamableHTTPServer
+	sessions *sessions
+	limits   *principalLimits
+	prmPath  string
+	prmURL   string
+	mux      *http.ServeMux
+	draining atomic.Bool
+	calls    sync.WaitGroup
+	inFlight atomic.Int64
+}
+
+var httpOnce sync.Map // *Server → struct{}: the middleware is installed once
+
+// NewHTTP prepares s to be served over HTTP: it installs the scope filter
+// and the per-call middleware (principal limits, metrics) on s's MCP
+// server. It must be called before serving, at most once per Server.
+func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
+	if _, loaded := httpOnce.LoadOrStore(s, struct{}{}); loaded {
+		return nil, errors.New("NewHTTP: already set up for this server")
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxRequestBytes
+	}
+	if opts.ShutdownGrace <= 0 {
+		opts.ShutdownGrace = DefaultShutdownGrace
+	}
+	for _, o := range opts.AllowOrigins {
+		if _, err := normalOrigin(o); err != nil {
+			return nil, fmt.Errorf("--allow-origin %q: %w", o, err)
+		}
+	}
+	if len(opts.Scopes) > 0 && opts.Auth == nil {
+		return nil, errors.New("--tool-scope needs authentication (--auth-tokens or --oauth-issuer): without it there are no scopes")
+	}
+	h := &HTTP{
+		s:        s,
+		opts:     opts,
+		sessions: newSessions(maxSessionsPerPrincipal, DefaultSessionIdle),
+		limits:   newPrincipalLimits(opts.MaxPerPrincipal),
+	}
+	if opts.OAuth != nil {
+		if opts.Resource == "" {
+			return nil, errors.New("OAuth needs the resource URL (--oauth-resource)")
+		}
+		u, err := url.Parse(opts.Resource)
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("--oauth-resource %q: not an absolute URL", opts.Resource)
+		}
+		h.prmPath = mcpserver.ProtectedResourceMetadataPath(opts.Resource)
+		h.prmURL = u.Scheme + "://" + u.Host + h.prmPath
+	}
+	s.metrics = opts.Metrics
+	mcpserver.WithToolFilter(scopeFilter(opts.Scopes))(s.mcp)
+	mcpserver.WithToolHandlerMiddleware(h.middleware)(s.mcp)
+	slogger := slog.New(slog.NewTextHandler(s.log.WriterLevel(logrus.DebugLevel), nil))
+	h.mcp = mcpserver.NewStreamableHTTPServer(s.mcp,
+		mcpserver.WithEndpointPath(MCPPath),
+		mcpserver.WithSessionIdManagerResolver(h.sessions),
+		mcpserver.WithSessionIdleTTL(DefaultSessionIdle),
+		mcpserver.WithStreamableHTTPLogger(slogger),
+	)
+	h.mux = http.NewServeMux()
+	h.mux.HandleFunc(MCPPath, h.serveMCP)
+	h.mux.HandleFunc("/healthz", h.healthz)
+	h.mux.HandleFunc("/readyz", h.readyz)
+	h.mux.HandleFunc("/metrics", h.authenticated(h.metrics))
+	if opts.OAuth != nil {
+		prm := mcpserver.NewProtectedResourceMetadataHandler(mcpserver.ProtectedResourceMetadataConfig{
+			Resource:               opts.Resource,
+			AuthorizationServers:   []string{opts.OAuth.opts.Issuer},
+			ScopesSupported:        opts.Scopes.Scopes(),
+			BearerMethodsSupported: []string{"header"},
+			ResourceName:           "toolgate",
+		})
+		h.mux.Handle(h.prmPath, prm)
+		if h.prmPath != mcpserver.WellKnownProtectedResourcePath {
+			h.mux.Handle(mcpserver.WellKnownProtectedResourcePath, prm)
+		}
+	}
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "not found: MCP is served at "+MCPPath, http.StatusNotFound)
+	})
+	return h, nil
+}
+
+// Handler is the HTTP handler of every path.
+func (h *HTTP) Handler() http.Handler { return h.mux }
+
+// InFlight is the number of tool calls being served over HTTP.
+func (h *HTTP) InFlight() int { return int(h.inFlight.Load()) }
+
+// Sessions is the number of live 2025-11-25 sessions.
+func (h *HTTP) Sessions() int { return h.sessions.count() }
+
+// CheckListen refuses to serve without authentication on an address that
+// is not loopback: addr is the address bound (a listener's), so a host
+// name that resolves elsewhere, or an empty host (every interface), is
+// caught.
+func CheckListen(addr net.Addr, authenticated bool) error {
+	if authenticated {
+		return nil
+	}
+	tcp, ok := addr.(*net.TCPAddr)
+	if ok && tcp.IP.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("refusing to serve MCP over HTTP on %s without authentication: anyone who can reach it could run every tool; listen on 127.0.0.1 or [::1], or give --auth-tokens or --oauth-issuer", addr)
+}
+
+// Serve serves on ln until ctx is done, then shuts down gracefully:
+// /readyz answers 503, no new connection is accepted, in-flight requests
+// get ShutdownGrace to finish, and then the calls still running are
+// cancelled (killed and cleaned as over stdio) and their connections
+// closed. It returns nil after a shutdown. metrics, when not nil, serves
+// /metrics, /healthz and /readyz without authentication (for Prometheus
+// and kubelet probes).
+func (h *HTTP) Serve(ctx context.Context, ln, metrics net.Listener) error {
+	if err := CheckListen(ln.Addr(), h.opts.Auth != nil); err != nil {
+		return err
+	}
+	// Requests (and the calls they run) live on past ctx, until the grace
+	// ends.
+	base, kill := context.WithCancel(context.WithoutCancel(ctx))
+	defer kill()
+	errorLog := log.New(h.s.log.WriterLevel(logrus.DebugLevel), "http: ", 0)
+	srv := &http.Server{
+		Handler:           h.mux,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          errorLog,
+	}
+	tlsOn := h.opts.TLSCert != "" || h.opts.TLSKey != ""
+	if tlsOn {
+		if h.opts.TLSCert == "" || h.opts.TLSKey == "" {
+			return errors.New("--tls-cert and --tls-key go together")
+		}
+		cert, err := tls.LoadX509KeyPair(h.opts.TLSCert, h.opts.TLSKey)
+		if err != nil {
+			return fmt.Errorf("TLS: %w", err)
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	errc := make(chan error, 2)
+	go func() {
+		var err error
+		if tlsOn {
+			err = srv.ServeTLS(ln, "", "")
+		} else {
+			err = srv.Serve(ln)
+		}
+		errc <- err
+	}()
+	var msrv *http.Server
+	if metrics != nil {
+		mmux := http.NewServeMux()
+		mmux.HandleFunc("/healthz", h.healthz)
+		mmux.HandleFunc("/readyz", h.readyz)
+		mmux.HandleFunc("/metrics", h.metrics)
+		msrv = &http.Server{Handler: mmux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errorLog}
+		go func() { errc <- msrv.Serve(metrics) }()
+	}
+	select {
+	case err := <-errc:
+		kill()
+		_ = srv.Close()
+		if msrv != nil {
+			_ = msrv.Close()
+		}
+		return err
+	case <-ctx.Done():
+	}
+	h.draining.Store(true)
+	n := h.InFlight()
+	h.s.log.WithFields(logrus.Fields{"calls": n, "grace": h.opts.ShutdownGrace}).Info("shutting down: no new connections; in-flight calls may finish")
+	// Listening GET streams never end by themselves: end them, so that
+	// only requests running calls hold the shutdown.
+	h.mcp.CloseSessions(context.Background())
+	gctx, cancel := context.WithTimeout(context.Background(), h.opts.ShutdownGrace)
+	err := srv.Shutdown(gctx)
+	cancel()
+	if err != nil {
+		left := h.InFlight()
+		h.s.log.WithField("calls", left).Warn("shutdown grace passed: killing the calls still running")
+		kill()
+		// A cancelled call kills its processes and returns; give them a
+		// moment to answer before the connections go.
+		done := make(chan struct{})
+		go func() { h.calls.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+		_ = srv.Close()
+	}
+	if msrv != nil {
+		_ = msrv.Close()
+	}
+	return nil
+}
+
+// ready reports whether the server should get traffic: the conf loaded,
+// the sandbox backend's self-test answered ready, the issuer's keys
+// loaded, not shutting down; with the reason when not.
+func (h *HTTP) ready() (bool, map[string]any) {
+	st := map[string]any{}
+	ok := true
+	if c := h.s.opts.Conf; c != nil {
+		st["conf"] = string(c.State)
+	} else {
+		st["conf"] = "none"
+	}
+	state, err := h.s.opts.Sandbox.State()
+	st["sandbox"] = map[string]any{"backend": h.s.opts.Sandbox.Name(), "state": string(state)}
+	if state != rt.SandboxReady {
+		ok = false
+		if err != nil {
+			st["sandbox"].(map[string]any)["reason"] = err.Error()
+		}
+	}
+	if h.opts.OAuth != nil {
+		loaded, err := h.opts.OAuth.Ready()
+		o := map[string]any{"keys_loaded": loaded}
+		if err != nil {
+			o["reason"] = err.Error()
+		}
+		st["oauth"] = o
+		ok = ok && loaded
+	}
+	if h.draining.Load() {
+		st["shutting_down"] = true
+		ok = false
+	}
+	st["ready"] = ok
+	return ok, st
+}
+
+func (h *HTTP) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+func (h *HTTP) readyz(w http.ResponseWriter, _ *http.Request) {
+	ok, st := h.ready()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if !ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_ = json.NewEncoder(w).Encode(st)
+}
+
+func (h *HTTP) metrics(w http.ResponseWriter, r *http.Request) {
+	if h.opts.Metrics == nil {
+		http.Error(w, "metrics are off", http.StatusNotFound)
+		return
+	}
+	h.opts.Metrics.Handler().ServeHTTP(w, r)
+}
+
+// authenticated wraps next in the same Origin and token checks as /mcp.
+func (h *HTTP) authenticated(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !h.checkOrigin(w, r) {
+			return
+		}
+		if _, ok := h.authenticate(w, r); !ok {
+			return
+		}
+		next(w, r)
+	}
+}
+
+// normalOrigin parses an Origin value: scheme://host[:port], nothing else.
+func normalOrigin(o string) (string, error) {
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", errors.New("want scheme://host[:port]")
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Host), nil
+}
+
+// checkOrigin answers 403 for a browser request from an origin that is
+// neither loopback nor allowed (DNS-rebinding protection, as the MCP
+// transport asks: a page of evil.example whose name now resolves to this
+// server still sends Origin: http://evil.example). A request without
+// Origin (any non-browser client) passes. mcp-go itself answers 403 to a
+// request that reached a loopback address with a Host that is not one.
+func (h *HTTP) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	n, err := normalOrigin(o)
+	if err == nil {
+		if u, _ := url.Parse(n); loopbackHost(u.Hostname()) {
+			return true
+		}
+		for _, a := range h.opts.AllowOrigins {
+			if an, _ := normalOrigin(a); an == n {
+				return true
+			}
+		}
+	}
+	h.opts.Metrics.authFailure("origin")
+	http.Error(w, "Forbidden: Origin "+strconv.Quote(bounded(o, 256))+" is not allowed (toolgate serve --allow-origin)", http.StatusForbidden)
+	return false
+}
+
+// challenge writes the WWW-Authenticate header of a refusal.
+func (h *HTTP) challenge(w http.ResponseWriter, code, desc, scope string) {
+	var parts []string
+	if h.prmURL != "" {
+		parts = append(parts, `resource_metadata="`+h.prmURL+`"`)
+	} else {
+		parts = append(parts, `realm="toolgate"`)
+	}
+	if code != "" {
+		parts = append(parts, `error="`+code+`"`)
+	}
+	if desc != "" {
+		parts = append(parts, `error_description="`+strings.ReplaceAll(desc, `"`, `'`)+`"`)
+	}
+	if scope != "" {
+		parts = append(parts, `scope="`+scope+`"`)
+	}
+	w.Header().Set("WWW-Authenticate", "Bearer "+strings.Join(parts, ", "))
+}
+
+func writeAuthError(w http.ResponseWriter, status int, code, desc string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": code, "error_description": desc})
+}
+
+// authenticate returns the request's principal, or answers 401 (no or a
+// refused token) or 503 (the token could not be checked now) and returns
+// false. Nothing of the token is ever logged or echoed.
+func (h *HTTP) authenticate(w http.ResponseWriter, r *http.Request) (Principal, bool) {
+	if h.opts.Auth == nil {
+		return Principal{Name: "anonymous", Method: AuthNone}, true
+	}
+	token, present, err := bearerToken(r)
+	if !present {
+		h.opts.Metrics.authFailure("missing")
+		h.challenge(w, "", "", "")
+		writeAuthError(w, http.StatusUnauthorized, "invalid_request", "a bearer token is required")
+		return Principal{}, false
+	}
+	var p Principal
+	if err == nil {
+		p, err = h.opts.Auth.Authenticate(r.Context(), token)
+	}
+	if err == nil {
+		return p, true
+	}
+	var ae *AuthError
+	if errors.As(err, &ae) {
+		h.opts.Metrics.authFailure("invalid")
+		h.s.log.WithFields(logrus.Fields{"remote": r.RemoteAddr, "reason": ae.Description}).Info("http: token refused")
+		h.challenge(w, ae.Code, ae.Description, "")
+		status := http.StatusUnauthorized
+		if ae.Code == "invalid_request" {
+			status = http.StatusBadRequest
+		}
+		writeAuthError(w, status, ae.Code, ae.Description)
+		return Principal{}, false
+	}
+	h.opts.Metrics.authFailure("unavailable")
+	h.s.log.WithError(err).Warn("http: a token could not be checked")
+	w.Header().Set("Retry-After", "5")
+	writeAuthError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "the token cannot be checked now: "+err.Error())
+	return Principal{}, false
+}
+
+// envelope is what serveMCP reads of a request before mcp-go does.
+type envelope struct {
+	Method string          `json:"method"`
+	ID     json.RawMessage `json:"id"`
+	Params struct {
+		Name string         `json:"name"`
+		Meta map[string]any `json:"_meta"`
+	} `json:"params"`
+}
+
+// serveMCP is /mcp: Origin, token, session ownership, body cap, the scope
+// of a tools/call, then mcp-go's streamable HTTP server with the
+// principal in the request's context.
+func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
+	rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+	w = rec
+	defer func() {
+		if h.opts.Metrics != nil {
+			h.opts.Metrics.requests.WithLabelValues(r.Method, strconv.Itoa(rec.code)).Inc()
+		}
+	}()
+	if !h.checkOrigin(w, r) {
+		return
+	}
+	p, ok := h.authenticate(w, r)
+	if !ok {
+		return
+	}
+	// The request id header is the server's own, set per call.
+	r.Header.Del(requestIDHeader)
+	sid := r.Header.Get(mcpserver.HeaderKeySessionID)
+	if sid != "" && !h.sessions.owns(p.Name, sid) {
+		http.Error(w, "session not found", http.StatusNotFound)
+		return
+	}
+	if r.Method == http.MethodPost {
+		body, err := readBody(r, h.opts.MaxBodyBytes)
+		if err != nil {
+			h.opts.Metrics.limit("request_body")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			_, _ = w.Write(errorLine(json.RawMessage("null"), mcp.INVALID_REQUEST, err.Error()))
+			return
+		}
+		var env envelope
+		_ = json.Unmarshal(body, &env) // mcp-go answers what does not decode
+		switch env.Method {
+		case string(mcp.MethodToolsCall):
+			if h.s.known(env.Params.Name) && !h.opts.Scopes.Allows(p, env.Params.Name) {
+				h.refuseScope(w, p, env)
+				return
+			}
+		case string(mcp.MethodNotificationCancelled):
+			if sid == "" {
+				// Without a session (2026-07-28, or a sessionless client)
+				// mcp-go would match the request id across every client;
+				// such a call is cancelled by closing its request.
+				w.WriteHeader(http.StatusAccepted)
+				return
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+	}
+	h.mcp.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+}
+
+// refuseScope answers a tools/call of a tool the principal's scopes do
+// not open: 403 insufficient_scope naming the scopes that would (the MCP
+// authorization spec's step-up), audited, nothing run.
+func (h *HTTP) refuseScope(w http.ResponseWriter, p Principal, env envelope) {
+	scopes := strings.Join(h.opts.Scopes.ScopesFor(env.Params.Name), " ")
+	rec := logrus.Fields{"request_id": string(env.ID), "tool": env.Params.Name, "kind": h.s.kindOf(env.Params.Name),
+		"backend": h.s.backendOf(env.Params.Name), "refused": "scope", "is_error": true}
+	addPrincipal(rec, p)
+	if tp, _ := env.Params.Meta["traceparent"].(string); validTraceparent(tp) {
+		rec["traceparent"] = tp
+	}
+	h.s.audit(rec, "call")
+	h.opts.Metrics.limit("scope")
+	h.challenge(w, "insufficient_scope", "the token's scopes do not open this tool", scopes)
+	writeAuthError(w, http.StatusForbidden, "insufficient_scope", "the token's scopes do not open tool "+strconv.Quote(bounded(env.Params.Name, 128))+"; it needs one of: "+scopes)
+}
+
+// readBody reads at most max bytes of r's body: a longer one (by its
+// Content-Length or as it is read) is an error, and what was read is let
+// go.
+func readBody(r *http.Request, max int) ([]byte, error) {
+	if r.ContentLength > int64(max) {
+		return nil, fmt.Errorf("Invalid Request: the request body is %d bytes, over the limit of %d bytes (toolgate serve --max-request-bytes)", r.ContentLength, max)
+	}
+	if r.Body == nil {
+		return nil, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
+	if err != nil {
+		return nil, fmt.Errorf("Invalid Request: reading the request body: %v", err)
+	}
+	if len(b) > max {
+		return nil, fmt.Errorf("Invalid Request: the request body is over the limit of %d bytes (toolgate serve --max-request-bytes)", max)
+	}
+	return b, nil
+}
+
+// statusRecorder remembers the status code written, and passes Flush on
+// (mcp-go streams SSE through it).
+type statusRecorder struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if !s.wrote {
+		s.code, s.wrote = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	s.wrote = true
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// middleware runs around every tool handler. Over HTTP it checks the
+// principal's scope again (mcp-go's filter already hid the tool), holds a
+// slot of the principal's --max-concurrent-per-principal, and times the
+// call; over stdio it only times it.
+func (h *HTTP) middleware(next mcpserver.ToolHandlerFunc) mcpserver.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		name := req.Params.Name
+		backend := h.s.backendOf(name)
+		p, isHTTP := PrincipalFrom(ctx)
+		if !isHTTP {
+			start := time.Now()
+			res, err := next(ctx, req)
+			h.opts.Metrics.observeCall(name, backend, time.Since(start))
+			return res, err
+		}
+		h.calls.Add(1)
+		defer h.calls.Done()
+		h.inFlight.Add(1)
+		defer h.inFlight.Add(-1)
+		if h.opts.Metrics != nil {
+			h.opts.Metrics.inFlight.Inc()
+			defer h.opts.Metrics.inFlight.Dec()
+		}
+		// The stdio transport drops the answers of cancelled calls by their
+		// id; over HTTP a cancelled request has no answer to drop, so its
+		// id must not stay behind.
+		defer h.s.cancelled.take(requestID(req))
+		start := time.Now()
+		if !h.opts.Scopes.Allows(p, name) {
+			return errorResult("toolgate: tool %q is not opened by the token's scopes", name), nil
+		}
+		release, waited, err := h.limits.acquire(ctx, p.Name, h.s.callTimeout(name))
+		if waited > 0 && h.opts.Metrics != nil {
+			h.opts.Metrics.queueWait.WithLabelValues("principal").Observe(waited.Seconds())
+		}
+		if err != nil {
+			rec := logrus.Fields{"request_id": requestID(req), "tool": name, "kind": h.s.kindOf(name), "backend": backend,
+				"refused": "principal_queue", "is_error": true, "queued_ms": waited.Milliseconds()}
+			h.s.annotate(ctx, req, rec)
+			h.s.audit(rec, "call")
+			return errorResult("toolgate: %s: %v", name, err), nil
+		}
+		defer release()
+		res, err := next(ctx, req)
+		h.opts.Metrics.observeCall(name, backend, time.Since(start))
+		return res, err
+	}
+}
+
+// callTimeout is how long a call of name may wait for a principal's slot:
+// its own timeout for an external, builtinQueueTimeout otherwise.
+func (s *Server) callTimeout(name string) time.Duration {
+	if s.opts.Conf != nil && s.opts.Conf.State == conf.StateLoaded {
+		for _, t := range s.opts.Conf.Tools {
+			if t.Name == name {
+				return t.Timeout
+			}
+		}
+	}
+	return builtinQueueTimeout
+}
+
+// kindOf and backendOf read the served tool's status line.
+func (s *Server) kindOf(name string) string {
+	for _, t := range s.Served() {
+		if t.Name == name {
+			return t.Kind
+		}
+	}
+	return ""
+}
+
+func (s *Server) backendOf(name string) string {
+	for _, t := range s.Served() {
+		if t.Name == name {
+			return t.Backend
+		}
+	}
+	return ""
+}
+
+// ServedNames lists the names of the tools served.
+func (s *Server) ServedNames() []string {
+	var out []string
+	for _, t := range s.Served() {
+		out = append(out, t.Name)
+	}
+	return slices.Clip(out)
+}

@@ -1,0 +1,200 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sirupsen/logrus"
+
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+// Metrics are the Prometheus metrics of a server, in a registry of their
+// own (served at /metrics over HTTP). Their labels are bounded: tool names
+// are fixed at start-up, backends and outcomes are closed sets, principals
+// are never a label.
+type Metrics struct {
+	reg       *prometheus.Registry
+	calls     *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	queueWait *prometheus.HistogramVec
+	inFlight  prometheus.Gauge
+	limits    *prometheus.CounterVec
+	auth      *prometheus.CounterVec
+	requests  *prometheus.CounterVec
+}
+
+// The outcomes of a call (toolgate_calls_total's outcome label).
+const (
+	OutcomeOK        = "ok"        // ran, exit 0
+	OutcomeError     = "error"     // ran and failed (non-zero exit, a built-in's or downstream's error)
+	OutcomeTimeout   = "timeout"   // killed at its timeout
+	OutcomeCancelled = "cancelled" // cancelled by the client or shutdown
+	OutcomeLimit     = "limit"     // ended by a pids or memory limit
+	OutcomeRefused   = "refused"   // not run: arguments, no sandbox, a queue, a scope
+	OutcomeFailed    = "failed"    // could not run at all
+)
+
+// durationBuckets span a direct call (about 2 ms) to a long test run.
+var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600}
+
+// NewMetrics registers the metrics of s, including the sandbox backend's
+// state, read at each scrape.
+func NewMetrics(s *Server) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolgate_calls_total",
+		Help: "Tool calls by tool, backend and outcome (ok, error, timeout, cancelled, limit, refused, failed).",
+	}, []string{"tool", "backend", "outcome"})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "toolgate_call_duration_seconds",
+		Help:    "Wall-clock time of a tool call in the server, queueing included.",
+		Buckets: durationBuckets,
+	}, []string{"tool", "backend"})
+	m.queueWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "toolgate_call_queue_wait_seconds",
+		Help:    "Time a call waited for a slot: queue=server (--max-concurrent) or principal (--max-concurrent-per-principal).",
+		Buckets: []float64{.0001, .001, .01, .1, .5, 1, 5, 30, 60, 300},
+	}, []string{"queue"})
+	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "toolgate_calls_in_flight",
+		Help: "Tool calls being served now (queued ones included).",
+	})
+	m.limits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolgate_limits_hit_total",
+		Help: "Limits that ended or refused a call or request: timeout, pids, memory, output, max_concurrent, principal_concurrent, request_body, scope.",
+	}, []string{"limit"})
+	m.auth = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolgate_http_auth_failures_total",
+		Help: "HTTP requests refused before MCP: missing (no token), invalid (refused token), unavailable (issuer keys not loaded), origin (Origin not allowed).",
+	}, []string{"reason"})
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolgate_http_requests_total",
+		Help: "HTTP requests to the MCP endpoint by method and status code.",
+	}, []string{"method", "code"})
+	sandbox := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "toolgate_sandbox_ready",
+		Help:        "1 when the sandbox backend's self-test passed, 0 while it runs or when it failed (see toolgate_sandbox_state).",
+		ConstLabels: prometheus.Labels{"backend": s.opts.Sandbox.Name()},
+	}, func() float64 {
+		if st, _ := s.opts.Sandbox.State(); st == rt.SandboxReady {
+			return 1
+		}
+		return 0
+	})
+	m.reg.MustRegister(m.calls, m.duration, m.queueWait, m.inFlight, m.limits, m.auth, m.requests, sandbox,
+		&sandboxState{s: s, desc: prometheus.NewDesc("toolgate_sandbox_state",
+			"The sandbox backend's probe state: 1 for the current one of pending, ready, unavailable.",
+			[]string{"backend", "state"}, nil)},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "toolgate_build_info",
+			Help:        "toolgate's version.",
+			ConstLabels: prometheus.Labels{"version": s.opts.Version},
+		}, func() float64 { return 1 }),
+	)
+	return m
+}
+
+// sandboxState exports the probe state as one series per state.
+type sandboxState struct {
+	s    *Server
+	desc *prometheus.Desc
+}
+
+func (c *sandboxState) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *sandboxState) Collect(ch chan<- prometheus.Metric) {
+	st, _ := c.s.opts.Sandbox.State()
+	for _, state := range []rt.SandboxState{rt.SandboxPending, rt.SandboxReady, rt.SandboxUnavailable} {
+		v := 0.0
+		if st == state {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, c.s.opts.Sandbox.Name(), string(state))
+	}
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Registry is the registry (tests).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// observeAudit counts a call from its audit record: outcome, queue wait at
+// --max-concurrent, and the limit that ended it.
+func (m *Metrics) observeAudit(f logrus.Fields) {
+	if m == nil {
+		return
+	}
+	tool, _ := f["tool"].(string)
+	if tool == "" {
+		return // not a call's record (a refused conf line)
+	}
+	backend := fmt.Sprint(f["backend"])
+	if q, ok := f["queued_ms"].(int64); ok {
+		m.queueWait.WithLabelValues("server").Observe(float64(q) / 1000)
+	}
+	outcome := OutcomeOK
+	limit, _ := f["limit"].(string)
+	refused, _ := f["refused"].(string)
+	switch {
+	case refused != "":
+		outcome = OutcomeRefused
+		switch refused {
+		case "queue":
+			m.limits.WithLabelValues("max_concurrent").Inc()
+		case "principal_queue":
+			m.limits.WithLabelValues("principal_concurrent").Inc()
+		}
+	case f["cancelled"] == true:
+		outcome = OutcomeCancelled
+	case f["error"] != nil:
+		outcome = OutcomeFailed
+	case f["timed_out"] == true || limit == string(rt.LimitTimeout):
+		outcome = OutcomeTimeout
+		m.limits.WithLabelValues("timeout").Inc()
+	case limit == string(rt.LimitPids) || limit == string(rt.LimitMemory):
+		outcome = OutcomeLimit
+		m.limits.WithLabelValues(limit).Inc()
+	case f["is_error"] == true:
+		outcome = OutcomeError
+	}
+	if f["truncated"] == true {
+		m.limits.WithLabelValues("output").Inc()
+	}
+	m.calls.WithLabelValues(tool, backend, outcome).Inc()
+}
+
+func (m *Metrics) observeCall(tool, backend string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.duration.WithLabelValues(tool, backend).Observe(d.Seconds())
+}
+
+func (m *Metrics) refusedCall(tool, backend, limit string) {
+	if m == nil {
+		return
+	}
+	m.calls.WithLabelValues(tool, backend, OutcomeRefused).Inc()
+	m.limits.WithLabelValues(limit).Inc()
+}
+
+func (m *Metrics) authFailure(reason string) {
+	if m != nil {
+		m.auth.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) limit(name string) {
+	if m != nil {
+		m.limits.WithLabelValues(name).Inc()
+	}
+}
