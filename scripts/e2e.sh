@@ -21,6 +21,7 @@ read -r -a flags <<<"${E2E_FLAGS:-}"
 # after scripts/test.sh): the downstream MCP servers and the agent CLIs.
 . scripts/npm-deps.sh
 . scripts/agent-clis.sh
+. scripts/http-deps.sh
 
 case $which in
 binary | image | both) ;;

@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 . scripts/deps.sh
 . scripts/npm-deps.sh
 . scripts/agent-clis.sh
+. scripts/http-deps.sh
 export PATH="/usr/local/go/bin:$PATH"
 export CGO_ENABLED=1
 
