@@ -30,6 +30,7 @@ want podman podman
 want mmdebstrap mmdebstrap
 want newuidmap uidmap
 want runc runc
+want catatonit catatonit # podman kube play builds its pause image with it (e2e/kube_test.go)
 want git git
 want gcc gcc
 want pkg-config pkg-config

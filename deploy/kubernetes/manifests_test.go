@@ -135,8 +135,8 @@ func TestDeploymentSandboxSettings(t *testing.T) {
 		t.Errorf("pod securityContext %+v: want runAsNonRoot, uid and gid 10001 (the image's user), fsGroup 10001", ps)
 	}
 	if ps == nil || ps.SeccompProfile == nil || ps.SeccompProfile.Type != corev1.SeccompProfileTypeLocalhost ||
-		ps.SeccompProfile.LocalhostProfile == nil || *ps.SeccompProfile.LocalhostProfile != "toolgate/seccomp.json" {
-		t.Errorf("pod seccompProfile: want Localhost toolgate/seccomp.json (images/seccomp.json on each node)")
+		ps.SeccompProfile.LocalhostProfile == nil || *ps.SeccompProfile.LocalhostProfile != "toolgate-seccomp.json" {
+		t.Errorf("pod seccompProfile: want Localhost toolgate-seccomp.json (images/seccomp.json on each node)")
 	}
 	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
 		t.Error("automountServiceAccountToken: want false (no tool needs the API)")
@@ -165,7 +165,7 @@ func TestDeploymentSandboxSettings(t *testing.T) {
 		t.Error("resources.limits: want cpu and memory")
 	}
 	args := strings.Join(c.Args, " ")
-	for _, want := range []string{"--listen=:8080", "--auth-tokens=/etc/toolgate/auth/tokens", "--sandbox-pids=0", "--sandbox-memory=0", "--root=/workspace"} {
+	for _, want := range []string{"--listen=:8080", "--auth-tokens=/etc/toolgate/auth/tokens", "--tool-mcp-dir=/etc/toolgate/tool-mcp.d", "--sandbox-pids=0", "--sandbox-memory=0", "--root=/workspace"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
 		}
@@ -174,7 +174,7 @@ func TestDeploymentSandboxSettings(t *testing.T) {
 	for _, m := range c.VolumeMounts {
 		mounts[m.MountPath] = m
 	}
-	for _, p := range []string{"/etc/saphira/mcp/tools.conf", "/etc/saphira/mcp/tool-mcp.d", "/etc/toolgate/auth"} {
+	for _, p := range []string{"/etc/saphira/mcp", "/etc/toolgate/tool-mcp.d", "/etc/toolgate/auth"} {
 		if m, ok := mounts[p]; !ok || !m.ReadOnly {
 			t.Errorf("%s: want a read-only mount", p)
 		}
