@@ -2,7 +2,9 @@
 # The side-by-side benchmark of every execution path (issue 7): floors
 # (fork+exec, raw bwrap with the backend's own argv, raw runc run of a
 # minimal bundle), toolgate over MCP stdio (direct, bwrap, oci/runc,
-# oci/crun, oci/runsc) and what operators would use instead (srt from
+# oci/crun, oci/runsc) and over streamable HTTP on loopback (direct and bwrap
+# in a 2025-11-25 session, direct stateless 2026-07-28; throughput with 1,
+# 8, 32 and 128 clients on one server), and what operators would use instead (srt from
 # @anthropic-ai/sandbox-runtime, mcp-server-commands over MCP, podman run
 # --rm per call), then throughput, start-up, a capped 1 GB flood and the
 # server's RSS. Prints a markdown table and writes bench.md and bench.json,

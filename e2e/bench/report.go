@@ -36,6 +36,24 @@ func (b *bench) targets() []Target {
 	}
 	out = append(out, t)
 
+	for _, h := range []struct{ name, http, stdio string }{
+		{"HTTP adds < 0.5 ms per call over stdio (direct)", "HTTP: direct (read tool)", "direct (read tool)"},
+		{"(info) HTTP adds < 0.5 ms per call over stdio (bwrap)", "HTTP: bwrap", "bwrap"},
+		{"(info) HTTP 2026-07-28 adds < 0.5 ms per call over stdio (direct)", "HTTP 2026-07-28: direct (read tool)", "direct (read tool)"},
+	} {
+		t := Target{Name: h.name, Want: "median(" + h.http + ") − median(" + h.stdio + ") < 0.5 ms"}
+		rh, ok1 := b.row(h.http)
+		rs, ok2 := b.row(h.stdio)
+		if ok1 && ok2 {
+			add := rh.MedianMS - rs.MedianMS
+			t.Measured = fmt.Sprintf("%s − %s = %.2f ms", fmtMS(rh.MedianMS), fmtMS(rs.MedianMS), add)
+			t.Held = add < 0.5
+		} else {
+			t.Unmeasured = "a path was not measured"
+		}
+		out = append(out, t)
+	}
+
 	ratio("bwrap ≤ 1.15× raw bwrap", "bwrap", "raw bwrap", 1.15)
 	ratio("(info) bwrap ≤ 1.15× the same exec chain by hand", "bwrap", "bwrap through the enter shim, per-call cgroups (by hand)", 1.15)
 	ratio("oci/runc ≤ 1.15× raw runc run", "oci/runc", "raw runc run", 1.15)
@@ -150,7 +168,7 @@ func (b *bench) markdown() string {
 	}
 
 	if len(b.res.Throughput) > 0 {
-		w.WriteString("\n| throughput (one server, one session, N calls in flight) | calls/s | median ms | p99 ms | calls |\n|---|---:|---:|---:|---:|\n")
+		w.WriteString("\n| throughput (one server; stdio: one session, N calls in flight; HTTP: N clients, a session and connections each) | calls/s | median ms | p99 ms | calls |\n|---|---:|---:|---:|---:|\n")
 		for _, t := range b.res.Throughput {
 			if t.Skipped != "" {
 				fmt.Fprintf(&w, "| %s ×%d | skipped: %s | | | |\n", t.Path, t.Concurrency, mdEscape(t.Skipped))

@@ -211,6 +211,7 @@ func (b *bench) perCall(conf string) {
 			add(b.mcpPath(s, "toolgate (MCP stdio)", "oci/"+name, "generated spec: seccomp, pids+memory cgroup, rlimits, uid 65534, masked paths", "ts", nil), err)
 		}
 		b.builtinPaths(conf, add)
+		b.httpPaths(conf, add)
 		if b.baseline != "" {
 			const g = "toolgate before this change (same rounds)"
 			s, err := dial([]string{b.baseline, "serve", "--conf", conf}, os.Environ(), b.log)
@@ -449,11 +450,22 @@ func (b *bench) throughput(conf string) {
 		}
 		s.close()
 	}
+	b.httpThroughputRows(conf)
 }
 
 // concurrentCalls makes total calls of tool from conc concurrent callers
 // on one session.
 func concurrentCalls(s *session, tool string, conc, total int) (sample, time.Duration, error) {
+	sessions := make([]*session, conc)
+	for i := range sessions {
+		sessions[i] = s
+	}
+	return concurrentSessions(sessions, tool, total)
+}
+
+// concurrentSessions makes total calls of tool, one caller per session
+// (which may repeat), all at once.
+func concurrentSessions(sessions []*session, tool string, total int) (sample, time.Duration, error) {
 	var mu sync.Mutex
 	var d sample
 	var first error
@@ -464,7 +476,7 @@ func concurrentCalls(s *session, tool string, conc, total int) (sample, time.Dur
 	close(next)
 	var wg sync.WaitGroup
 	t0 := time.Now()
-	for range conc {
+	for _, s := range sessions {
 		wg.Go(func() {
 			for range next {
 				ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
