@@ -138,7 +138,7 @@ func httpClient(t *testing.T, url, token string, legacy bool) *client.Client {
 	}
 	var copts []client.ClientOption
 	if legacy {
-		copts = append(copts, client.WithLegacyProtocolOnly())
+		copts = append(copts, client.WithLegacyProtocolOnly()) //nolint:staticcheck // SA1019: the 2025-11-25 session era is what this measures or tests
 	}
 	c := client.NewClient(tr, copts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -322,7 +322,7 @@ tool netdirect /usr/bin/git read 30 65536 off /workspace -- ls-remote %[1]s
 		}
 		var copts []client.ClientOption
 		if legacy {
-			copts = append(copts, client.WithLegacyProtocolOnly())
+			copts = append(copts, client.WithLegacyProtocolOnly()) //nolint:staticcheck // SA1019: the 2025-11-25 session era is what this measures or tests
 		}
 		c := client.NewClient(tr, copts...)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -348,15 +348,14 @@ func (o *OAuth) keysFor(ctx context.Context, kid string) ([]jose.JSONWebKey, err
 		}
 		return o.keys.Key(kid), true
 	}
-	keys, loaded := find()
-	if len(keys) > 0 {
+	if keys, _ := find(); len(keys) > 0 {
 		return keys, nil
 	}
 	// A key the set lacks (rotation), or no set yet.
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	err := o.fetch(fctx, false)
-	keys, loaded = find()
+	keys, loaded := find()
 	switch {
 	case len(keys) > 0:
 		return keys, nil
@@ -364,7 +363,10 @@ func (o *OAuth) keysFor(ctx context.Context, kid string) ([]jose.JSONWebKey, err
 		if err == nil {
 			_, err = o.Ready()
 		}
-		return nil, fmt.Errorf("%w: the issuer's keys are not loaded: %v", ErrAuthUnavailable, err)
+		if err == nil {
+			err = errors.New("no fetch has answered yet")
+		}
+		return nil, fmt.Errorf("%w: the issuer's keys are not loaded: %w", ErrAuthUnavailable, err)
 	}
 	return nil, invalidToken("signed with a key the issuer's key set does not have")
 }

@@ -506,7 +506,7 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 			h.opts.Metrics.limit("request_body")
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusRequestEntityTooLarge)
-			_, _ = w.Write(errorLine(json.RawMessage("null"), mcp.INVALID_REQUEST, err.Error()))
+			_, _ = w.Write(errorLine(json.RawMessage("null"), mcp.INVALID_REQUEST, "Invalid Request: "+err.Error()))
 			return
 		}
 		var env envelope
@@ -554,17 +554,17 @@ func (h *HTTP) refuseScope(w http.ResponseWriter, p Principal, env envelope) {
 // go.
 func readBody(r *http.Request, max int) ([]byte, error) {
 	if r.ContentLength > int64(max) {
-		return nil, fmt.Errorf("Invalid Request: the request body is %d bytes, over the limit of %d bytes (toolgate serve --max-request-bytes)", r.ContentLength, max)
+		return nil, fmt.Errorf("the request body is %d bytes, over the limit of %d bytes (toolgate serve --max-request-bytes)", r.ContentLength, max)
 	}
 	if r.Body == nil {
 		return nil, nil
 	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
 	if err != nil {
-		return nil, fmt.Errorf("Invalid Request: reading the request body: %v", err)
+		return nil, fmt.Errorf("reading the request body: %w", err)
 	}
 	if len(b) > max {
-		return nil, fmt.Errorf("Invalid Request: the request body is over the limit of %d bytes (toolgate serve --max-request-bytes)", max)
+		return nil, fmt.Errorf("the request body is over the limit of %d bytes (toolgate serve --max-request-bytes)", max)
 	}
 	return b, nil
 }

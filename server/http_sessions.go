@@ -107,7 +107,7 @@ func (s *sessions) count() int {
 // ResolveSessionIdManager implements mcpserver.SessionIdManagerResolver: a
 // manager bound to the request's principal; without a request (mcp-go's
 // idle sweeper, shutdown), one that may end any session.
-func (s *sessions) ResolveSessionIdManager(r *http.Request) mcpserver.SessionIdManager {
+func (s *sessions) ResolveSessionIdManager(r *http.Request) mcpserver.SessionIdManager { //nolint:staticcheck // ST1003: mcp-go's interface names the method
 	if r == nil {
 		return sessionManager{s: s, any: true}
 	}

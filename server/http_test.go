@@ -217,7 +217,7 @@ func mcpClient(t *testing.T, url, token string, legacy bool) *client.Client {
 	}
 	var copts []client.ClientOption
 	if legacy {
-		copts = append(copts, client.WithLegacyProtocolOnly())
+		copts = append(copts, client.WithLegacyProtocolOnly()) //nolint:staticcheck // SA1019: the 2025-11-25 session era is what this measures or tests
 	}
 	c := client.NewClient(tr, copts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -179,14 +179,6 @@ func (m *Metrics) observeCall(tool, backend string, d time.Duration) {
 	m.duration.WithLabelValues(tool, backend).Observe(d.Seconds())
 }
 
-func (m *Metrics) refusedCall(tool, backend, limit string) {
-	if m == nil {
-		return
-	}
-	m.calls.WithLabelValues(tool, backend, OutcomeRefused).Inc()
-	m.limits.WithLabelValues(limit).Inc()
-}
-
 func (m *Metrics) authFailure(reason string) {
 	if m != nil {
 		m.auth.WithLabelValues(reason).Inc()

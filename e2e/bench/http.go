@@ -79,7 +79,7 @@ func dialHTTP(h *httpServer, stateless bool) (*session, error) {
 	}
 	var opts []client.ClientOption
 	if !stateless {
-		opts = append(opts, client.WithLegacyProtocolOnly())
+		opts = append(opts, client.WithLegacyProtocolOnly()) //nolint:staticcheck // SA1019: the 2025-11-25 session era is what this measures or tests
 	}
 	s := &session{c: client.NewClient(tr, opts...), cmd: h.cmd, started: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
