@@ -493,8 +493,11 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// The request id header is the server's own, set per call.
+	// The request id header is the server's own, set per call; the token
+	// has done its work and goes no further (mcp-go hands the headers to
+	// every handler).
 	r.Header.Del(requestIDHeader)
+	r.Header.Del("Authorization")
 	sid := r.Header.Get(mcpserver.HeaderKeySessionID)
 	if sid != "" && !h.sessions.owns(p.Name, sid) {
 		http.Error(w, "session not found", http.StatusNotFound)

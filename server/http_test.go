@@ -993,3 +993,84 @@ func TestHTTPCancelWithoutSessionIsIgnored(t *testing.T) {
 		t.Fatal("a sessionless notifications/cancelled ended another client's call")
 	}
 }
+
+// TestHTTPProgressAndCancel: over HTTP a call with a progressToken gets
+// notifications/progress on its response stream, and a client that gives
+// up on the call (its request ends) cancels it: the runner sees its
+// context end and the audit record says cancelled.
+func TestHTTPProgressAndCancel(t *testing.T) {
+	f := startHTTP(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken))})
+	f.direct.block = make(chan struct{})
+	defer close(f.direct.block)
+	for _, legacy := range []bool{true, false} {
+		c := mcpClient(t, f.url, aliceToken, legacy)
+		progress := make(chan mcp.JSONRPCNotification, 8)
+		c.OnNotification(func(n mcp.JSONRPCNotification) {
+			if n.Method == string(mcp.MethodNotificationProgress) {
+				progress <- n
+			}
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			req := mcp.CallToolRequest{}
+			req.Params.Name = "hello"
+			req.Params.Meta = &mcp.Meta{ProgressToken: "p1"}
+			_, err := c.CallTool(ctx, req)
+			done <- err
+		}()
+		select {
+		case n := <-progress:
+			if n.Params.AdditionalFields["progressToken"] != "p1" {
+				t.Errorf("legacy %v: progress %v, want token p1", legacy, n.Params.AdditionalFields)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("legacy %v: no notifications/progress within 10 s", legacy)
+		}
+		cancel()
+		if err := <-done; err == nil {
+			t.Errorf("legacy %v: the cancelled call answered", legacy)
+		}
+		waitFor(t, func() bool { return f.h.InFlight() == 0 })
+	}
+	recs := f.auditRecords(t)
+	if len(recs) != 2 || recs[0]["cancelled"] != true || recs[1]["cancelled"] != true {
+		t.Errorf("audit %v: want two cancelled calls", recs)
+	}
+	if f.srv.cancelled.n.Load() != 0 {
+		t.Errorf("%d cancelled ids kept after the calls ended, want 0 (over HTTP there is no answer to drop)", f.srv.cancelled.n.Load())
+	}
+}
+
+// TestAuditTraceparentWithoutHTTP: over stdio (no principal) the audit
+// record carries the _meta traceparent too, and an invalid one is noted,
+// never copied.
+func TestAuditTraceparentWithoutHTTP(t *testing.T) {
+	audit := &httpLog{}
+	alog := logrus.New()
+	alog.SetOutput(audit)
+	alog.SetFormatter(&logrus.JSONFormatter{})
+	s := New(Options{Conf: loadConf(t, httpConf), Direct: &fakeRunner{res: rt.Result{Output: []byte("hi\n")}}, Audit: alog})
+	c := session(t, s)
+	for _, tp := range []string{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "00-zz\n-forged"} {
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "hello"
+		req.Params.Meta = &mcp.Meta{AdditionalFields: map[string]any{"traceparent": tp}}
+		if _, err := c.CallTool(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(audit.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d audit lines, want 2", len(lines))
+	}
+	var first, second map[string]any
+	json.Unmarshal([]byte(lines[0]), &first)
+	json.Unmarshal([]byte(lines[1]), &second)
+	if first["traceparent"] != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" || first["principal"] != nil {
+		t.Errorf("first record %v: want the traceparent and no principal", first)
+	}
+	if second["traceparent"] != nil || second["traceparent_invalid"] != true || strings.Contains(lines[1], "forged") {
+		t.Errorf("second record %s: want traceparent_invalid and nothing of the value", lines[1])
+	}
+}
