@@ -43,6 +43,8 @@ const (
 	// maxHeaderBytes bounds a request's headers (a token included): a
 	// larger request is answered 431 before anything reads it.
 	maxHeaderBytes = 64 << 10
+	// bodyTimeout bounds how long a request body may take to arrive.
+	bodyTimeout = 60 * time.Second
 	// builtinQueueTimeout bounds how long a call with no timeout of its
 	// own (a built-in, a downstream tool) waits for a principal's slot.
 	builtinQueueTimeout = time.Minute
@@ -504,7 +506,13 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodPost {
+		// A body must arrive within bodyTimeout: a client that trickles it
+		// holds no connection for long. (A server-wide ReadTimeout would
+		// also cut the long responses of long calls.)
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(bodyTimeout))
 		body, err := readBody(r, h.opts.MaxBodyBytes)
+		_ = rc.SetReadDeadline(time.Time{})
 		if err != nil {
 			h.opts.Metrics.limit("request_body")
 			w.Header().Set("Content-Type", "application/json")

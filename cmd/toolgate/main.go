@@ -2,7 +2,7 @@
 // executables named in tools.conf into MCP tools, running test-class tools
 // sandboxed.
 //
-//	toolgate [serve] [flags]        serve MCP on stdin/stdout (the default)
+//	toolgate [serve] [flags]        serve MCP on stdin/stdout (the default), or over HTTP with --listen
 //	toolgate check [flags]          print the tools serve would serve, or the refused line; exit 1 when refused
 //	toolgate --list-tools [flags]   the same as check
 //	toolgate doctor [flags]         what backends and helpers work here, and how to fix what does not
@@ -81,7 +81,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
-  toolgate [serve] [flags]        serve MCP over stdio (default)
+  toolgate [serve] [flags]        serve MCP over stdio (default), or over streamable HTTP with --listen ADDR
   toolgate check [flags]          print what serve would serve, or the refused line and why (exit 1)
   toolgate --list-tools [flags]   same as check
   toolgate doctor [flags]         report which backends and helpers work here
