@@ -258,10 +258,8 @@ func TestHTTPServes(t *testing.T) {
 				t.Errorf("legacy %v: %s = %v %q, want %q", legacy, tc.tool, err, text(res), tc.want)
 			}
 		}
-		if tc := "net"; tc == "net" && !legacy {
-			if got := c.GetSessionId(); got != "" {
-				t.Errorf("2026-07-28: session id %q, want none", got)
-			}
+		if got := c.GetSessionId(); (got == "") == legacy {
+			t.Errorf("legacy %v: session id %q, want one only in the 2025-11-25 era", legacy, got)
 		}
 	}
 	recs := s.auditRecords(t)

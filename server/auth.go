@@ -37,6 +37,10 @@ const (
 	AuthNone  = "none"  // a loopback listener without authentication
 )
 
+// key identifies p in sessions and queues: a token file's name and an
+// OAuth subject that happen to be equal are not one principal.
+func (p Principal) key() string { return p.Method + "/" + p.Name }
+
 // HasScope reports whether p holds scope.
 func (p Principal) HasScope(scope string) bool { return slices.Contains(p.Scopes, scope) }
 

@@ -501,7 +501,7 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 	r.Header.Del(requestIDHeader)
 	r.Header.Del("Authorization")
 	sid := r.Header.Get(mcpserver.HeaderKeySessionID)
-	if sid != "" && !h.sessions.owns(p.Name, sid) {
+	if sid != "" && !h.sessions.owns(p.key(), sid) {
 		http.Error(w, "session not found", http.StatusNotFound)
 		return
 	}
@@ -640,7 +640,7 @@ func (h *HTTP) middleware(next mcpserver.ToolHandlerFunc) mcpserver.ToolHandlerF
 		if !h.opts.Scopes.Allows(p, name) {
 			return errorResult("toolgate: tool %q is not opened by the token's scopes", name), nil
 		}
-		release, waited, err := h.limits.acquire(ctx, p.Name, h.s.callTimeout(name))
+		release, waited, err := h.limits.acquire(ctx, p.key(), h.s.callTimeout(name))
 		if waited > 0 && h.opts.Metrics != nil {
 			h.opts.Metrics.queueWait.WithLabelValues("principal").Observe(waited.Seconds())
 		}

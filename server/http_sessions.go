@@ -112,7 +112,7 @@ func (s *sessions) ResolveSessionIdManager(r *http.Request) mcpserver.SessionIdM
 		return sessionManager{s: s, any: true}
 	}
 	p, _ := PrincipalFrom(r.Context())
-	return sessionManager{s: s, principal: p.Name}
+	return sessionManager{s: s, principal: p.key()}
 }
 
 type sessionManager struct {
@@ -189,7 +189,7 @@ func (l *principalLimits) acquire(ctx context.Context, principal string, timeout
 		return release, time.Since(start), nil
 	case <-t.C:
 		done()
-		return nil, time.Since(start), fmt.Errorf("queued for %s behind %d running calls of %q (--max-concurrent-per-principal) without a free slot; not run", timeout, l.max, principal)
+		return nil, time.Since(start), fmt.Errorf("queued for %s behind %d running calls of this principal (--max-concurrent-per-principal) without a free slot; not run", timeout, l.max)
 	case <-ctx.Done():
 		done()
 		return nil, time.Since(start), fmt.Errorf("cancelled while queued: %w", ctx.Err())

@@ -1074,3 +1074,26 @@ func TestAuditTraceparentWithoutHTTP(t *testing.T) {
 		t.Errorf("second record %s: want traceparent_invalid and nothing of the value", lines[1])
 	}
 }
+
+// TestHTTPPrincipalsOfTwoMethods: a token file's name and an OAuth subject
+// that are equal are two principals: neither can use the other's session.
+func TestHTTPPrincipalsOfTwoMethods(t *testing.T) {
+	is := newIssuer(t)
+	resource := "https://toolgate.test/mcp"
+	o, err := NewOAuth(OAuthOptions{Issuer: is.srv.URL, Resource: resource})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	f := startHTTP(t, HTTPOptions{Auth: ChainAuth(NewStaticTokens(tokenFile(t, "alice "+aliceToken)), o), OAuth: o, Resource: resource})
+	init := f.post(t, rpcReq{token: aliceToken, body: initBody})
+	sid := init.header.Get("Mcp-Session-Id")
+	jwtAlice := is.sign(t, "rsa1", is.claims(resource)) // sub: alice
+	h := map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-11-25"}
+	if got := f.post(t, rpcReq{token: jwtAlice, body: callBody("hello"), headers: h}); got.status != 404 {
+		t.Errorf("OAuth subject alice in token alice's session: %d, want 404", got.status)
+	}
+	if got := f.post(t, rpcReq{token: aliceToken, body: callBody("hello"), headers: h}); got.status != 200 {
+		t.Errorf("token alice in her session: %d", got.status)
+	}
+}
