@@ -167,6 +167,7 @@ func (b *bench) httpThroughputRows(conf string) {
 				t.Calls = len(d)
 				t.CallsPerSec = float64(len(d)) / el.Seconds()
 				t.MedianMS, t.P99MS = ms(d.median()), ms(d.p99())
+				_, t.PeakRSSKiB = rss(h.cmd.Process.Pid)
 				logf(b.stderr, "throughput %s x%d clients: %.0f calls/s, median %s ms, p99 %s ms", p.name, conc, t.CallsPerSec, fmtMS(t.MedianMS), fmtMS(t.P99MS))
 			}
 			b.res.Throughput = append(b.res.Throughput, t)

@@ -168,13 +168,13 @@ func (b *bench) markdown() string {
 	}
 
 	if len(b.res.Throughput) > 0 {
-		w.WriteString("\n| throughput (one server; stdio: one session, N calls in flight; HTTP: N clients, a session and connections each) | calls/s | median ms | p99 ms | calls |\n|---|---:|---:|---:|---:|\n")
+		w.WriteString("\n| throughput (one server; stdio: one session, N calls in flight; HTTP: N clients, a session and connections each) | calls/s | median ms | p99 ms | calls | server peak RSS |\n|---|---:|---:|---:|---:|---:|\n")
 		for _, t := range b.res.Throughput {
 			if t.Skipped != "" {
-				fmt.Fprintf(&w, "| %s ×%d | skipped: %s | | | |\n", t.Path, t.Concurrency, mdEscape(t.Skipped))
+				fmt.Fprintf(&w, "| %s ×%d | skipped: %s | | | | |\n", t.Path, t.Concurrency, mdEscape(t.Skipped))
 				continue
 			}
-			fmt.Fprintf(&w, "| %s, %d concurrent | %.0f | %s | %s | %d |\n", t.Path, t.Concurrency, t.CallsPerSec, fmtMS(t.MedianMS), fmtMS(t.P99MS), t.Calls)
+			fmt.Fprintf(&w, "| %s, %d concurrent | %.0f | %s | %s | %d | %.1f MB |\n", t.Path, t.Concurrency, t.CallsPerSec, fmtMS(t.MedianMS), fmtMS(t.P99MS), t.Calls, float64(t.PeakRSSKiB)*1024/1e6)
 		}
 	}
 	if len(b.res.Startup) > 0 {

@@ -444,6 +444,7 @@ func (b *bench) throughput(conf string) {
 				t.Calls = len(d)
 				t.CallsPerSec = float64(len(d)) / el.Seconds()
 				t.MedianMS, t.P99MS = ms(d.median()), ms(d.p99())
+				_, t.PeakRSSKiB = rss(s.pid())
 				logf(b.stderr, "throughput %s x%d: %.0f calls/s, median %s ms, p99 %s ms", p.name, conc, t.CallsPerSec, fmtMS(t.MedianMS), fmtMS(t.P99MS))
 			}
 			b.res.Throughput = append(b.res.Throughput, t)

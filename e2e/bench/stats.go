@@ -76,7 +76,9 @@ type Throughput struct {
 	CallsPerSec float64 `json:"calls_per_sec"`
 	MedianMS    float64 `json:"median_ms"`
 	P99MS       float64 `json:"p99_ms"`
-	Skipped     string  `json:"skipped,omitempty"`
+	// PeakRSSKiB is the server's peak RSS (VmHWM) when the row ended.
+	PeakRSSKiB int64  `json:"server_peak_rss_kib,omitempty"`
+	Skipped    string `json:"skipped,omitempty"`
 }
 
 // Startup is the time from exec to the initialize answer (MedianMS,
