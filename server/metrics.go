@@ -1,7 +1,6 @@
 package server
 
 import (
-	"fmt"
 	"net/http"
 	"time"
 
@@ -137,7 +136,7 @@ func (m *Metrics) observeAudit(f logrus.Fields) {
 	if tool == "" {
 		return // not a call's record (a refused conf line)
 	}
-	backend := fmt.Sprint(f["backend"])
+	backend, _ := f["backend"].(string) // a record of a call refused before it began may have none
 	if q, ok := f["queued_ms"].(int64); ok {
 		m.queueWait.WithLabelValues("server").Observe(float64(q) / 1000)
 	}
