@@ -9,12 +9,16 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -1095,5 +1099,67 @@ func TestHTTPPrincipalsOfTwoMethods(t *testing.T) {
 	}
 	if got := f.post(t, rpcReq{token: aliceToken, body: callBody("hello"), headers: h}); got.status != 200 {
 		t.Errorf("token alice in her session: %d", got.status)
+	}
+}
+
+// TestHTTPTLS: with a certificate and key, Serve speaks HTTPS only: a
+// client that trusts the certificate initializes; plain HTTP is refused.
+func TestHTTPTLS(t *testing.T) {
+	dir := t.TempDir()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "toolgate test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, _ := x509.MarshalECPrivateKey(key)
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
+
+	s := New(Options{Conf: loadConf(t, httpConf), Direct: &fakeRunner{}})
+	h, err := NewHTTP(s, HTTPOptions{TLSCert: certFile, TLSKey: keyFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Serve(ctx, ln, nil) }()
+	defer func() { cancel(); <-done }()
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	req, _ := http.NewRequest(http.MethodPost, "https://"+ln.Addr().String()+MCPPath, strings.NewReader(initBody))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("HTTPS initialize: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.TLS == nil {
+		t.Errorf("HTTPS initialize: %d (TLS %v)", resp.StatusCode, resp.TLS != nil)
+	}
+	plain, err := http.Post("http://"+ln.Addr().String()+MCPPath, "application/json", strings.NewReader(initBody))
+	if err == nil {
+		plain.Body.Close()
+		if plain.StatusCode == 200 {
+			t.Errorf("plain HTTP to the TLS listener: %d, want refused", plain.StatusCode)
+		}
 	}
 }
