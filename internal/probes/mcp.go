@@ -62,7 +62,15 @@ func mcpServer(args []string) {
 		if _, err := in.Peek(1); err != nil {
 			return // stdin closed
 		}
+		// The head of the next message: up to its newline or the
+		// buffer's 4 KiB, however the writer split it into pieces.
 		head, _ := in.Peek(in.Buffered())
+		for !bytes.Contains(head, []byte("\n")) && len(head) < in.Size() {
+			var err error
+			if head, err = in.Peek(len(head) + 1); err != nil {
+				break
+			}
+		}
 		if deaf && bytes.Contains(head, []byte(`"method":"tools/call"`)) && bytes.Contains(head, []byte(`"name":"deaf"`)) {
 			fmt.Fprintln(os.Stderr, "probe mcp: deaf from now on")
 			for { // never read again; toolgate kills it
