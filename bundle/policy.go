@@ -60,6 +60,33 @@ var Env = []string{
 	"GIT_CONFIG_NOSYSTEM=1",
 }
 
+// A sandbox with an egress allowlist keeps its network namespace of lo
+// alone; its one way out is toolgate's egress proxy, whose socket's
+// directory is bound read-only at EgressDir. The init (or service) shim
+// listens on 127.0.0.1:EgressPort inside, bridges each connection onto
+// the socket, and adds ProxyEnv to the tool's environment: the one
+// addition to Env, present only for a tool with an allowlist.
+const (
+	EgressDir    = "/.toolgate/egress"
+	EgressSocket = "proxy.sock"
+	EgressPort   = 3128
+	// EgressSocketPath is the socket's path inside the sandbox.
+	EgressSocketPath = EgressDir + "/" + EgressSocket
+)
+
+// ProxyEnv are the proxy variables of a tool with an egress allowlist, in
+// both spellings that tools read. NO_PROXY keeps loopback inside the
+// sandbox: a test suite's own server on localhost is the sandbox's, and
+// the proxy would refuse the host's loopback anyway unless it is listed.
+var ProxyEnv = []string{
+	"HTTP_PROXY=http://127.0.0.1:3128",
+	"HTTPS_PROXY=http://127.0.0.1:3128",
+	"NO_PROXY=localhost,127.0.0.1,::1",
+	"http_proxy=http://127.0.0.1:3128",
+	"https_proxy=http://127.0.0.1:3128",
+	"no_proxy=localhost,127.0.0.1,::1",
+}
+
 // EtcAllowList is every /etc entry a sandbox may see, when it exists on
 // the host: what the dynamic loader, name-service lookups, time zones and
 // TLS need. Never all of /etc: /etc/shadow, keys and service credentials

@@ -23,6 +23,10 @@ type Tool struct {
 	// Args is the container process's argv: the init shim at ShimPath and
 	// its arguments (runtime/oci builds them).
 	Args []string `json:"args"`
+	// Egress, when set, is the host directory of the call's egress proxy
+	// socket, bound read-only at EgressDir (a tool with an allowlist; the
+	// network namespace stays the container's own).
+	Egress string `json:"egress,omitempty"`
 }
 
 // Policy is the sandbox of every call (policy.go says what it is): all
@@ -49,6 +53,11 @@ type Policy struct {
 	Shim string `json:"shim"`
 	// Seccomp asks for the default seccomp profile (see DefaultSeccomp).
 	Seccomp bool `json:"seccomp"`
+	// EgressConns and EgressBytes bound one call's traffic through its
+	// egress proxy (a tool with an allowlist): the connections it may ask
+	// for and the bytes it may move both ways; 0 means no bound.
+	EgressConns int   `json:"egressConns,omitempty"`
+	EgressBytes int64 `json:"egressBytes,omitempty"`
 
 	// Rootfs and CgroupsPath place the OCI rendering: the absolute path
 	// of the (read-only) skeleton rootfs, and linux.cgroupsPath. The bwrap
@@ -84,6 +93,9 @@ func Spec(t Tool, p Policy, extra ...Opt) (*specs.Spec, error) {
 	if !Within(t.Exe, t.Dir) && !p.Host.Visible(t.Exe) {
 		opts = append(opts, WithReadonlyBind(t.Exe, t.Exe, false))
 	}
+	if t.Egress != "" {
+		opts = append(opts, WithReadonlyBind(t.Egress, EgressDir, true))
+	}
 	opts = append(opts, WithArgs(t.Args...), WithEnv(Env), WithCwd(t.Dir))
 	if p.Pids > 0 {
 		opts = append(opts, WithPidsLimit(p.Pids))
@@ -107,6 +119,7 @@ var checks = []check{
 	checkExe,
 	checkDir,
 	checkArgs,
+	checkEgress,
 	checkRootfs,
 	checkUser,
 	checkRlimits,
@@ -147,6 +160,13 @@ func checkArgs(t Tool, _ Policy) error {
 	}
 	if !path.IsAbs(t.Args[0]) {
 		return fmt.Errorf("tool args[0] %q: want an absolute path (no PATH search)", t.Args[0])
+	}
+	return nil
+}
+
+func checkEgress(t Tool, _ Policy) error {
+	if t.Egress != "" && !cleanAbs(t.Egress) {
+		return fmt.Errorf("tool egress dir %q: want a clean absolute path", t.Egress)
 	}
 	return nil
 }

@@ -180,8 +180,11 @@ func TestProxyLimits(t *testing.T) {
 
 	g := newFixture(t, func(f *fixture) []string { return []string{"127.0.0.1:" + f.port} }, Limits{Bytes: 64 << 10})
 	status, body := g.get(t, "http://127.0.0.1:"+g.port+"/big")
-	if len(body) >= 1<<20 || g.proxy.Limit() != LimitBytes {
-		t.Errorf("a 1 MiB body under a 64 KiB cap: %d, %d bytes, limit %q; want it cut and %s named", status, len(body), g.proxy.Limit(), LimitBytes)
+	if len(body) > 64<<10 || g.proxy.Limit() != LimitBytes {
+		t.Errorf("a 1 MiB body under a 64 KiB cap: %d, %d bytes, limit %q; want it cut at the cap and %s named", status, len(body), g.proxy.Limit(), LimitBytes)
+	}
+	if _, used := g.proxy.Used(); used != 64<<10 {
+		t.Errorf("the proxy moved %d bytes under a %d-byte cap: want exactly the cap", used, 64<<10)
 	}
 	if status, body := g.get(t, "http://127.0.0.1:"+g.port+"/"); status != 403 || !strings.Contains(body, LimitBytes) {
 		t.Errorf("after the cap: %d %q, want 403 naming %s", status, body, LimitBytes)

@@ -203,6 +203,12 @@ func (p *Proxy) Limit() string {
 	return s
 }
 
+// Used returns the connections asked for (allowed or refused) and the
+// bytes moved both ways so far.
+func (p *Proxy) Used() (conns, bytes int64) {
+	return p.conns.Load(), p.bytes.Load()
+}
+
 func (p *Proxy) hit(limit string) {
 	p.limit.CompareAndSwap(nil, limit)
 }
@@ -311,37 +317,66 @@ type countedConn struct {
 }
 
 func (c *countedConn) Read(b []byte) (int, error) {
-	if err := c.room(); err != nil {
+	b, err := c.reserve(b)
+	if err != nil {
 		return 0, err
 	}
 	n, err := c.Conn.Read(b)
+	c.settle(len(b), n)
 	c.down.Add(int64(n))
-	c.count(n)
 	return n, err
 }
 
 func (c *countedConn) Write(b []byte) (int, error) {
-	if err := c.room(); err != nil {
-		return 0, err
+	var done int
+	for done < len(b) {
+		chunk, err := c.reserve(b[done:])
+		if err != nil {
+			return done, err
+		}
+		n, err := c.Conn.Write(chunk)
+		c.settle(len(chunk), n)
+		c.up.Add(int64(n))
+		done += n
+		if err != nil {
+			return done, err
+		}
 	}
-	n, err := c.Conn.Write(b)
-	c.up.Add(int64(n))
-	c.count(n)
-	return n, err
+	return done, nil
 }
 
-// room fails once the call's bytes are spent, closing the connection.
-func (c *countedConn) room() error {
-	if l := c.p.cfg.Limits.Bytes; l > 0 && c.p.bytes.Load() >= l {
-		c.p.hit(LimitBytes)
-		c.rec.Reason = fmt.Sprintf("cut at the call's %d bytes (%s)", l, LimitBytes)
-		_ = c.Close()
-		return errors.New(c.rec.Reason)
+// reserve takes room for up to len(b) bytes from the call's budget
+// (shared by all its connections, so taken before the bytes move), and
+// returns b cut to what it took. With the budget spent it closes the
+// connection and fails.
+func (c *countedConn) reserve(b []byte) ([]byte, error) {
+	l := c.p.cfg.Limits.Bytes
+	if l <= 0 {
+		c.p.bytes.Add(int64(len(b)))
+		return b, nil
 	}
-	return nil
+	for {
+		used := c.p.bytes.Load()
+		room := l - used
+		if room <= 0 {
+			c.p.hit(LimitBytes)
+			c.rec.Reason = fmt.Sprintf("cut at the call's %d bytes (%s)", l, LimitBytes)
+			_ = c.Close()
+			return nil, errors.New(c.rec.Reason)
+		}
+		take := min(int64(len(b)), room)
+		if c.p.bytes.CompareAndSwap(used, used+take) {
+			return b[:take], nil
+		}
+	}
 }
 
-func (c *countedConn) count(n int) { c.p.bytes.Add(int64(n)) }
+// settle gives back what a reservation of took did not move.
+func (c *countedConn) settle(took, moved int) {
+	if took > moved {
+		c.p.bytes.Add(int64(moved - took))
+	}
+}
 
 func (c *countedConn) Close() error {
 	err := c.Conn.Close()

@@ -36,6 +36,12 @@ type SandboxLimits struct {
 	// TmpSize is the size of the private /tmp tmpfs, in bytes. Default
 	// 64 MiB.
 	TmpSize int64
+	// EgressConns and EgressBytes bound the traffic of one call of a tool
+	// with an egress allowlist: the connections it may ask for through the
+	// proxy (allowed or refused) and the bytes it may move both ways; 0
+	// means no bound. Defaults 256 and 256 MiB.
+	EgressConns int
+	EgressBytes int64
 }
 
 // The default sandbox limits.
@@ -47,6 +53,9 @@ const (
 	DefaultCore    = 0
 	DefaultFSize   = 1 << 30
 	DefaultTmpSize = 64 << 20
+
+	DefaultEgressConns = 256
+	DefaultEgressBytes = 256 << 20
 )
 
 // DefaultSandboxLimits returns the documented defaults.
@@ -59,6 +68,9 @@ func DefaultSandboxLimits() SandboxLimits {
 		Core:    DefaultCore,
 		FSize:   DefaultFSize,
 		TmpSize: DefaultTmpSize,
+
+		EgressConns: DefaultEgressConns,
+		EgressBytes: DefaultEgressBytes,
 	}
 }
 
@@ -79,6 +91,10 @@ func (l SandboxLimits) Validate() error {
 		return errors.New("sandbox limit fsize 0: want at least 1")
 	case l.TmpSize <= 0:
 		return fmt.Errorf("sandbox limit tmp size %d: want more than 0", l.TmpSize)
+	case l.EgressConns < 0:
+		return fmt.Errorf("sandbox limit egress connections %d: want 0 (no limit) or more", l.EgressConns)
+	case l.EgressBytes < 0:
+		return fmt.Errorf("sandbox limit egress bytes %d: want 0 (no limit) or more", l.EgressBytes)
 	}
 	return nil
 }
@@ -98,6 +114,9 @@ func (l SandboxLimits) Policy(host bundle.Host, shim string) bundle.Policy {
 		Memory:  l.Memory,
 		Shim:    shim,
 		Seccomp: true,
+
+		EgressConns: l.EgressConns,
+		EgressBytes: l.EgressBytes,
 	}
 }
 

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/bundle"
+	"github.com/toolgate/toolgate/egress"
+	"github.com/toolgate/toolgate/egress/allowlist"
 )
 
 // Backend names an execution backend.
@@ -84,6 +86,15 @@ type Invocation struct {
 	// zero (a tool's stdout and stderr are one stream); the built-ins'
 	// helpers set it, because their stdout is parsed.
 	StderrMax int
+	// Egress, when set, is the tool's network allowlist (its egress line,
+	// a registry entry's allowed_hosts): the sandbox then reaches these
+	// destinations, and nothing else, through toolgate's egress proxy
+	// (StartEgress). Nil: no network at all. Only the sandbox backends
+	// take it; the direct backend refuses a call with one.
+	Egress allowlist.List
+	// EgressRecord receives the record of every connection the egress
+	// proxy allowed or refused; nil discards them.
+	EgressRecord func(egress.Record)
 }
 
 // Limit names what ended a call early.
@@ -122,6 +133,10 @@ type Result struct {
 	TimedOut bool
 	// Limit names what ended the call early, if anything.
 	Limit Limit
+	// Egress sums up the call's traffic through its egress proxy (zero
+	// without an allowlist). An egress limit does not end a call: the
+	// connections beyond it are refused, and the result names it.
+	Egress EgressUse
 }
 
 // Failed reports whether the call counts as a tool error: non-zero exit,

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/bundle"
+	"github.com/toolgate/toolgate/egress"
+	"github.com/toolgate/toolgate/egress/allowlist"
 )
 
 // Service is a long-lived process that speaks a protocol on its stdin and
@@ -45,6 +47,13 @@ type Service struct {
 	// at their own path (the server's installation, a data directory named
 	// in its arguments). Unsandboxed services see the whole host anyway.
 	ReadOnly []string
+	// Egress, when set, is the service's network allowlist (its registry
+	// entry's allowed_hosts): a sandbox then reaches these destinations,
+	// and nothing else, through an egress proxy that lives as long as the
+	// process (Invocation.Egress says how). EgressRecord receives each
+	// connection's record.
+	Egress       allowlist.List
+	EgressRecord func(egress.Record)
 	// Stderr receives the service's stderr one line at a time, bounded:
 	// see MaxStderrLine and MaxStderrBytes. nil discards it.
 	Stderr func(line string)
@@ -97,6 +106,9 @@ type ServiceCmd struct {
 	// ExtraFiles become fds 3 and up (the bwrap backend's seccomp
 	// program).
 	ExtraFiles []*os.File
+	// Egress, when set, is the process's egress proxy: the Process owns
+	// it from the start, and closes it once the process has ended.
+	Egress *Egress
 }
 
 // Process is a running service. Its stdin and stdout are pipes to the
@@ -108,6 +120,7 @@ type Process struct {
 	stdout *os.File
 	pid    int
 	group  *Group
+	egress *Egress
 	stop   func(pid int)
 	cmd    *exec.Cmd
 
@@ -193,6 +206,7 @@ func StartProcess(c ServiceCmd) (*Process, error) {
 		stdout: outR,
 		pid:    cmd.Process.Pid,
 		group:  c.Group,
+		egress: c.Egress,
 		stop:   c.Stop,
 		cmd:    cmd,
 		done:   make(chan struct{}),
@@ -222,6 +236,7 @@ func (p *Process) watch(stderr *os.File, stderrDone <-chan struct{}) {
 	if err := p.group.Close(); err != nil {
 		_ = err // the sweep at the next start removes what is left
 	}
+	p.egress.Close()
 	select {
 	case <-stderrDone:
 	case <-time.After(DrainGrace):

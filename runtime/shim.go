@@ -67,8 +67,13 @@ type ShimSpec struct {
 	GID     int
 	// KeepStderr (init) leaves stderr apart from stdout.
 	KeepStderr bool
-	Path       string   // what to execve
-	Argv       []string // its argv
+	// Egress (init, service), when set, is the egress proxy's socket
+	// inside the sandbox: the shim stays as the sandbox's first process,
+	// bridges 127.0.0.1:bundle.EgressPort onto the socket, and runs the
+	// tool as its child with the proxy variables (shim_egress.go).
+	Egress string
+	Path   string   // what to execve
+	Argv   []string // its argv
 }
 
 // Args returns the argv (after the binary) that runs spec.
@@ -85,6 +90,9 @@ func (s ShimSpec) Args() []string {
 	}
 	if s.KeepStderr {
 		a = append(a, "--stderr", "keep")
+	}
+	if s.Egress != "" {
+		a = append(a, "--egress", s.Egress)
 	}
 	a = append(a, "--", s.Path)
 	return append(a, s.Argv...)
@@ -117,6 +125,8 @@ func parseShim(args []string) (ShimSpec, error) {
 				return s, fmt.Errorf("bad --stderr %q: want keep", val)
 			}
 			s.KeepStderr = true
+		case "--egress":
+			s.Egress = val
 		case "--uid", "--gid":
 			n, err := strconv.Atoi(val)
 			if err != nil || n < 0 {
@@ -201,6 +211,9 @@ func enter(s ShimSpec) {
 // OCI runtimes inject HOME), then exec.
 func initExec(s ShimSpec) {
 	setRlimits(s.Rlimits)
+	if s.Egress != "" {
+		os.Exit(superviseEgress(s, Env, s.KeepStderr))
+	}
 	if !s.KeepStderr {
 		if err := unix.Dup2(1, 2); err != nil {
 			shimFail(126, "init: dup2: %v", err)
@@ -220,6 +233,9 @@ func initExec(s ShimSpec) {
 // channel and stderr its log, kept apart.
 func serviceExec(s ShimSpec) {
 	setRlimits(s.Rlimits)
+	if s.Egress != "" {
+		os.Exit(superviseEgress(s, withoutPWD(os.Environ()), true))
+	}
 	err := syscall.Exec(s.Path, s.Argv, withoutPWD(os.Environ())) //nolint:gosec // the service shim's job: exec the registry's configured server
 	if errors.Is(err, syscall.E2BIG) {
 		shimFail(126, "start %s: argument list too long", s.Path)

@@ -28,6 +28,8 @@ func (f *sandboxFlags) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&f.limits.Core, "sandbox-core", f.limits.Core, "RLIMIT_CORE of sandboxed tools in bytes")
 	fs.Uint64Var(&f.limits.FSize, "sandbox-fsize", f.limits.FSize, "RLIMIT_FSIZE of sandboxed tools in bytes")
 	fs.Int64Var(&f.limits.TmpSize, "sandbox-tmp", f.limits.TmpSize, "size of a sandbox's private /tmp in bytes")
+	fs.IntVar(&f.limits.EgressConns, "sandbox-egress-connections", f.limits.EgressConns, "connections one call of a tool with an egress allowlist may ask its proxy for, allowed or refused (0 = no limit)")
+	fs.Int64Var(&f.limits.EgressBytes, "sandbox-egress-bytes", f.limits.EgressBytes, "bytes one call of a tool with an egress allowlist may move through its proxy, both ways (0 = no limit)")
 }
 
 // sandboxIDs are the host uid and gid sandboxes run as: nobody when the

@@ -36,10 +36,10 @@ func (r Rule) Wildcard() bool { return strings.HasPrefix(r.Host, "*.") }
 const MaxRules = 64
 
 // ParseRule parses host:port. The host is a DNS name (letters, digits,
-// hyphens, dots; labels of 1 to 63 characters; at least two labels), a
-// "*." and such a name of at least two labels (so "*.com" is refused: it
-// would allow a whole top-level domain), or an IP literal ([...] for
-// IPv6). The port is 1 to 65535 and always stated. No scheme, path, user
+// hyphens, dots; labels of 1 to 63 characters: "localhost" and an
+// intranet's one-label names included), a "*." and a name of at least two
+// labels (so "*.com" is refused: it would allow a whole top-level domain),
+// or an IP literal ([...] for IPv6). The port is 1 to 65535 and always stated. No scheme, path, user
 // or other syntax.
 func ParseRule(s string) (Rule, error) {
 	host, port, err := splitHostPort(s)
@@ -59,9 +59,9 @@ func ParseRule(s string) (Rule, error) {
 		return r, nil
 	}
 	name := strings.ToLower(host)
-	labels := strings.TrimPrefix(name, "*.")
+	labels, wild := strings.CutPrefix(name, "*.")
 	// A "*" anywhere but a leading "*." fails checkName's characters.
-	if err := checkName(labels); err != nil {
+	if err := checkName(labels, wild); err != nil {
 		return Rule{}, fmt.Errorf("%q: %w", s, err)
 	}
 	r.Host = name
@@ -90,14 +90,15 @@ func splitHostPort(s string) (host, port string, err error) {
 	return s[:i], s[i+1:], nil
 }
 
-// checkName checks a DNS name of at least two labels.
-func checkName(name string) error {
+// checkName checks a DNS name, of at least two labels when it follows a
+// wildcard's "*.".
+func checkName(name string, wild bool) error {
 	if len(name) > 253 {
 		return errors.New("name longer than 253 characters")
 	}
 	labels := strings.Split(name, ".")
-	if len(labels) < 2 {
-		return errors.New("want a name of at least two labels (an allowlist names hosts, not top-level domains)")
+	if wild && len(labels) < 2 {
+		return errors.New("a wildcard wants a name of at least two labels after \"*.\" (a top-level domain is not a destination)")
 	}
 	for _, l := range labels {
 		if l == "" || len(l) > 63 {

@@ -121,6 +121,8 @@ func Main(pre, args []string) {
 		time.Sleep(60 * time.Second)
 	case "net":
 		netProbe(args)
+	case "egress":
+		egressProbe(args)
 	case "write":
 		for _, p := range args {
 			fmt.Printf("write %s: %s\n", p, result(tryWrite(p)))

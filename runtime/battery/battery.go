@@ -243,6 +243,9 @@ func Cases() []Case {
 		{Name: "kill-all", Guarantee: "kill(-1, SIGKILL) from inside kills only the sandbox", Run: caseKillAll},
 		{Name: "descriptors", Guarantee: "the tool has only stdin (empty), stdout and stderr (one stream): no descriptor the server inherited", Run: caseDescriptors},
 		{Name: "dev-capped", Guarantee: "/dev is read-only and /dev/shm is a private tmpfs capped like /tmp", Run: caseDevCapped},
+		{Name: "egress-reached", Guarantee: "with an egress allowlist, a listed destination (a server on the host's 127.0.0.1, listed by address) is reached through toolgate's proxy by HTTP and CONNECT; the proxy variables are the one addition to the environment", Run: caseEgressReached},
+		{Name: "egress-refused", Guarantee: "with an egress allowlist, an unlisted name, an unlisted IP literal, a metadata address and a listed name resolving to loopback are refused by the proxy; a connection around the proxy, a name lookup and a DNS datagram reach nothing", Run: caseEgressRefused},
+		{Name: "egress-limits", Guarantee: "with an egress allowlist, the call's connection and byte caps hold and its result names the cap it hit", Run: caseEgressLimits},
 		{Name: "seccomp", Guarantee: "a seccomp filter (containers/common's default profile) is loaded: a syscall it refuses fails", Run: caseSeccomp},
 	}
 }

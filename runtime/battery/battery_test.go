@@ -31,6 +31,8 @@ func testLimits() rt.SandboxLimits {
 	l.Pids = 64
 	l.Memory = 128 << 20
 	l.TmpSize = 16 << 20
+	l.EgressConns = 8
+	l.EgressBytes = 4 << 20
 	return l
 }
 
@@ -130,7 +132,7 @@ func TestBrokenSandboxIsReported(t *testing.T) {
 	for _, o := range outcomes {
 		broken[o.Case] = o.State == Broken
 	}
-	for _, c := range []string{"network", "read-only", "environment", "privileges", "host-invisible", "links", "fork-bomb", "memory-bomb"} {
+	for _, c := range []string{"network", "read-only", "environment", "privileges", "host-invisible", "links", "fork-bomb", "memory-bomb", "egress-reached", "egress-refused"} {
 		if !broken[c] {
 			t.Errorf("case %s held on the unsandboxed direct runner", c)
 		}

@@ -45,6 +45,12 @@ type Plan struct {
 	// ReadOnly are further canonical host paths bound read-only at their
 	// own path, in order, skipping those already visible.
 	ReadOnly []string
+
+	// EgressDir, when set, is the host directory of the call's (or the
+	// service's) egress proxy socket (rt.Egress.Dir): bound read-only at
+	// bundle.EgressDir, and the shim bridges the sandbox's loopback proxy
+	// port onto it. The network namespace stays unshared.
+	EgressDir string
 }
 
 // Args returns bwrap's argv (without the bwrap path) for plan p under
@@ -133,13 +139,19 @@ func Args(pol bundle.Policy, p Plan) []string {
 	if chdir == "" {
 		chdir = "/"
 	}
-	a = append(a, "--ro-bind", pol.Shim, bundle.ShimPath, "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", chdir)
+	a = append(a, "--ro-bind", pol.Shim, bundle.ShimPath)
+	var egress string
+	if p.EgressDir != "" {
+		a = append(a, "--ro-bind", p.EgressDir, bundle.EgressDir)
+		egress = bundle.EgressSocketPath
+	}
+	a = append(a, "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", chdir)
 	if pol.Seccomp {
 		a = append(a, "--seccomp", strconv.Itoa(SeccompFD))
 	}
 	rlimits := rt.ShimRlimits(pol.Rlimits)
 	if p.Service {
-		svc := rt.ShimSpec{Mode: rt.ShimService, Rlimits: rlimits, UID: -1, GID: -1, Path: p.Exe, Argv: p.Argv}
+		svc := rt.ShimSpec{Mode: rt.ShimService, Rlimits: rlimits, UID: -1, GID: -1, Egress: egress, Path: p.Exe, Argv: p.Argv}
 		a = append(a, "--", bundle.ShimPath)
 		return append(a, svc.Args()...)
 	}
@@ -149,6 +161,6 @@ func Args(pol bundle.Policy, p Plan) []string {
 		a = append(a, "--setenv", k, v)
 	}
 	a = append(a, "--", bundle.ShimPath)
-	init := rt.ShimSpec{Mode: rt.ShimInit, Rlimits: rlimits, UID: -1, GID: -1, KeepStderr: p.KeepStderr, Path: p.Exe, Argv: p.Argv}
+	init := rt.ShimSpec{Mode: rt.ShimInit, Rlimits: rlimits, UID: -1, GID: -1, KeepStderr: p.KeepStderr, Egress: egress, Path: p.Exe, Argv: p.Argv}
 	return append(a, init.Args()...)
 }

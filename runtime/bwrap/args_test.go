@@ -73,6 +73,11 @@ func goldenPlans() []goldenPlan {
 			Argv: []string{"/usr/bin/true"}, Dir: "/opt/x"}},
 		{"helper", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/ctags", ExeResolved: "/usr/bin/ctags-universal",
 			Argv: []string{"/usr/bin/ctags", "--options=NONE", "--_interactive"}, Dir: "/srv/x", KeepStderr: true}},
+		// A tool with an egress allowlist: its proxy's directory bound,
+		// the init shim told where the socket is; still --unshare-net.
+		{"egress-tool", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/curl", ExeResolved: "/usr/bin/curl",
+			Argv: []string{"/usr/bin/curl", "-sS", "https://api.example.com/"}, Dir: "/srv/repo",
+			EgressDir: "/tmp/toolgate-egress-1/00112233445566778899aabbccddeeff"}},
 		// Services (StartService): no --clearenv or --setenv, the service
 		// shim; ReadOnly binds, skipping what is visible already.
 		{"service-node", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/node", ExeResolved: "/usr/bin/node",
@@ -80,6 +85,9 @@ func goldenPlans() []goldenPlan {
 			Service: true, ReadOnly: []string{"/opt/mcp/node_modules/srv/dist/index.js", "/srv/data", "/usr/share/doc"}}},
 		{"service-net-no-dir", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/local/bin/mcp-web", ExeResolved: "/opt/web/bin/mcp-web",
 			Argv: []string{"/usr/local/bin/mcp-web", "--stdio"}, Service: true, ShareNet: true}},
+		{"service-egress", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/node", ExeResolved: "/usr/bin/node",
+			Argv: []string{"/usr/bin/node", "/opt/mcp/fetch.js"}, Dir: "/opt/mcp", Service: true,
+			EgressDir: "/tmp/toolgate-egress-1/ffeeddccbbaa99887766554433221100"}},
 	}
 }
 

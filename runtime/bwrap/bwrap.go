@@ -205,6 +205,14 @@ func Hint(msg string) string {
 // Run runs inv in a fresh sandbox.
 func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
 	plan := Plan{Exe: inv.Argv[0], ExeResolved: inv.Path, Argv: inv.Argv, Dir: inv.Dir, KeepStderr: inv.StderrMax > 0}
+	eg, err := inv.StartEgress(r.policy, r.uid, r.gid)
+	if err != nil {
+		return rt.Result{}, err
+	}
+	defer eg.Close()
+	if eg != nil {
+		plan.EgressDir = eg.Dir
+	}
 	filter, err := r.seccompFile()
 	if err != nil {
 		return rt.Result{}, err
@@ -215,7 +223,7 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		return rt.Result{}, err
 	}
 	defer group.Close()
-	return rt.Exec(ctx, rt.Cmd{
+	res, err := rt.Exec(ctx, rt.Cmd{
 		Path:        start.path,
 		Args:        start.argv,
 		SysProcAttr: start.attr,
@@ -229,6 +237,8 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		Seen:        inv.Seen,
 		Group:       group,
 	})
+	res.Egress = eg.Use()
+	return res, err
 }
 
 // seccompFile returns a descriptor to read the seccomp program from (the

@@ -14,6 +14,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/toolgate/toolgate/bundle"
+	"github.com/toolgate/toolgate/egress/allowlist"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/oci"
@@ -43,6 +44,9 @@ type sandboxView struct {
 	Exec       string
 	Argv       []string
 	KeepStderr bool
+	// Egress is the proxy socket the init shim bridges ("" without an
+	// allowlist).
+	Egress string
 }
 
 // knownDifferences are the ways the two renderings differ on purpose,
@@ -128,7 +132,7 @@ func bwrapView(t *testing.T, argv []string) sandboxView {
 				t.Fatalf("bwrap runs %q first, want the shim at %s", shim[0], bundle.ShimPath)
 			}
 			spec := parseInit(t, shim[1:])
-			v.Exec, v.Argv, v.KeepStderr = spec.path, spec.argv, spec.keepStderr
+			v.Exec, v.Argv, v.KeepStderr, v.Egress = spec.path, spec.argv, spec.keepStderr, spec.egress
 			v.Rlimits = spec.rlimits
 			i = len(argv)
 		default:
@@ -149,6 +153,7 @@ type initSpec struct {
 	argv       []string
 	rlimits    []string
 	keepStderr bool
+	egress     string
 }
 
 // parseInit reads the init shim's arguments (rt.ShimSpec.Args).
@@ -165,6 +170,8 @@ func parseInit(t *testing.T, a []string) initSpec {
 			s.rlimits = append(s.rlimits, a[1])
 		case "--stderr":
 			s.keepStderr = a[1] == "keep"
+		case "--egress":
+			s.egress = a[1]
 		default:
 			t.Fatalf("init shim option %q unknown to the parity test", a[0])
 		}
@@ -243,7 +250,7 @@ func ociView(t *testing.T, s *specs.Spec, h bundle.Host) sandboxView {
 		t.Fatalf("the OCI process is %q, want the shim at %s", args[0], bundle.ShimPath)
 	}
 	spec := parseInit(t, args[1:])
-	v.Exec, v.Argv, v.KeepStderr = spec.path, spec.argv, spec.keepStderr
+	v.Exec, v.Argv, v.KeepStderr, v.Egress = spec.path, spec.argv, spec.keepStderr, spec.egress
 	for _, r := range s.Process.Rlimits {
 		if r.Soft != r.Hard {
 			t.Fatalf("OCI rlimit %s soft %d != hard %d", r.Type, r.Soft, r.Hard)
@@ -297,7 +304,10 @@ func TestPolicyParity(t *testing.T) {
 			if tc.plan.KeepStderr {
 				inv.StderrMax = 1
 			}
-			spec, err := oci.RenderSpec(pol, oci.Runc, inv)
+			if tc.plan.EgressDir != "" {
+				inv.Egress = allowlist.List{{Host: "api.example.com", Port: 443}}
+			}
+			spec, err := oci.RenderSpec(pol, oci.Runc, inv, tc.plan.EgressDir)
 			if err != nil {
 				t.Fatalf("RenderSpec: %v", err)
 			}

@@ -40,17 +40,29 @@ func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, e
 			return nil, fmt.Errorf("sandbox %s: %w", s.Name, err)
 		}
 	}
+	if s.Network && len(s.Egress) > 0 {
+		return nil, fmt.Errorf("sandbox %s: an egress allowlist beside the host's network", s.Name)
+	}
 	plan := Plan{
 		Exe: s.Argv[0], ExeResolved: s.Path, Argv: s.Argv, Dir: s.Dir,
 		Service: true, ShareNet: s.Network, ReadOnly: s.ReadOnly,
 	}
+	eg, err := s.StartEgress(r.uid, r.gid)
+	if err != nil {
+		return nil, err
+	}
+	if eg != nil {
+		plan.EgressDir = eg.Dir
+	}
 	filter, err := r.seccompFile()
 	if err != nil {
+		eg.Close()
 		return nil, err
 	}
 	defer filter.Close()
 	group, st, err := r.enter(s.ID, plan)
 	if err != nil {
+		eg.Close()
 		return nil, err
 	}
 	p, err := rt.StartProcess(rt.ServiceCmd{
@@ -62,11 +74,13 @@ func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, e
 		Group:       group,
 		Stderr:      s.Stderr,
 		ExtraFiles:  []*os.File{filter},
+		Egress:      eg,
 	})
 	if err != nil {
 		if group != nil {
 			group.Close()
 		}
+		eg.Close()
 		return nil, err
 	}
 	return p, nil

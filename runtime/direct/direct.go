@@ -9,6 +9,7 @@ package direct
 
 import (
 	"context"
+	"fmt"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -35,6 +36,11 @@ func (r *Runner) Tracking() string {
 
 // Run runs inv directly.
 func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
+	if len(inv.Egress) > 0 {
+		// An allowlist is enforced only from inside a sandbox's own
+		// network namespace: unsandboxed, it would be no bound at all.
+		return rt.Result{}, fmt.Errorf("%s: an egress allowlist needs a sandbox: the direct backend never runs one", inv.Name)
+	}
 	c := rt.Cmd{
 		Path:      inv.Path,
 		Args:      inv.Argv,

@@ -210,36 +210,46 @@ func (p *plan) cgroupsPath(id string) string {
 	return cgroupParent(os.Getpid()) + "/" + id
 }
 
-// spec returns the runtime spec of inv run as container id.
-func (p *plan) spec(inv rt.Invocation, id string) (*specs.Spec, error) {
+// spec returns the runtime spec of inv run as container id, egressDir
+// its egress proxy's directory (rt.Egress.Dir; "" without an allowlist).
+func (p *plan) spec(inv rt.Invocation, id, egressDir string) (*specs.Spec, error) {
 	pol := p.policy
 	pol.CgroupsPath = p.cgroupsPath(id)
-	return render(pol, p.fl, inv)
+	return render(pol, p.fl, inv, egressDir)
 }
 
 // RenderSpec is the OCI rendering of the sandbox policy pol for call inv
 // under runtime name: bundle.Spec of the call's tool (the init shim at
 // bundle.ShimPath, which execs inv's argv; the runtime sets the rlimits),
 // with the runtime's own adjustments. A pure function of its inputs: the
-// bwrap backend's parity test renders it beside bwrap.Args.
-func RenderSpec(pol bundle.Policy, name Name, inv rt.Invocation) (*specs.Spec, error) {
+// bwrap backend's parity test renders it beside bwrap.Args. egressDir is
+// the host directory of the call's egress proxy socket, "" for a call
+// without an allowlist.
+func RenderSpec(pol bundle.Policy, name Name, inv rt.Invocation, egressDir string) (*specs.Spec, error) {
 	fl, ok := flavours[name]
 	if !ok {
 		_, err := ParseRuntime(string(name))
 		return nil, err
 	}
-	return render(pol, fl, inv)
+	return render(pol, fl, inv, egressDir)
 }
 
-func render(pol bundle.Policy, fl flavour, inv rt.Invocation) (*specs.Spec, error) {
+func render(pol bundle.Policy, fl flavour, inv rt.Invocation, egressDir string) (*specs.Spec, error) {
 	if len(inv.Argv) == 0 {
 		return nil, errors.New("oci: empty argv")
 	}
+	if (egressDir != "") != (len(inv.Egress) > 0) {
+		return nil, fmt.Errorf("oci: spec of %s: an egress directory without an allowlist, or the reverse", inv.Name)
+	}
 	shim := rt.ShimSpec{Mode: rt.ShimInit, UID: -1, GID: -1, KeepStderr: inv.StderrMax > 0, Path: inv.Path, Argv: inv.Argv}
+	if egressDir != "" {
+		shim.Egress = bundle.EgressSocketPath
+	}
 	t := bundle.Tool{
-		Exe:  inv.Path,
-		Dir:  inv.Dir,
-		Args: append([]string{bundle.ShimPath}, shim.Args()...),
+		Exe:    inv.Path,
+		Dir:    inv.Dir,
+		Args:   append([]string{bundle.ShimPath}, shim.Args()...),
+		Egress: egressDir,
 	}
 	s, err := bundle.Spec(t, pol, fl.opts...)
 	if err != nil {
@@ -259,7 +269,11 @@ func Spec(cfg Config, inv rt.Invocation) (*specs.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	return p.spec(inv, id)
+	var egressDir string
+	if len(inv.Egress) > 0 {
+		egressDir = rt.EgressDirExample
+	}
+	return p.spec(inv, id, egressDir)
 }
 
 // Runner runs invocations in containers of one OCI runtime.
@@ -368,7 +382,11 @@ func (r *Runner) Spec(inv rt.Invocation) (*specs.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.spec(inv, id)
+	var egressDir string
+	if len(inv.Egress) > 0 {
+		egressDir = rt.EgressDirExample
+	}
+	return r.spec(inv, id, egressDir)
 }
 
 // Run runs inv in a fresh container. However the call ends, the container
@@ -378,7 +396,16 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	if err != nil {
 		return rt.Result{}, err
 	}
-	s, err := r.spec(inv, id)
+	eg, err := inv.StartEgress(r.policy, r.hostUID(), r.hostGID())
+	if err != nil {
+		return rt.Result{}, err
+	}
+	defer eg.Close()
+	var egressDir string
+	if eg != nil {
+		egressDir = eg.Dir
+	}
+	s, err := r.spec(inv, id, egressDir)
 	if err != nil {
 		return rt.Result{}, err
 	}
@@ -404,8 +431,19 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		Stop:   func(int) { r.kill(id) },
 		Finish: func() { r.cleanup(id) },
 	}
-	return r.exec(ctx, c)
+	if eg != nil {
+		c.Args = r.fl.runArgvEgress(r.bin, r.state, b, id)
+	}
+	res, err := r.exec(ctx, c)
+	res.Egress = eg.Use()
+	return res, err
 }
+
+// hostUID and hostGID are the container process's ids on the host (the
+// runtime runs as root here, with no user namespace): the owner of its
+// egress socket.
+func (r *Runner) hostUID() int { return int(r.policy.UID) }
+func (r *Runner) hostGID() int { return int(r.policy.GID) }
 
 // op runs one housekeeping command of the runtime (killArgv, deleteArgv,
 // listArgv), returning its output when it failed.

@@ -423,7 +423,7 @@ func TestSweepRemovesADeadServersContainers(t *testing.T) {
 	stale := &Runner{plan: &p}
 	in := inv("sleep", "60s")
 	id, _ := stale.containerID(in.ID)
-	s, err := stale.spec(in, id)
+	s, err := stale.spec(in, id, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +478,7 @@ func TestLoadRuleIsRenderRule(t *testing.T) {
 	for _, dir := range []string{"/srv/x", "/opt/x", "/home/me/p", "/tmp/w", "/usr/share/x", "/var/lib/x",
 		"/etc/app", "/etc", "/srv", "/opt", "/", "/tmp", "/usr", "/proc/1", "/sys/x", "/dev/x", "/.toolgate"} {
 		loadErr := rt.CheckSandboxTool(dir, "/usr/bin/true", -1, -1)
-		_, renderErr := RenderSpec(pol, Runc, rt.Invocation{ID: "c1", Name: "t", Path: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: dir})
+		_, renderErr := RenderSpec(pol, Runc, rt.Invocation{ID: "c1", Name: "t", Path: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: dir}, "")
 		if (loadErr == nil) != (renderErr == nil) {
 			t.Errorf("dir %s: load says %v, the OCI rendering %v", dir, loadErr, renderErr)
 		}

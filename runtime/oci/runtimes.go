@@ -2,6 +2,7 @@ package oci
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/toolgate/toolgate/bundle"
@@ -51,6 +52,9 @@ type flavour struct {
 	// pidsFloor is the lowest pids cgroup limit the runtime tolerates
 	// (0: none).
 	pidsFloor int64
+	// egress are global flags a call with an egress allowlist needs: what
+	// lets the sandbox connect to the proxy's socket bound into it.
+	egress []string
 }
 
 // runscPidsFloor keeps runsc's pids cgroup high: it counts the Sentry's own
@@ -71,6 +75,9 @@ var flavours = map[Name]flavour{
 		quiet:     "-quiet",
 		opts:      []bundle.Opt{bundle.WithoutRecursiveReadonly(), bundle.WithClone3Allowed()},
 		pidsFloor: runscPidsFloor,
+		// --host-uds=open: connect(2) to a host socket bound into the
+		// sandbox (the egress proxy's; gVisor refuses it by default).
+		egress: []string{"--host-uds=open"},
 	},
 }
 
@@ -88,6 +95,12 @@ func (fl flavour) argv(bin, root, sub string, args ...string) []string {
 // runArgv runs container id from bundle b in the foreground.
 func (fl flavour) runArgv(bin, root, b, id string) []string {
 	return fl.argv(bin, root, "run", "--bundle", b, id)
+}
+
+// runArgvEgress is runArgv of a call with an egress allowlist.
+func (fl flavour) runArgvEgress(bin, root, b, id string) []string {
+	fl.global = append(slices.Clone(fl.global), fl.egress...)
+	return fl.runArgv(bin, root, b, id)
 }
 
 // killArgv sends SIGKILL to container id.

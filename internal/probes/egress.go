@@ -1,0 +1,202 @@
+package probes
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// egressProbe reports what a tool with an egress allowlist can reach.
+// Each argument is KIND:TARGET:
+//
+//   - get:URL       a plain-HTTP GET through the proxy that HTTP_PROXY
+//     names (set explicitly: Go's own proxy rules skip loopback);
+//   - connect:H:P   a CONNECT through that proxy: its status line;
+//   - direct:H:P    a TCP connection that ignores the proxy;
+//   - dns:NAME      a name lookup with the sandbox's resolver settings;
+//   - udp:H:P       a DNS query datagram sent straight to H:P, and
+//     whether anything answers within a second;
+//   - connects:N:H:P  N CONNECTs through the proxy, one after another:
+//     how many got each status;
+//   - size:URL      a plain-HTTP GET through the proxy, read to the end:
+//     the status, the bytes read and how the body ended.
+//
+// It first prints the proxy variables it was given. dns: refuses to run
+// outside a sandbox (requireEgressSandbox): on a host it would query the
+// host's resolver, which may send a packet off the machine.
+func egressProbe(args []string) {
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "ALL_PROXY"} {
+		if v, ok := os.LookupEnv(k); ok {
+			fmt.Printf("env %s=%s\n", k, v)
+		}
+	}
+	proxy := os.Getenv("HTTP_PROXY")
+	for _, a := range args {
+		kind, target, ok := strings.Cut(a, ":")
+		if !ok {
+			fail(fmt.Sprintf("egress: want KIND:TARGET, got %q", a))
+		}
+		switch kind {
+		case "get":
+			fmt.Printf("get %s: %s\n", target, proxyGet(proxy, target))
+		case "connect":
+			fmt.Printf("connect %s: %s\n", target, proxyConnect(proxy, target))
+		case "direct":
+			c, err := net.DialTimeout("tcp", target, 2*time.Second)
+			if err == nil {
+				c.Close()
+			}
+			fmt.Printf("direct %s: %s\n", target, result(err))
+		case "dns":
+			requireEgressSandbox()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			addrs, err := net.DefaultResolver.LookupHost(ctx, target)
+			cancel()
+			if err != nil {
+				fmt.Printf("dns %s: failed\n", target)
+			} else {
+				fmt.Printf("dns %s: resolved %s\n", target, strings.Join(addrs, ","))
+			}
+		case "udp":
+			fmt.Printf("udp %s: %s\n", target, udpQuery(target))
+		case "connects":
+			n, hostport, _ := strings.Cut(target, ":")
+			count, err := strconv.Atoi(n)
+			if err != nil {
+				fail(fmt.Sprintf("egress: connects:N:H:P, got %q", a))
+			}
+			got := map[string]int{}
+			for range count {
+				got[proxyConnect(proxy, hostport)]++
+			}
+			fmt.Printf("connects %s: %s\n", hostport, counts(got))
+		case "size":
+			fmt.Printf("size %s: %s\n", target, proxySize(proxy, target))
+		default:
+			fail(fmt.Sprintf("egress: unknown kind %q", kind))
+		}
+	}
+}
+
+// proxyGet fetches u through proxy: "STATUS first-line-of-body".
+func proxyGet(proxy, u string) string {
+	pu, err := url.Parse(proxy)
+	if proxy == "" || err != nil {
+		return "no proxy variable"
+	}
+	c := &http.Client{
+		Timeout:   5 * time.Second,
+		Transport: &http.Transport{Proxy: http.ProxyURL(pu)},
+		// Never follow a redirect: what the proxy answered is the report.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	resp, err := c.Get(u) //nolint:noctx // the client's timeout bounds it
+	if err != nil {
+		return "error " + result(err)
+	}
+	defer resp.Body.Close()
+	line, _ := bufio.NewReader(io.LimitReader(resp.Body, 512)).ReadString('\n')
+	return fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(line))
+}
+
+// proxyConnect asks proxy for a tunnel to hostport: the answer's status
+// code, or why there was none.
+func proxyConnect(proxy, hostport string) string {
+	pu, err := url.Parse(proxy)
+	if proxy == "" || err != nil {
+		return "no proxy variable"
+	}
+	c, err := net.DialTimeout("tcp", pu.Host, 2*time.Second)
+	if err != nil {
+		return "proxy unreachable " + result(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", hostport, hostport)
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		return "no answer " + result(err)
+	}
+	resp.Body.Close()
+	return fmt.Sprint(resp.StatusCode)
+}
+
+// udpQuery sends one DNS query for example.com to hostport and reports
+// whether anything answered.
+func udpQuery(hostport string) string {
+	c, err := net.Dial("udp", hostport)
+	if err != nil {
+		return "denied " + result(err)
+	}
+	defer c.Close()
+	// id 0x1234, recursion desired, one question: example.com A IN.
+	q := []byte{0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0,
+		7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0, 0, 1, 0, 1}
+	if _, err := c.Write(q); err != nil {
+		return "denied " + result(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	buf := make([]byte, 512)
+	if _, err := c.Read(buf); err != nil {
+		return "no answer"
+	}
+	return "answered"
+}
+
+// requireEgressSandbox refuses to run unless this process is the tool of
+// a sandbox: PID 1 of its pid namespace, or the child of the egress init
+// shim, which is PID 1 there.
+func requireEgressSandbox() {
+	if os.Getpid() == 1 {
+		return
+	}
+	cmd, _ := os.ReadFile("/proc/1/cmdline")
+	if os.Getppid() == 1 && strings.HasPrefix(string(cmd), "/.toolgate/shim\x00") {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "probe: refusing: not the tool of a sandbox (pid %d): a name lookup here would use the host's resolver\n", os.Getpid())
+	os.Exit(99)
+}
+
+// counts renders a tally as "k=v" pairs in key order.
+func counts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// proxySize reads u through proxy to the end: "STATUS read N bytes: END".
+func proxySize(proxy, u string) string {
+	pu, err := url.Parse(proxy)
+	if proxy == "" || err != nil {
+		return "no proxy variable"
+	}
+	c := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
+	resp, err := c.Get(u) //nolint:noctx // the client's timeout bounds it
+	if err != nil {
+		return "error " + result(err)
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	end := "complete"
+	if err != nil {
+		end = "cut"
+	}
+	return fmt.Sprintf("%d read %d bytes: %s", resp.StatusCode, n, end)
+}

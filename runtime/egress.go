@@ -1,0 +1,191 @@
+package runtime
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/toolgate/toolgate/bundle"
+	"github.com/toolgate/toolgate/egress"
+	"github.com/toolgate/toolgate/egress/allowlist"
+)
+
+// Egress is the host side of one sandbox's narrow network: a private
+// directory holding the socket of an egress proxy that enforces the
+// allowlist. The backend binds Dir read-only into the sandbox at
+// bundle.EgressDir; inside, the init (or service) shim bridges the
+// sandbox's 127.0.0.1:bundle.EgressPort onto the socket and gives the tool
+// the proxy variables (bundle.ProxyEnv). The sandbox keeps its own network
+// namespace with only lo: the socket is its one way out.
+type Egress struct {
+	// Dir is the host directory bound into the sandbox.
+	Dir   string
+	proxy *egress.Proxy
+	done  chan struct{}
+}
+
+// EgressUse sums up one sandbox's traffic through its egress proxy.
+type EgressUse struct {
+	// Conns counts the connections asked for, allowed or refused; Bytes
+	// the bytes moved both ways.
+	Conns int64
+	Bytes int64
+	// Limit names the egress limit hit first (egress.LimitConns,
+	// egress.LimitBytes), "" when none.
+	Limit string
+}
+
+// egressParent is the directory of every egress socket directory of this
+// process: root-owned 0711 when toolgate is root, so that no other user
+// can list the names of the sandboxes' directories (each a 128-bit random
+// name) or reach a socket without its name.
+var egressParent struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+const egressPrefix = "toolgate-egress-"
+
+// EgressDirExample stands for a call's egress directory where no call
+// runs (`toolgate spec`): each call gets a fresh one.
+var EgressDirExample = filepath.Join(os.TempDir(), egressPrefix+"PID", "CALL")
+
+func egressRoot() (string, error) {
+	egressParent.once.Do(func() {
+		sweepEgress(os.TempDir())
+		dir := filepath.Join(os.TempDir(), egressPrefix+strconv.Itoa(os.Getpid()))
+		_ = os.RemoveAll(dir) // a dead process of the same pid left it
+		if err := os.Mkdir(dir, 0o711); err != nil {
+			egressParent.err = fmt.Errorf("egress: %w", err)
+			return
+		}
+		if err := os.Chmod(dir, 0o711); err != nil {
+			egressParent.err = fmt.Errorf("egress: %w", err)
+			return
+		}
+		egressParent.dir = dir
+	})
+	return egressParent.dir, egressParent.err
+}
+
+// sweepEgress removes the egress directories in tmp of processes that no
+// longer run (a server that was killed cannot remove its own).
+func sweepEgress(tmp string) {
+	ents, err := os.ReadDir(tmp)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(strings.TrimPrefix(e.Name(), egressPrefix))
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), egressPrefix) || err != nil || pid <= 0 {
+			continue
+		}
+		if syscall.Kill(pid, 0) == syscall.ESRCH {
+			_ = os.RemoveAll(filepath.Join(tmp, e.Name()))
+		}
+	}
+}
+
+// StartEgress starts the egress proxy of allow for one sandbox under
+// limits, its socket in a fresh directory that the sandbox's host uid:gid
+// can reach (-1: toolgate's own ids, when it is not root). record receives
+// one record per connection. Close it when the sandbox has ended.
+func StartEgress(allow allowlist.List, limits egress.Limits, uid, gid int, record func(egress.Record)) (*Egress, error) {
+	if len(allow) == 0 {
+		return nil, errors.New("egress: no destination")
+	}
+	root, err := egressRoot()
+	if err != nil {
+		return nil, err
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	dir := filepath.Join(root, hex.EncodeToString(b[:]))
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("egress: %w", err)
+	}
+	fail := func(err error) (*Egress, error) {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("egress: %w", err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return fail(err)
+	}
+	sock := filepath.Join(dir, bundle.EgressSocket)
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return fail(err)
+	}
+	if uid >= 0 {
+		if err := os.Chown(sock, uid, gid); err != nil {
+			l.Close()
+			return fail(err)
+		}
+	}
+	if err := os.Chmod(sock, 0o600); err != nil {
+		l.Close()
+		return fail(err)
+	}
+	e := &Egress{Dir: dir, done: make(chan struct{})}
+	e.proxy = egress.New(egress.Config{
+		Allow:  allow,
+		Limits: limits,
+		Record: record,
+	})
+	go func() {
+		defer close(e.done)
+		_ = e.proxy.Serve(l)
+	}()
+	return e, nil
+}
+
+// Use sums up the traffic so far; zero for a nil Egress.
+func (e *Egress) Use() EgressUse {
+	if e == nil {
+		return EgressUse{}
+	}
+	c, b := e.proxy.Used()
+	return EgressUse{Conns: c, Bytes: b, Limit: e.proxy.Limit()}
+}
+
+// Close stops the proxy, ends every connection through it, and removes
+// the directory. A nil Egress is a no-op.
+func (e *Egress) Close() {
+	if e == nil {
+		return
+	}
+	e.proxy.Close()
+	<-e.done
+	os.RemoveAll(e.Dir)
+}
+
+// StartEgress starts the egress of inv under the per-call limits of pol
+// when inv has an allowlist (a nil *Egress, whose methods are no-ops, when
+// not): a sandbox backend's first step of a call. The sandbox's host ids
+// own the socket.
+func (inv Invocation) StartEgress(pol bundle.Policy, uid, gid int) (*Egress, error) {
+	if len(inv.Egress) == 0 {
+		return nil, nil //nolint:nilnil // no allowlist: no egress, and a nil *Egress is usable
+	}
+	return StartEgress(inv.Egress, egress.Limits{Conns: pol.EgressConns, Bytes: pol.EgressBytes}, uid, gid, inv.EgressRecord)
+}
+
+// StartEgress starts the egress of s when it has an allowlist (nil
+// otherwise), for the service's whole life: each connection is recorded,
+// none is capped (a server outlives its calls; each call is bounded by
+// its timeout).
+func (s Service) StartEgress(uid, gid int) (*Egress, error) {
+	if len(s.Egress) == 0 {
+		return nil, nil //nolint:nilnil // no allowlist: no egress, and a nil *Egress is usable
+	}
+	return StartEgress(s.Egress, egress.Limits{}, uid, gid, s.EgressRecord)
+}

@@ -1,0 +1,144 @@
+package runtime
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/toolgate/toolgate/bundle"
+)
+
+// superviseEgress is the init (or service) shim of a sandbox with an
+// egress allowlist. It stays the sandbox's first process (PID 1 of its
+// pid namespace), so that the tool has no unexpected child to wait for
+// and a tool that ignores the proxy variables has nothing to reach:
+//
+//   - it listens on 127.0.0.1:bundle.EgressPort of the sandbox's own
+//     network namespace (only lo) before the tool starts, so the port is
+//     the proxy's before anything else can take it;
+//   - it starts the tool as its child with env plus the proxy variables
+//     (bundle.ProxyEnv: the one addition, and the only proxy variables),
+//     and stderr joined to stdout unless keepStderr;
+//   - it bridges each connection to the port onto a new connection to the
+//     egress proxy's socket at s.Egress (bound read-only from the host),
+//     which decides and records every destination;
+//   - it reaps every orphan, and when the tool exits, it exits with the
+//     tool's status (128+N for signal N, as the tool as PID 1 would have
+//     been reported), which ends the pid namespace and all in it.
+func superviseEgress(s ShimSpec, env []string, keepStderr bool) int {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(bundle.EgressPort)))
+	if err != nil {
+		shimFail(126, "sandbox: egress: listen on the proxy port: %v", err)
+	}
+	stderr := os.Stdout
+	if keepStderr {
+		stderr = os.Stderr
+	}
+	p, err := os.StartProcess(s.Path, s.Argv, &os.ProcAttr{
+		Env:   WithProxyEnv(env),
+		Files: []*os.File{os.Stdin, os.Stdout, stderr},
+	})
+	if err != nil {
+		if errors.Is(err, syscall.E2BIG) {
+			shimFail(126, "start %s: argument list too long", s.Path)
+		}
+		shimFail(127, "start %s: %v", strings.TrimPrefix(s.Path, "fork/exec "), unwrapPathError(err))
+	}
+	// The shim holds none of the call's streams: the tool's output ends
+	// when the tool (and what it left) closes it.
+	if null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0); err == nil {
+		for fd := range 3 {
+			_ = unix.Dup2(int(null.Fd()), fd)
+		}
+		null.Close()
+	}
+	go bridge(l, s.Egress)
+	return reapUntil(p.Pid)
+}
+
+// unwrapPathError drops os.StartProcess's "fork/exec PATH:" prefix, so
+// that the message reads as the init shim's exec failure does.
+func unwrapPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// proxyVars are the variables WithProxyEnv replaces.
+var proxyVars = []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"}
+
+// WithProxyEnv returns env without any proxy variable (either spelling),
+// plus bundle.ProxyEnv: a registry entry's own proxy settings never send
+// its traffic anywhere but the egress proxy.
+func WithProxyEnv(env []string) []string {
+	out := make([]string, 0, len(env)+len(bundle.ProxyEnv))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.ContainsFunc(proxyVars, func(v string) bool { return strings.EqualFold(v, k) }) {
+			out = append(out, kv)
+		}
+	}
+	return append(out, bundle.ProxyEnv...)
+}
+
+// reapUntil reaps children (the tool, and the orphans a PID 1 inherits)
+// until pid exits, and returns its status.
+func reapUntil(pid int) int {
+	for {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(-1, &ws, 0, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			shimFail(126, "sandbox: egress: wait: %v", err)
+		case got != pid:
+			continue
+		case ws.Signaled():
+			return 128 + int(ws.Signal())
+		}
+		return ws.ExitStatus()
+	}
+}
+
+// bridge joins each connection that l accepts to a new connection to the
+// egress proxy's socket at sock, until l fails (the sandbox ends).
+func bridge(l net.Listener, sock string) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go join(c, sock)
+	}
+}
+
+// join copies both ways between c and a new connection to sock, passing
+// each side's end of stream on, and closes both when both are done. A
+// proxy that cannot be reached closes c: the tool sees a reset.
+func join(c net.Conn, sock string) {
+	defer c.Close()
+	p, err := net.Dial("unix", sock)
+	if err != nil {
+		return
+	}
+	defer p.Close()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, _ = io.Copy(p, c)
+		_ = p.(*net.UnixConn).CloseWrite()
+	})
+	_, _ = io.Copy(c, p)
+	_ = c.(*net.TCPConn).CloseWrite()
+	wg.Wait()
+}
