@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -230,5 +231,23 @@ func TestEveryKnownBackendHasAPreparer(t *testing.T) {
 		if preparers[b] == nil {
 			t.Errorf("backend %s has no preparer", b)
 		}
+	}
+}
+
+// TestAuditConfRecord pins the audit record of a refused tools.conf line,
+// byte for byte but its time: operators' tooling and the e2e suite read
+// its keys.
+func TestAuditConfRecord(t *testing.T) {
+	c := conf.Parse("/etc/tools.conf", []byte("tool bad /bin/bash read 10 4096 off /tmp -- MARKER_ARG\n"), conf.Options{})
+	var buf bytes.Buffer
+	audit := logrus.New()
+	audit.SetFormatter(&logrus.JSONFormatter{})
+	audit.SetOutput(&buf)
+	auditConf(audit, c)
+	got := regexp.MustCompile(`"time":"[^"]*"`).ReplaceAllString(strings.TrimSpace(buf.String()), `"time":"*"`)
+	want := `{"conf":"/etc/tools.conf","field":"exe","kind":"conf","level":"info","line":1,"msg":"conf refused",` +
+		`"reason":"basename \"bash\" is a shell or interpreter (denylist entry \"bash\"): denied by policy","state":"refused","time":"*"}`
+	if got != want {
+		t.Errorf("conf audit record:\n got %s\nwant %s", got, want)
 	}
 }
