@@ -14,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
 
 	rt "github.com/toolgate/toolgate/runtime"
@@ -333,4 +334,46 @@ default_tools_approval_mode = "auto"
 		checkAudit(t, got,
 			`{"backend":"direct","call":"c1","content":"external","error":"*","is_error":true,"kind":"downstream","level":"info","msg":"call","request_id":"2","server":"bad","time":"*","tool":"bad__x","transport":"stdio"}`)
 	})
+}
+
+// TestAuditObserve: the outcome a record is counted under, and the limits
+// it counts.
+func TestAuditObserve(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		rec     auditRecord
+		outcome string
+		limit   string
+	}{
+		{"ok", auditRecord{Tool: "t", Backend: "direct", Limit: some("")}, OutcomeOK, ""},
+		{"error", auditRecord{Tool: "t", Backend: "direct", IsError: true}, OutcomeError, ""},
+		{"queue", auditRecord{Tool: "t", Backend: "direct", Refused: "queue", IsError: true}, OutcomeRefused, "max_concurrent"},
+		{"principal queue", auditRecord{Tool: "t", Backend: "direct", Refused: "principal_queue", IsError: true}, OutcomeRefused, "principal_concurrent"},
+		{"cancelled", auditRecord{Tool: "t", Backend: "direct", Cancelled: true, Limit: some("")}, OutcomeCancelled, ""},
+		{"failed", auditRecord{Tool: "t", Backend: "direct", Error: some(""), IsError: true}, OutcomeFailed, ""},
+		{"timeout", auditRecord{Tool: "t", Backend: "direct", TimedOut: some(true), Limit: some("timeout"), IsError: true}, OutcomeTimeout, "timeout"},
+		{"pids", auditRecord{Tool: "t", Backend: "direct", Limit: some("pids"), IsError: true}, OutcomeLimit, "pids"},
+		{"truncated", auditRecord{Tool: "t", Backend: "direct", Truncated: some(true)}, OutcomeOK, "output"},
+		{"no backend", auditRecord{Tool: "t", Refused: "cancelled before it began", Cancelled: true, IsError: true}, OutcomeRefused, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := NewMetrics(New(Options{}))
+			tc.rec.observe(m)
+			if got := testutil.ToFloat64(m.calls.WithLabelValues("t", tc.rec.Backend, tc.outcome)); got != 1 {
+				t.Errorf("calls{outcome=%s} = %v, want 1", tc.outcome, got)
+			}
+			if n := testutil.CollectAndCount(m.calls); n != 1 {
+				t.Errorf("%d call series, want 1", n)
+			}
+			if tc.limit != "" {
+				if got := testutil.ToFloat64(m.limits.WithLabelValues(tc.limit)); got != 1 {
+					t.Errorf("limits{%s} = %v, want 1", tc.limit, got)
+				}
+			} else if n := testutil.CollectAndCount(m.limits); n != 0 {
+				t.Errorf("%d limit series, want none", n)
+			}
+		})
+	}
+	var none *Metrics
+	(&auditRecord{Tool: "t"}).observe(none) // no metrics: nothing to count, no panic
 }

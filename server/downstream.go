@@ -977,21 +977,21 @@ func (d *downstream) stderrLine(line string) {
 func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 	served := d.srv.ServedName(tool)
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		rec := logrus.Fields{"request_id": requestID(req), "tool": served, "kind": "downstream", "server": d.srv.ID,
-			"transport": string(d.srv.Transport), "backend": d.backend, "content": "external", "call": d.s.nextID()}
-		d.s.annotate(ctx, req, rec)
+		rec := &auditRecord{RequestID: requestID(req), Tool: served, Kind: "downstream", Server: d.srv.ID,
+			Transport: string(d.srv.Transport), Backend: d.backend, Content: "external", Call: d.s.nextID()}
+		rec.annotate(ctx, req)
 		done := func(res *mcp.CallToolResult) (*mcp.CallToolResult, error) { //nolint:unparam // shaped to be the handler's return
-			rec["is_error"] = res.IsError
+			rec.IsError = res.IsError
 			if ctx.Err() != nil {
 				// notifications/cancelled (or shutdown): answer nothing.
 				d.s.cancelled.add(requestID(req))
-				rec["cancelled"] = true
+				rec.Cancelled = true
 			}
 			d.s.audit(rec, "call")
 			return res, nil
 		}
 		refuse := func(what, format string, a ...any) (*mcp.CallToolResult, error) {
-			rec["refused"] = what
+			rec.Refused = what
 			return done(errorResult("toolgate: %s: "+format, append([]any{served}, a...)...))
 		}
 		if !d.srv.Enabled(tool) {
@@ -1025,7 +1025,7 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 		}
 		c, err := d.get(ctx)
 		if err != nil {
-			rec["error"] = err.Error()
+			rec.Error = some(err.Error())
 			d.log.WithError(err).Warn("downstream server could not be started")
 			return done(errorResult("toolgate: %s: the downstream server %q could not be started: %v", served, d.srv.ID, err))
 		}
@@ -1044,9 +1044,9 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 		defer cancel()
 		start := time.Now()
 		res, err := c.client.CallTool(cctx, creq)
-		rec["start"] = c.n
-		rec["elapsed_ms"] = time.Since(start).Milliseconds()
-		rec["queued_ms"] = start.Sub(queued).Milliseconds()
+		rec.Start = c.n
+		rec.ElapsedMS = some(time.Since(start).Milliseconds())
+		rec.QueuedMS = some(start.Sub(queued).Milliseconds())
 		if err != nil {
 			return done(d.callFailed(ctx, cctx, c, rec, served, err))
 		}
@@ -1054,7 +1054,7 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 			res = neutralizeResult(res)
 		}
 		out, cut := capResult(res, d.maxBytes())
-		rec["truncated"] = cut
+		rec.Truncated = some(cut)
 		return done(out)
 	}
 }
@@ -1062,18 +1062,18 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 // callFailed turns a failed call into isError, and stops a server that ran
 // past the call's budget or whose HTTP session broke; a crashed process
 // was already noted by its watcher.
-func (d *downstream) callFailed(ctx, cctx context.Context, c *dconn, rec logrus.Fields, served string, err error) *mcp.CallToolResult {
+func (d *downstream) callFailed(ctx, cctx context.Context, c *dconn, rec *auditRecord, served string, err error) *mcp.CallToolResult {
 	msg := d.redact(err.Error())
 	if reason, ok := c.takeDiscarded(err); ok && ctx.Err() == nil {
-		rec["truncated"], rec["error"] = true, "oversized response"
+		rec.Truncated, rec.Error = some(true), some("oversized response")
 		return errorResult("toolgate: %s: the downstream server %q sent %s. Ask for less, or raise --downstream-max-bytes.", served, d.srv.ID, reason)
 	}
 	switch {
 	case ctx.Err() != nil:
-		rec["limit"] = string(rt.LimitCancelled)
+		rec.Limit = some(string(rt.LimitCancelled))
 		return errorResult("toolgate: %s: [cancelled] the caller cancelled the call", served)
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
-		rec["limit"], rec["timed_out"] = string(rt.LimitTimeout), true
+		rec.Limit, rec.TimedOut = some(string(rt.LimitTimeout)), some(true)
 		if c.proc != nil {
 			why := ""
 			if reason, ended := c.ended(); ended {
@@ -1094,14 +1094,14 @@ func (d *downstream) callFailed(ctx, cctx context.Context, c *dconn, rec logrus.
 		if reason == "" {
 			reason = "its stdout closed"
 		}
-		rec["error"] = "server ended: " + reason
+		rec.Error = some("server ended: " + reason)
 		d.log.WithFields(logrus.Fields{"start": c.n, "reason": reason}).Warn("downstream server ended during a call")
 		return errorResult("toolgate: %s: the downstream server %q ended during the call (%s); it is started again on the next call", served, d.srv.ID, reason)
 	case isRPCError(err):
-		rec["rpc_error"] = msg
+		rec.RPCError = some(msg)
 		return errorResult("toolgate: %s: the downstream server %q answered an error: %s", served, d.srv.ID, msg)
 	}
-	rec["error"] = msg
+	rec.Error = some(msg)
 	if c.proc == nil {
 		d.drop(c, "the HTTP session failed: "+msg)
 	}

@@ -248,9 +248,9 @@ func (s *Server) builtinHandler(b builtin.Tool) mcpserver.ToolHandlerFunc {
 		if res.IsError {
 			res.Text = boundText(res.Text, MaxErrorText) // it may quote the arguments
 		}
-		rec := logrus.Fields{"request_id": requestID(req), "tool": b.Name, "kind": "builtin", "backend": s.builtinBackend(b),
-			"is_error": res.IsError, "elapsed_ms": time.Since(start).Milliseconds()}
-		s.annotate(ctx, req, rec)
+		rec := &auditRecord{RequestID: requestID(req), Tool: b.Name, Kind: "builtin", Backend: s.builtinBackend(b),
+			IsError: res.IsError, ElapsedMS: some(time.Since(start).Milliseconds())}
+		rec.annotate(ctx, req)
 		s.audit(rec, "call")
 		return toolResult(res.Text, res.Structured, res.IsError), nil
 	}
