@@ -69,15 +69,47 @@ type DownstreamOptions struct {
 // downstreamSet is the Server's part for downstream servers. servers and
 // status are written by ConnectDownstream under Server.mu.
 type downstreamSet struct {
-	opts    DownstreamOptions
 	servers []*downstream
 	status  *builtin.RegistryStatus
+}
+
+// downstreamDeps is what a downstream server needs of the Server that
+// serves it, handed to it explicitly: a downstream holds no *Server.
+type downstreamDeps struct {
+	opts    DownstreamOptions
+	version string // toolgate's, sent in the MCP handshake
+	log     *logrus.Logger
+	// audit writes a call's audit record (and counts it); callID numbers
+	// the calls.
+	audit  func(rec *auditRecord, msg string)
+	callID func() string
+	// cancelled notes a call whose answer is dropped: it was cancelled.
+	cancelled func(requestID string)
+	// keepEscapes reports a tool whose results keep their terminal
+	// control sequences (--keep-escapes).
+	keepEscapes func(tool string) bool
+	// stopping reports that Close has begun: no server starts after it.
+	stopping func() bool
+}
+
+// downstreamDeps are the Server's parts its downstream servers use.
+func (s *Server) downstreamDeps(opts DownstreamOptions) downstreamDeps {
+	return downstreamDeps{
+		opts:        opts,
+		version:     s.opts.Version,
+		log:         s.log,
+		audit:       s.audit,
+		callID:      s.nextID,
+		cancelled:   s.cancelled.add,
+		keepEscapes: func(tool string) bool { return s.keepEscapes[tool] },
+		stopping:    s.stopping.Load,
+	}
 }
 
 // downstream is one server of the registry: its connection, started or
 // connected on demand, and what it offered when listed.
 type downstream struct {
-	s       *Server
+	deps    downstreamDeps
 	srv     conf.ToolServer
 	starter rt.ServiceStarter // stdio: the backend that runs it
 	backend string            // bwrap, oci, direct or http, for status and logs
@@ -166,7 +198,7 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts DownstreamOptions) 
 		st.Listing = true
 	}
 	s.mu.Lock()
-	s.down = &downstreamSet{opts: opts, status: st}
+	s.down = &downstreamSet{status: st}
 	s.mu.Unlock()
 	e := s.log.WithFields(logrus.Fields{"registry": r.Dir, "state": r.State})
 	switch r.State {
@@ -181,9 +213,10 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts DownstreamOptions) 
 		s.refuseRegistry(st, errs)
 		return
 	}
+	deps := s.downstreamDeps(opts)
 	downs := make([]*downstream, 0, len(r.Servers))
 	for _, srv := range r.Servers {
-		downs = append(downs, s.newDownstream(srv))
+		downs = append(downs, newDownstream(srv, deps, s.opts.Sandbox.Name()))
 	}
 	var wg sync.WaitGroup
 	for _, d := range downs {
@@ -198,7 +231,10 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts DownstreamOptions) 
 	}
 	wg.Wait()
 	for _, d := range downs {
-		ds := d.register()
+		entries, ds := d.register()
+		if len(entries) > 0 {
+			s.add(entries...)
+		}
 		s.updateStatus(func(st *builtin.RegistryStatus) {
 			s.down.servers = append(s.down.servers, d)
 			st.Servers = append(st.Servers, ds)
@@ -247,7 +283,7 @@ func (d *downstream) discover(ctx context.Context) {
 	}
 	d.offered, d.refused = l.tools, l.refused
 	d.log.WithFields(logrus.Fields{"offered": l.offered, "ms": time.Since(start).Milliseconds()}).Info("downstream server listed")
-	if d.s.down.opts.Eager {
+	if d.deps.opts.Eager {
 		d.mu.Lock()
 		d.conn = c
 		d.mu.Unlock()

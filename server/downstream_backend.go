@@ -19,29 +19,32 @@ import (
 // sandbox backend that does not run services (the OCI backend).
 var ErrNeedsBwrap = errors.New("downstream servers need the bwrap backend")
 
-func (s *Server) newDownstream(srv conf.ToolServer) *downstream {
-	d := &downstream{s: s, srv: srv, backend: "http", starting: make(chan struct{}, 1)}
+// newDownstream is the server srv of the registry, run by the backend its
+// entry and deps.opts choose (sandbox names the sandbox backend).
+func newDownstream(srv conf.ToolServer, deps downstreamDeps, sandbox string) *downstream {
+	d := &downstream{deps: deps, srv: srv, backend: "http", starting: make(chan struct{}, 1)}
+	opts := deps.opts
 	if !srv.SupportsParallelToolCalls {
 		d.slot = make(chan struct{}, 1)
 	}
 	if srv.Transport == conf.TransportStdio {
 		switch {
 		case !srv.Sandbox:
-			d.backend, d.starter = string(rt.BackendDirect), s.down.opts.DirectServices
+			d.backend, d.starter = string(rt.BackendDirect), opts.DirectServices
 			if d.starter == nil {
 				d.unavailable = errors.New("no direct service runner configured")
 			}
-		case s.down.opts.Services != nil:
-			d.backend, d.starter = s.opts.Sandbox.Name(), s.down.opts.Services
+		case opts.Services != nil:
+			d.backend, d.starter = sandbox, opts.Services
 		default:
-			d.backend = s.opts.Sandbox.Name()
-			d.unavailable = s.down.opts.ServicesErr
+			d.backend = sandbox
+			d.unavailable = opts.ServicesErr
 			if d.unavailable == nil {
-				d.unavailable = fmt.Errorf("%w; the %s backend cannot run them", ErrNeedsBwrap, s.opts.Sandbox.Name())
+				d.unavailable = fmt.Errorf("%w; the %s backend cannot run them", ErrNeedsBwrap, sandbox)
 			}
 		}
 	}
-	d.log = s.log.WithFields(logrus.Fields{"server": srv.ID, "transport": srv.Transport, "backend": d.backend})
+	d.log = deps.log.WithFields(logrus.Fields{"server": srv.ID, "transport": srv.Transport, "backend": d.backend})
 	return d
 }
 

@@ -24,16 +24,16 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 	served := d.srv.ServedName(tool)
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		rec := &auditRecord{RequestID: requestID(req), Tool: served, Kind: "downstream", Server: d.srv.ID,
-			Transport: string(d.srv.Transport), Backend: d.backend, Content: "external", Call: d.s.nextID()}
+			Transport: string(d.srv.Transport), Backend: d.backend, Content: "external", Call: d.deps.callID()}
 		rec.annotate(ctx, req)
 		done := func(res *mcp.CallToolResult) (*mcp.CallToolResult, error) { //nolint:unparam // shaped to be the handler's return
 			rec.IsError = res.IsError
 			if ctx.Err() != nil {
 				// notifications/cancelled (or shutdown): answer nothing.
-				d.s.cancelled.add(requestID(req))
+				d.deps.cancelled(requestID(req))
 				rec.Cancelled = true
 			}
-			d.s.audit(rec, "call")
+			d.deps.audit(rec, "call")
 			return res, nil
 		}
 		refuse := func(what, format string, a ...any) (*mcp.CallToolResult, error) {
@@ -96,7 +96,7 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 		if err != nil {
 			return done(d.callFailed(ctx, cctx, c, rec, served, err))
 		}
-		if !d.s.keepEscapes[served] {
+		if !d.deps.keepEscapes(served) {
 			res = neutralizeResult(res)
 		}
 		out, cut := capResult(res, d.maxBytes())

@@ -115,7 +115,7 @@ func (d *downstream) get(ctx context.Context) (*dconn, error) {
 	if c := d.live(); c != nil {
 		return c, nil
 	}
-	if d.s.stopping.Load() {
+	if d.deps.stopping() {
 		return nil, errStopping
 	}
 	c, err := d.connect(ctx)
@@ -138,7 +138,7 @@ func (d *downstream) get(ctx context.Context) (*dconn, error) {
 		}
 	}
 	d.mu.Lock()
-	if d.s.stopping.Load() { // Close ran while it started: shutdown saw no connection
+	if d.deps.stopping() { // Close ran while it started: shutdown saw no connection
 		d.mu.Unlock()
 		d.close(c, "toolgate is stopping", 0)
 		return nil, errStopping
@@ -183,7 +183,7 @@ func (d *downstream) connect(ctx context.Context) (*dconn, error) {
 	}
 	req := mcp.InitializeRequest{}
 	req.Params.ProtocolVersion = DownstreamProtocol
-	req.Params.ClientInfo = mcp.Implementation{Name: "toolgate", Version: d.s.opts.Version}
+	req.Params.ClientInfo = mcp.Implementation{Name: "toolgate", Version: d.deps.version}
 	if _, err := c.client.Initialize(ctx, req); err != nil {
 		msg := d.redact(err.Error())
 		switch {

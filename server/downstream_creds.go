@@ -15,7 +15,7 @@ import (
 
 // lookupEnv reads a variable of toolgate's environment.
 func (d *downstream) lookupEnv(name string) (string, bool) {
-	if f := d.s.down.opts.LookupEnv; f != nil {
+	if f := d.deps.opts.LookupEnv; f != nil {
 		return f(name)
 	}
 	return os.LookupEnv(name)

@@ -20,7 +20,7 @@ import (
 const DefaultDownstreamMaxBytes = 1 << 20
 
 func (d *downstream) maxBytes() int {
-	if n := d.s.down.opts.MaxBytes; n > 0 {
+	if n := d.deps.opts.MaxBytes; n > 0 {
 		return n
 	}
 	return DefaultDownstreamMaxBytes

@@ -43,9 +43,9 @@ func (s *Server) collisions(r *conf.Registry) []error {
 	return conf.Collisions(r.Servers, taken)
 }
 
-// register adds the server's tools to the MCP server and returns its
-// status.
-func (d *downstream) register() builtin.DownstreamStatus {
+// register returns the server's tools to serve, and its status.
+func (d *downstream) register() ([]entry, builtin.DownstreamStatus) {
+	var entries []entry
 	st := builtin.DownstreamStatus{ID: d.srv.ID, Transport: string(d.srv.Transport), Sandbox: d.sandboxState(), State: downstreamListed, Served: []string{}}
 	switch {
 	case d.unavailable != nil:
@@ -87,10 +87,10 @@ func (d *downstream) register() builtin.DownstreamStatus {
 				continue
 			}
 		}
-		d.s.add(entry{t, d.handler(tool), builtin.ToolStatus{Name: name, Kind: "downstream", Backend: d.backend}})
+		entries = append(entries, entry{t, d.handler(tool), builtin.ToolStatus{Name: name, Kind: "downstream", Backend: d.backend}})
 		st.Served = append(st.Served, name)
 	}
-	return st
+	return entries, st
 }
 
 // servedTool is how toolgate serves a listed downstream tool: the served
