@@ -37,9 +37,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/status"
 )
 
 // DownstreamOptions configure ConnectDownstream.
@@ -70,7 +70,7 @@ type DownstreamOptions struct {
 // status are written by ConnectDownstream under Server.mu.
 type downstreamSet struct {
 	servers []*downstream
-	status  *builtin.RegistryStatus
+	status  *status.Registry
 }
 
 // downstreamDeps is what a downstream server needs of the Server that
@@ -134,7 +134,7 @@ type downstream struct {
 
 // registryStatus is a copy of the registry section of checkpoint_status;
 // nil when there is no registry.
-func (s *Server) registryStatus() *builtin.RegistryStatus {
+func (s *Server) registryStatus() *status.Registry {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.down == nil {
@@ -147,7 +147,7 @@ func (s *Server) registryStatus() *builtin.RegistryStatus {
 }
 
 // updateStatus changes the registry status under the lock.
-func (s *Server) updateStatus(f func(st *builtin.RegistryStatus)) {
+func (s *Server) updateStatus(f func(st *status.Registry)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f(s.down.status)
@@ -193,7 +193,7 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts DownstreamOptions) 
 	if r == nil || s.down != nil {
 		return
 	}
-	st := &builtin.RegistryStatus{Dir: r.Dir, State: string(r.State), Reason: r.Reason}
+	st := &status.Registry{Dir: r.Dir, State: string(r.State), Reason: r.Reason}
 	if r.State == conf.StateLoaded && len(r.Servers) > 0 {
 		st.Listing = true
 	}
@@ -235,12 +235,12 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts DownstreamOptions) 
 		if len(entries) > 0 {
 			s.add(entries...)
 		}
-		s.updateStatus(func(st *builtin.RegistryStatus) {
+		s.updateStatus(func(st *status.Registry) {
 			s.down.servers = append(s.down.servers, d)
 			st.Servers = append(st.Servers, ds)
 		})
 	}
-	s.updateStatus(func(st *builtin.RegistryStatus) { st.Listing = false })
+	s.updateStatus(func(st *status.Registry) { st.Listing = false })
 	// The pages read are garbage now; give their memory back to the
 	// system rather than keep the listing's peak for the server's life.
 	debug.FreeOSMemory()
@@ -249,9 +249,9 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts DownstreamOptions) 
 
 // refuseRegistry records a refused registry: every downstream server is
 // disabled. The reasons name keys and variables, never values.
-func (s *Server) refuseRegistry(st *builtin.RegistryStatus, errs []error) {
+func (s *Server) refuseRegistry(st *status.Registry, errs []error) {
 	e := s.log.WithFields(logrus.Fields{"registry": st.Dir, "state": conf.StateRefused})
-	s.updateStatus(func(st *builtin.RegistryStatus) {
+	s.updateStatus(func(st *status.Registry) {
 		st.State, st.Listing = string(conf.StateRefused), false
 		for _, err := range errs {
 			st.Errors = append(st.Errors, err.Error())

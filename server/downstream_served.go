@@ -13,20 +13,13 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/sirupsen/logrus"
 
-	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/status"
 )
 
 // openSchema is the input schema of a tool whose server could not be
 // listed: the downstream server validates the arguments itself.
 var openSchema = json.RawMessage(`{"type":"object"}`)
-
-// States of a downstream server in checkpoint_status.
-const (
-	downstreamListed      = "listed"
-	downstreamFailed      = "failed"
-	downstreamUnavailable = "unavailable"
-)
 
 // collisions applies conf.Collisions to the names this server serves
 // already (a registry loaded without RegistryOptions.Taken, as in tests,
@@ -44,15 +37,15 @@ func (s *Server) collisions(r *conf.Registry) []error {
 }
 
 // register returns the server's tools to serve, and its status.
-func (d *downstream) register() ([]entry, builtin.DownstreamStatus) {
+func (d *downstream) register() ([]entry, status.Downstream) {
 	var entries []entry
-	st := builtin.DownstreamStatus{ID: d.srv.ID, Transport: string(d.srv.Transport), Sandbox: d.sandboxState(), State: downstreamListed, Served: []string{}}
+	st := status.Downstream{ID: d.srv.ID, Transport: string(d.srv.Transport), Sandbox: d.sandboxState(), State: status.DownstreamListed, Served: []string{}}
 	switch {
 	case d.unavailable != nil:
-		st.State, st.Reason = downstreamUnavailable, d.unavailable.Error()
+		st.State, st.Reason = status.DownstreamUnavailable, d.unavailable.Error()
 		d.log.WithError(d.unavailable).Error("downstream server unavailable: its tools answer isError; it never runs unsandboxed")
 	case d.offered == nil:
-		st.State, st.Reason = downstreamFailed, d.listErr.Error()
+		st.State, st.Reason = status.DownstreamFailed, d.listErr.Error()
 	}
 	for _, tool := range d.srv.EnabledTools {
 		name := d.srv.ServedName(tool)
@@ -70,7 +63,7 @@ func (d *downstream) register() ([]entry, builtin.DownstreamStatus) {
 		} else {
 			if why, ok := d.refused[tool]; ok {
 				st.NotServed = append(st.NotServed, tool)
-				st.Refused = append(st.Refused, builtin.ToolRefusal{Tool: tool, Reason: why})
+				st.Refused = append(st.Refused, status.ToolRefusal{Tool: tool, Reason: why})
 				d.log.WithFields(logrus.Fields{"tool": tool, "reason": why}).Error("downstream tool not served")
 				continue
 			}
@@ -87,7 +80,7 @@ func (d *downstream) register() ([]entry, builtin.DownstreamStatus) {
 				continue
 			}
 		}
-		entries = append(entries, entry{t, d.handler(tool), builtin.ToolStatus{Name: name, Kind: "downstream", Backend: d.backend}})
+		entries = append(entries, entry{t, d.handler(tool), status.Tool{Name: name, Kind: "downstream", Backend: d.backend}})
 		st.Served = append(st.Served, name)
 	}
 	return entries, st

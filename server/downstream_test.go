@@ -19,10 +19,10 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/sirupsen/logrus"
 
-	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/status"
 )
 
 // fakeMCPEnv switches the test binary into the fake stdio MCP server; the
@@ -254,10 +254,10 @@ func (h *harness) tools(t *testing.T) map[string]mcp.Tool {
 	return out
 }
 
-func (h *harness) status(t *testing.T) builtin.Status {
+func (h *harness) status(t *testing.T) status.Report {
 	t.Helper()
 	res := h.call(t, "checkpoint_status", nil)
-	var st builtin.Status
+	var st status.Report
 	b, _ := json.Marshal(res.StructuredContent)
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatal(err)
