@@ -222,14 +222,19 @@ func TestServeLogsRepoConfigWarning(t *testing.T) {
 }
 
 // TestEveryKnownBackendHasAPreparer: the backend table and rt's list of
-// backends are the same set.
+// backends are the same set, and only bwrap runs the registry's stdio
+// servers.
 func TestEveryKnownBackendHasAPreparer(t *testing.T) {
-	if len(preparers) != len(rt.KnownBackends()) {
-		t.Errorf("%d preparers for %d known backends", len(preparers), len(rt.KnownBackends()))
+	if len(sandboxBackends) != len(rt.KnownBackends()) {
+		t.Errorf("%d backends in the table for %d known backends", len(sandboxBackends), len(rt.KnownBackends()))
 	}
 	for _, b := range rt.KnownBackends() {
-		if preparers[b] == nil {
+		row := sandboxBackends[b]
+		if row.prepare == nil {
 			t.Errorf("backend %s has no preparer", b)
+		}
+		if row.services != (b == rt.BackendBwrap) {
+			t.Errorf("backend %s: services = %v, want %v", b, row.services, b == rt.BackendBwrap)
 		}
 	}
 }
