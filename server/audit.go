@@ -15,8 +15,9 @@ import (
 // ended, never output content, arguments or environment values. Each field
 // is written under the key its comment names (server/audit_test.go pins
 // every kind of record; README.md, docs/registry.md and the e2e suites
-// read them). A string field is written when it is not empty, a bool one
-// when it is true; an opt field when it was set, zero or not.
+// read them). A string or int field is written when it is not zero, a
+// bool one when it is true, a Principal when set; an opt field when it was
+// set, zero or not.
 type auditRecord struct {
 	RequestID string     // request_id: the JSON-RPC id as JSON; always written
 	Tool      string     // tool: always written
@@ -29,7 +30,7 @@ type auditRecord struct {
 	Call      string     // call: the call's id (an external once it has a slot)
 	Start     int        // start: which start of the downstream server served it
 
-	principal          *Principal // principal, auth and client (when not empty): an HTTP call's
+	Principal          *Principal // principal, auth and client (when not empty): an HTTP call's
 	Traceparent        string     // traceparent: a valid one of the request's _meta
 	TraceparentInvalid bool       // traceparent_invalid: the _meta had one that is not
 
@@ -80,7 +81,7 @@ func (r *auditRecord) ran(res rt.Result) {
 // noted, never copied).
 func (r *auditRecord) annotate(ctx context.Context, req mcp.CallToolRequest) {
 	if p, ok := PrincipalFrom(ctx); ok {
-		r.principal = &p
+		r.Principal = &p
 	}
 	if req.Params.Meta == nil {
 		return
@@ -125,7 +126,7 @@ func (r *auditRecord) fields() logrus.Fields {
 	if r.Start != 0 {
 		f["start"] = r.Start
 	}
-	if p := r.principal; p != nil {
+	if p := r.Principal; p != nil {
 		f["principal"] = p.Name
 		f["auth"] = p.Method
 		str("client", p.Client)

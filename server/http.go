@@ -549,7 +549,7 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 func (h *HTTP) refuseScope(w http.ResponseWriter, p Principal, env envelope) {
 	scopes := strings.Join(h.opts.Scopes.ScopesFor(env.Params.Name), " ")
 	rec := &auditRecord{RequestID: string(env.ID), Tool: env.Params.Name, Kind: h.s.kindOf(env.Params.Name),
-		Backend: h.s.backendOf(env.Params.Name), Refused: "scope", IsError: true, principal: &p}
+		Backend: h.s.backendOf(env.Params.Name), Refused: "scope", IsError: true, Principal: &p}
 	if tp, _ := env.Params.Meta["traceparent"].(string); validTraceparent(tp) {
 		rec.Traceparent = tp
 	}
