@@ -11,7 +11,6 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
-	"github.com/sirupsen/logrus"
 )
 
 // requestIDHeader carries the JSON-RPC id of a tools/call from the
@@ -122,11 +121,4 @@ func (c *cancelled) take(id string) bool {
 	delete(c.ids, id)
 	c.n.Store(int32(len(c.ids)))
 	return true
-}
-
-// audit writes one record per call: what ran and how it ended, never
-// output content and never environment values.
-func (s *Server) audit(fields logrus.Fields, msg string) {
-	s.auditLog.WithFields(fields).Info(msg)
-	s.metrics.observeAudit(fields)
 }

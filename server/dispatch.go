@@ -147,7 +147,7 @@ func (d *dispatcher) call(id json.RawMessage, tool string, line []byte) {
 func (d *dispatcher) serve(ctx context.Context, id json.RawMessage, tool string, msg []byte, key string) {
 	defer d.s.cancelled.take(key) // what a handler noted for the response filter
 	if ctx.Err() != nil {
-		d.s.audit(map[string]any{"request_id": key, "tool": tool, "cancelled": true, "is_error": true, "refused": "cancelled before it began"}, "call")
+		d.s.audit(&auditRecord{RequestID: key, Tool: tool, Cancelled: true, IsError: true, Refused: "cancelled before it began"}, "call")
 		return
 	}
 	resp := func() (out []byte) {

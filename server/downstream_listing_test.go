@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/testbin"
+	"github.com/toolgate/toolgate/status"
 )
 
 // probeRegistry is the probe's MCP server (mode mcp) with the given
@@ -131,7 +131,7 @@ func TestDownstreamDuplicateTool(t *testing.T) {
 	}
 	st := h.status(t)
 	b, _ := json.Marshal(st.Registry.Servers[0].Refused)
-	if want := []builtin.ToolRefusal{{Tool: "echo", Reason: "the server lists it 2 times in one tools/list; a tool's name must be unique, and either definition could be meant"}}; !slices.Equal(st.Registry.Servers[0].Refused, want) {
+	if want := []status.ToolRefusal{{Tool: "echo", Reason: "the server lists it 2 times in one tools/list; a tool's name must be unique, and either definition could be meant"}}; !slices.Equal(st.Registry.Servers[0].Refused, want) {
 		t.Errorf("refused = %s, want %+v", b, want)
 	}
 }

@@ -19,10 +19,10 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/sirupsen/logrus"
 
-	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/status"
 )
 
 // fakeMCPEnv switches the test binary into the fake stdio MCP server; the
@@ -254,10 +254,10 @@ func (h *harness) tools(t *testing.T) map[string]mcp.Tool {
 	return out
 }
 
-func (h *harness) status(t *testing.T) builtin.Status {
+func (h *harness) status(t *testing.T) status.Report {
 	t.Helper()
 	res := h.call(t, "checkpoint_status", nil)
-	var st builtin.Status
+	var st status.Report
 	b, _ := json.Marshal(res.StructuredContent)
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatal(err)
@@ -553,68 +553,6 @@ func TestDownstreamSizeCap(t *testing.T) {
 }
 
 func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
-
-func TestCapResult(t *testing.T) {
-	small := &mcp.CallToolResult{Content: []mcp.Content{mcp.NewTextContent("ok")}}
-	if got, cut := capResult(small, 4096); got != small || cut {
-		t.Error("capResult changed a small result")
-	}
-	big := &mcp.CallToolResult{Content: []mcp.Content{
-		mcp.NewTextContent(strings.Repeat("a", 1000)),
-		mcp.NewImageContent(strings.Repeat("A", 8000), "image/png"),
-		mcp.NewTextContent(strings.Repeat("\"", 5000)),
-		mcp.NewTextContent("tail"),
-	}}
-	got, cut := capResult(big, 4096)
-	b, _ := json.Marshal(got)
-	if !cut || !got.IsError || len(b) > 4096 || len(got.Content) != 3 {
-		t.Fatalf("capResult: cut %v isError %v, %d bytes, %d items", cut, got.IsError, len(b), len(got.Content))
-	}
-	if tc, ok := got.Content[1].(mcp.TextContent); !ok || !strings.HasPrefix(tc.Text, `""`) {
-		t.Errorf("item 1 = %+v, want the cut third item", got.Content[1])
-	}
-	if m := resultText(&mcp.CallToolResult{Content: got.Content[2:]}); !strings.Contains(m, "dropped: the end of a text item, 2 content items") {
-		t.Errorf("marker = %q", m)
-	}
-	for _, tc := range []struct {
-		in   string
-		n    int
-		want string
-	}{
-		{"héllo", 5, "hé"}, // "\"hé\"" is 5 bytes
-		{"héllo", 4, "h"},  // é is 2 bytes: never half of it
-		{"a\"b", 5, "a\""},
-		{"a\"b", 4, "a"},    // the quote costs 2
-		{"abc", 100, "abc"}, // fits
-		{"abc", 0, ""},      // nothing fits
-	} {
-		if got := cutJSONText(tc.in, tc.n); got != tc.want {
-			t.Errorf("cutJSONText(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
-		}
-	}
-}
-
-func TestApprovalAnnotations(t *testing.T) {
-	yes, no := mcp.ToBoolPtr(true), mcp.ToBoolPtr(false)
-	for _, tc := range []struct {
-		mode           conf.ApprovalMode
-		own            mcp.ToolAnnotation
-		ro, destr, idm any
-	}{
-		{conf.ApprovalAuto, mcp.ToolAnnotation{ReadOnlyHint: no, DestructiveHint: yes}, true, false, nil},
-		{conf.ApprovalWrites, mcp.ToolAnnotation{ReadOnlyHint: yes}, true, false, nil},
-		{conf.ApprovalWrites, mcp.ToolAnnotation{}, false, true, nil},
-		{conf.ApprovalWrites, mcp.ToolAnnotation{ReadOnlyHint: no}, false, true, nil},
-		{conf.ApprovalPrompt, mcp.ToolAnnotation{ReadOnlyHint: yes, IdempotentHint: yes}, false, true, true},
-		{conf.ApprovalApprove, mcp.ToolAnnotation{ReadOnlyHint: yes, IdempotentHint: yes}, false, true, false},
-	} {
-		a := approvalAnnotations(tc.mode, tc.own)
-		if deref(a.ReadOnlyHint) != tc.ro || deref(a.DestructiveHint) != tc.destr || deref(a.IdempotentHint) != tc.idm {
-			t.Errorf("approvalAnnotations(%s, ro=%v) = ro %v destructive %v idempotent %v, want %v %v %v", tc.mode, deref(tc.own.ReadOnlyHint),
-				deref(a.ReadOnlyHint), deref(a.DestructiveHint), deref(a.IdempotentHint), tc.ro, tc.destr, tc.idm)
-		}
-	}
-}
 
 // TestRegistryRefused: a refused registry serves no downstream tool and
 // starts nothing; builtins and externals are unaffected; the reasons are in

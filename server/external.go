@@ -12,7 +12,6 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
-	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
@@ -83,11 +82,11 @@ func externalTool(t conf.Tool) mcp.Tool {
 func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 	backend := s.backendName(t)
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		rec := logrus.Fields{"request_id": requestID(req), "tool": t.Name, "kind": "external", "class": t.Class, "backend": backend}
-		s.annotate(ctx, req, rec)
+		rec := &auditRecord{RequestID: requestID(req), Tool: t.Name, Kind: "external", Class: t.Class, Backend: backend}
+		rec.annotate(ctx, req)
 		refuse := func(reason string, res *mcp.CallToolResult) (*mcp.CallToolResult, error) {
-			rec["refused"] = reason
-			rec["is_error"] = true
+			rec.Refused = reason
+			rec.IsError = true
 			s.audit(rec, "call")
 			return res, nil
 		}
@@ -104,12 +103,12 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 		queued := arrival(ctx)
 		release, err := s.acquire(ctx, queued, t.Timeout)
 		if err != nil {
-			rec["queued_ms"] = time.Since(queued).Milliseconds()
+			rec.QueuedMS = some(time.Since(queued).Milliseconds())
 			if ctx.Err() != nil {
 				// notifications/cancelled of a queued call: it never runs
 				// and answers nothing.
 				s.cancelled.add(requestID(req))
-				rec["cancelled"] = true
+				rec.Cancelled = true
 				return refuse("cancelled while queued", errorResult("toolgate: %s: %v", t.Name, err))
 			}
 			return refuse("queue", errorResult("toolgate: %s: %v", t.Name, err))
@@ -127,8 +126,8 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 			MaxBytes: t.MaxBytes,
 			Seen:     new(atomic.Int64),
 		}
-		rec["call"] = inv.ID
-		rec["queued_ms"] = time.Since(queued).Milliseconds()
+		rec.Call = inv.ID
+		rec.QueuedMS = some(time.Since(queued).Milliseconds())
 		if token := progressToken(req); token != nil {
 			stop := make(chan struct{})
 			defer close(stop)
@@ -139,24 +138,18 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 			// notifications/cancelled (or shutdown): the call is killed and
 			// answers nothing.
 			s.cancelled.add(requestID(req))
-			rec["cancelled"] = true
+			rec.Cancelled = true
 		}
 		if errors.Is(err, rt.ErrSandboxUnavailable) {
 			return refuse("no sandbox", s.noSandbox(t.Name, err))
 		}
 		if err != nil {
-			rec["error"] = err.Error()
-			rec["is_error"] = true
+			rec.Error = some(err.Error())
+			rec.IsError = true
 			s.audit(rec, "call could not run")
 			return errorResult("toolgate: %s could not run: %v", t.Name, err), nil
 		}
-		rec["exit_code"] = res.ExitCode
-		rec["elapsed_ms"] = res.Elapsed.Milliseconds()
-		rec["output_bytes"] = res.OutputBytes
-		rec["truncated"] = res.Truncated
-		rec["timed_out"] = res.TimedOut
-		rec["limit"] = string(res.Limit)
-		rec["is_error"] = res.Failed()
+		rec.ran(res)
 		s.audit(rec, "call")
 		return renderResult(res, backend, s.keepEscapes[t.Name]), nil
 	}

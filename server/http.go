@@ -548,11 +548,10 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 // authorization spec's step-up), audited, nothing run.
 func (h *HTTP) refuseScope(w http.ResponseWriter, p Principal, env envelope) {
 	scopes := strings.Join(h.opts.Scopes.ScopesFor(env.Params.Name), " ")
-	rec := logrus.Fields{"request_id": string(env.ID), "tool": env.Params.Name, "kind": h.s.kindOf(env.Params.Name),
-		"backend": h.s.backendOf(env.Params.Name), "refused": "scope", "is_error": true}
-	addPrincipal(rec, p)
+	rec := &auditRecord{RequestID: string(env.ID), Tool: env.Params.Name, Kind: h.s.kindOf(env.Params.Name),
+		Backend: h.s.backendOf(env.Params.Name), Refused: "scope", IsError: true, Principal: &p}
 	if tp, _ := env.Params.Meta["traceparent"].(string); validTraceparent(tp) {
-		rec["traceparent"] = tp
+		rec.Traceparent = tp
 	}
 	h.s.audit(rec, "call")
 	h.opts.Metrics.limit("scope")
@@ -645,9 +644,9 @@ func (h *HTTP) middleware(next mcpserver.ToolHandlerFunc) mcpserver.ToolHandlerF
 			h.opts.Metrics.queueWait.WithLabelValues("principal").Observe(waited.Seconds())
 		}
 		if err != nil {
-			rec := logrus.Fields{"request_id": requestID(req), "tool": name, "kind": h.s.kindOf(name), "backend": backend,
-				"refused": "principal_queue", "is_error": true, "queued_ms": waited.Milliseconds()}
-			h.s.annotate(ctx, req, rec)
+			rec := &auditRecord{RequestID: requestID(req), Tool: name, Kind: h.s.kindOf(name), Backend: backend,
+				Refused: "principal_queue", IsError: true, QueuedMS: some(waited.Milliseconds())}
+			rec.annotate(ctx, req)
 			h.s.audit(rec, "call")
 			return errorResult("toolgate: %s: %v", name, err), nil
 		}

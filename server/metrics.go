@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/sirupsen/logrus"
 
 	rt "github.com/toolgate/toolgate/runtime"
 )
@@ -126,49 +125,44 @@ func (m *Metrics) Handler() http.Handler {
 // Registry is the registry (tests).
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// observeAudit counts a call from its audit record: outcome, queue wait at
-// --max-concurrent, and the limit that ended it.
-func (m *Metrics) observeAudit(f logrus.Fields) {
-	if m == nil {
+// observe counts a call from its audit record in m (nil: no metrics):
+// outcome, queue wait at --max-concurrent, and the limit that ended it.
+func (r *auditRecord) observe(m *Metrics) {
+	if m == nil || r.Tool == "" {
 		return
 	}
-	tool, _ := f["tool"].(string)
-	if tool == "" {
-		return // not a call's record (a refused conf line)
-	}
-	backend, _ := f["backend"].(string) // a record of a call refused before it began may have none
-	if q, ok := f["queued_ms"].(int64); ok {
-		m.queueWait.WithLabelValues("server").Observe(float64(q) / 1000)
+	if r.QueuedMS.ok {
+		m.queueWait.WithLabelValues("server").Observe(float64(r.QueuedMS.v) / 1000)
 	}
 	outcome := OutcomeOK
-	limit, _ := f["limit"].(string)
-	refused, _ := f["refused"].(string)
+	limit := r.Limit.v
 	switch {
-	case refused != "":
+	case r.Refused != "":
 		outcome = OutcomeRefused
-		switch refused {
+		switch r.Refused {
 		case "queue":
 			m.limits.WithLabelValues("max_concurrent").Inc()
 		case "principal_queue":
 			m.limits.WithLabelValues("principal_concurrent").Inc()
 		}
-	case f["cancelled"] == true:
+	case r.Cancelled:
 		outcome = OutcomeCancelled
-	case f["error"] != nil:
+	case r.Error.ok:
 		outcome = OutcomeFailed
-	case f["timed_out"] == true || limit == string(rt.LimitTimeout):
+	case r.TimedOut.v || limit == string(rt.LimitTimeout):
 		outcome = OutcomeTimeout
 		m.limits.WithLabelValues("timeout").Inc()
 	case limit == string(rt.LimitPids) || limit == string(rt.LimitMemory):
 		outcome = OutcomeLimit
 		m.limits.WithLabelValues(limit).Inc()
-	case f["is_error"] == true:
+	case r.IsError:
 		outcome = OutcomeError
 	}
-	if f["truncated"] == true {
+	if r.Truncated.v {
 		m.limits.WithLabelValues("output").Inc()
 	}
-	m.calls.WithLabelValues(tool, backend, outcome).Inc()
+	// A record of a call refused before it began may have no backend.
+	m.calls.WithLabelValues(r.Tool, r.Backend, outcome).Inc()
 }
 
 func (m *Metrics) observeCall(tool, backend string, d time.Duration) {

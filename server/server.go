@@ -25,6 +25,7 @@ import (
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/status"
 )
 
 // Options configure a Server.
@@ -75,7 +76,7 @@ type Server struct {
 	// mu guards what the downstream discovery adds while serving.
 	mu     sync.RWMutex
 	order  map[string]int
-	served []builtin.ToolStatus
+	served []status.Tool
 	down   *downstreamSet // ConnectDownstream
 
 	// metrics, when set (NewHTTP), count every call.
@@ -135,7 +136,7 @@ func (s *Server) InFlight() int { return int(s.inFlight.Load()) }
 func (s *Server) MCP() *mcpserver.MCPServer { return s.mcp }
 
 // Served lists the tools in tools/list order with the backend each uses.
-func (s *Server) Served() []builtin.ToolStatus {
+func (s *Server) Served() []status.Tool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return slices.Clone(s.served)
@@ -163,7 +164,7 @@ func (s *Server) known(name string) bool {
 type entry struct {
 	tool    mcp.Tool
 	handler mcpserver.ToolHandlerFunc
-	status  builtin.ToolStatus
+	status  status.Tool
 }
 
 // add serves entries after those already served, with one AddTools: mcp-go
@@ -182,13 +183,13 @@ func (s *Server) add(entries ...entry) {
 
 func (s *Server) register() {
 	var entries []entry
-	status := builtin.CheckpointStatus(s.status)
-	for _, b := range append([]builtin.Tool{status}, s.opts.Builtins...) {
+	checkpoint := builtin.CheckpointStatus(s.report)
+	for _, b := range append([]builtin.Tool{checkpoint}, s.opts.Builtins...) {
 		if s.hidden(b.Name) {
 			continue
 		}
 		entries = append(entries, entry{builtinTool(b), s.builtinHandler(b),
-			builtin.ToolStatus{Name: b.Name, Kind: "builtin", Backend: s.builtinBackend(b)}})
+			status.Tool{Name: b.Name, Kind: "builtin", Backend: s.builtinBackend(b)}})
 	}
 	if s.opts.Conf != nil && s.opts.Conf.State == conf.StateLoaded {
 		for _, t := range s.opts.Conf.Tools {
@@ -196,7 +197,7 @@ func (s *Server) register() {
 				continue
 			}
 			entries = append(entries, entry{externalTool(t), s.externalHandler(t),
-				builtin.ToolStatus{Name: t.Name, Kind: "external", Class: string(t.Class), Backend: s.backendName(t), Egress: t.Egress.Strings()}})
+				status.Tool{Name: t.Name, Kind: "external", Class: string(t.Class), Backend: s.backendName(t), Egress: t.Egress.Strings()}})
 		}
 	}
 	s.add(entries...)
@@ -248,9 +249,9 @@ func (s *Server) builtinHandler(b builtin.Tool) mcpserver.ToolHandlerFunc {
 		if res.IsError {
 			res.Text = boundText(res.Text, MaxErrorText) // it may quote the arguments
 		}
-		rec := logrus.Fields{"request_id": requestID(req), "tool": b.Name, "kind": "builtin", "backend": s.builtinBackend(b),
-			"is_error": res.IsError, "elapsed_ms": time.Since(start).Milliseconds()}
-		s.annotate(ctx, req, rec)
+		rec := &auditRecord{RequestID: requestID(req), Tool: b.Name, Kind: "builtin", Backend: s.builtinBackend(b),
+			IsError: res.IsError, ElapsedMS: some(time.Since(start).Milliseconds())}
+		rec.annotate(ctx, req)
 		s.audit(rec, "call")
 		return toolResult(res.Text, res.Structured, res.IsError), nil
 	}
@@ -279,14 +280,14 @@ func toolResult(text string, structured any, isError bool) *mcp.CallToolResult {
 	}
 }
 
-// status is the checkpoint_status source.
-func (s *Server) status(ctx context.Context) builtin.Status {
+// report is the checkpoint_status source.
+func (s *Server) report(ctx context.Context) status.Report {
 	c := s.opts.Conf
 	state, err := s.opts.Sandbox.State()
-	st := builtin.Status{
+	st := status.Report{
 		Version:  s.opts.Version,
 		Protocol: mcpserver.RequestProtocolVersion(ctx),
-		Sandbox: builtin.SandboxState{
+		Sandbox: status.Sandbox{
 			Backend:   s.opts.Sandbox.Name(),
 			State:     string(state),
 			Available: state == rt.SandboxReady,
@@ -298,22 +299,9 @@ func (s *Server) status(ctx context.Context) builtin.Status {
 		st.Sandbox.Reason = err.Error()
 	}
 	if c != nil {
-		st.Conf = ConfStatus(c)
+		st.Conf = status.FromConf(c)
 	}
 	return st
-}
-
-// ConfStatus summarises a loaded tools.conf for checkpoint_status and check.
-func ConfStatus(c *conf.Config) builtin.ConfStatus {
-	cs := builtin.ConfStatus{Path: c.Path, SHA256: c.SHA256, State: string(c.State), Reason: c.Reason}
-	for _, err := range c.Errors {
-		ce := builtin.ConfError{Reason: err.Error()}
-		if e, ok := err.(*conf.Error); ok { //nolint:errorlint // Errors holds *conf.Error values by contract
-			ce = builtin.ConfError{Line: e.Line, Text: e.Text, Field: e.Field, Reason: e.Err.Error()}
-		}
-		cs.Errors = append(cs.Errors, ce)
-	}
-	return cs
 }
 
 func (s *Server) nextID() string {

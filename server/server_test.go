@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/status"
 )
 
 // fakeRunner records invocations and answers a fixed result; the server's
@@ -264,7 +265,7 @@ func TestRefusedConfServesBuiltinsOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st builtin.Status
+	var st status.Report
 	b, _ := json.Marshal(res.StructuredContent)
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatal(err)
@@ -284,13 +285,13 @@ func TestCheckpointStatusTools(t *testing.T) {
 	if err != nil || res.IsError {
 		t.Fatal(err)
 	}
-	var st builtin.Status
+	var st status.Report
 	b, _ := json.Marshal(res.StructuredContent)
 	json.Unmarshal(b, &st)
 	if st.Version != "1.2.3" || !st.Sandbox.Available || st.Conf.State != "loaded" {
 		t.Errorf("status = %+v", st)
 	}
-	want := []builtin.ToolStatus{
+	want := []status.Tool{
 		{Name: "checkpoint_status", Kind: "builtin", Backend: "builtin"},
 		{Name: "zeta", Kind: "external", Class: "read", Backend: "direct"},
 		{Name: "alpha", Kind: "external", Class: "test", Backend: "bwrap"},

@@ -292,7 +292,7 @@ func TestCancelledCallAnswersNothing(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	rec := auditRecord(t, audit.String(), "zeta")
+	rec := auditOf(t, audit.String(), "zeta")
 	if rec["cancelled"] != true || rec["request_id"] != "42" {
 		t.Errorf("audit record %v, want cancelled and request_id 42", rec)
 	}
@@ -309,7 +309,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-func auditRecord(t *testing.T, log, tool string) map[string]any {
+func auditOf(t *testing.T, log, tool string) map[string]any {
 	t.Helper()
 	for _, l := range strings.Split(strings.TrimSpace(log), "\n") {
 		var m map[string]any
@@ -397,7 +397,7 @@ func TestAuditRecord(t *testing.T) {
 	if strings.Contains(audit.String(), "TOPSECRET") {
 		t.Fatal("the audit log carries output content")
 	}
-	rec := auditRecord(t, audit.String(), "zeta")
+	rec := auditOf(t, audit.String(), "zeta")
 	for k, v := range map[string]any{"request_id": `"q"`, "class": "read", "backend": "direct", "exit_code": 3.0,
 		"elapsed_ms": 7.0, "output_bytes": 9.0, "truncated": true, "timed_out": false, "limit": "pids", "is_error": true, "kind": "external"} {
 		if rec[k] != v {
@@ -407,7 +407,7 @@ func TestAuditRecord(t *testing.T) {
 	if _, ok := rec["time"]; !ok {
 		t.Error("audit record has no time")
 	}
-	if rec := auditRecord(t, audit.String(), "checkpoint_status"); rec["kind"] != "builtin" {
+	if rec := auditOf(t, audit.String(), "checkpoint_status"); rec["kind"] != "builtin" {
 		t.Errorf("builtin audit %v", rec)
 	}
 }

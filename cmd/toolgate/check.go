@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/status"
 )
 
 // check prints what serve would serve, or the refused lines and why. It
@@ -38,7 +39,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 // writeCheck renders the check report: the conf state, then every tool in
 // tools/list order.
 func writeCheck(w io.Writer, c *conf.Config, srv *server.Server) {
-	cs := server.ConfStatus(c)
+	cs := status.FromConf(c)
 	fmt.Fprintf(w, "tools.conf %s: %s\n", cs.Path, cs.State)
 	if cs.Reason != "" {
 		fmt.Fprintf(w, "  %s\n", cs.Reason)

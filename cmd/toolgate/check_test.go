@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -221,14 +222,37 @@ func TestServeLogsRepoConfigWarning(t *testing.T) {
 }
 
 // TestEveryKnownBackendHasAPreparer: the backend table and rt's list of
-// backends are the same set.
+// backends are the same set, and only bwrap runs the registry's stdio
+// servers.
 func TestEveryKnownBackendHasAPreparer(t *testing.T) {
-	if len(preparers) != len(rt.KnownBackends()) {
-		t.Errorf("%d preparers for %d known backends", len(preparers), len(rt.KnownBackends()))
+	if len(sandboxBackends) != len(rt.KnownBackends()) {
+		t.Errorf("%d backends in the table for %d known backends", len(sandboxBackends), len(rt.KnownBackends()))
 	}
 	for _, b := range rt.KnownBackends() {
-		if preparers[b] == nil {
+		row := sandboxBackends[b]
+		if row.prepare == nil {
 			t.Errorf("backend %s has no preparer", b)
 		}
+		if row.services != (b == rt.BackendBwrap) {
+			t.Errorf("backend %s: services = %v, want %v", b, row.services, b == rt.BackendBwrap)
+		}
+	}
+}
+
+// TestAuditConfRecord pins the audit record of a refused tools.conf line,
+// byte for byte but its time: operators' tooling and the e2e suite read
+// its keys.
+func TestAuditConfRecord(t *testing.T) {
+	c := conf.Parse("/etc/tools.conf", []byte("tool bad /bin/bash read 10 4096 off /tmp -- MARKER_ARG\n"), conf.Options{})
+	var buf bytes.Buffer
+	audit := logrus.New()
+	audit.SetFormatter(&logrus.JSONFormatter{})
+	audit.SetOutput(&buf)
+	auditConf(audit, c)
+	got := regexp.MustCompile(`"time":"[^"]*"`).ReplaceAllString(strings.TrimSpace(buf.String()), `"time":"*"`)
+	want := `{"conf":"/etc/tools.conf","field":"exe","kind":"conf","level":"info","line":1,"msg":"conf refused",` +
+		`"reason":"basename \"bash\" is a shell or interpreter (denylist entry \"bash\"): denied by policy","state":"refused","time":"*"}`
+	if got != want {
+		t.Errorf("conf audit record:\n got %s\nwant %s", got, want)
 	}
 }

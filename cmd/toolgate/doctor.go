@@ -51,8 +51,8 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 	}[dr.Tracking()])
 
 	ok := true
-	var chosenRunner rt.Runner // runs the built-ins' helpers
-	defer func() { closeSandbox(chosenRunner) }()
+	var chosenBackend startedSandbox // runs the built-ins' helpers
+	defer func() { chosenBackend.release() }()
 	for _, b := range rt.KnownBackends() {
 		chosen := string(b) == s.backend
 		mark := ""
@@ -65,11 +65,11 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 			ok = ok && !chosen
 			continue
 		}
-		d.item("sandbox "+string(b)+mark, true, describe(r), nil)
+		d.item("sandbox "+string(b)+mark, true, r.about(), nil)
 		if chosen {
-			chosenRunner = r
+			chosenBackend = r
 		} else {
-			closeSandbox(r)
+			r.release()
 		}
 	}
 
@@ -83,7 +83,7 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 		d.line("tools.conf %s: loaded, %d tools", c.Path, len(c.Tools))
 	}
 	d.line("helpers of the workspace built-ins (root %s; they run only sandboxed, under --backend %s):", s.root, s.backend)
-	helpersOK := writeHelpers(stdout, &s.builtins, s.root, chosenRunner)
+	helpersOK := writeHelpers(stdout, &s.builtins, s.root, chosenBackend.runner)
 	if !ok {
 		fmt.Fprintln(stdout, "\nthe chosen sandbox backend cannot run here: test-class tools would answer isError (never run unsandboxed)")
 		return 1
@@ -106,12 +106,4 @@ func (d *doctorReport) item(what string, ok bool, detail string, err error) {
 		return
 	}
 	d.line("[FAIL] %s: %s", what, strings.ReplaceAll(err.Error(), "; ", ";\n         "))
-}
-
-// describe gives a one-line summary of a runner that can say more.
-func describe(r rt.Runner) string {
-	if s, ok := r.(fmt.Stringer); ok {
-		return s.String()
-	}
-	return "available"
 }

@@ -51,7 +51,7 @@ func (f *downstreamFlags) options(a *app, backend string) server.DownstreamOptio
 	switch {
 	case state == rt.SandboxUnavailable:
 		opts.ServicesErr = fmt.Errorf("%w: the %s sandbox backend is unavailable: %w", server.ErrNeedsBwrap, backend, err)
-	case rt.Backend(backend) != rt.BackendBwrap:
+	case !sandboxBackends[rt.Backend(backend)].services:
 		opts.ServicesErr = fmt.Errorf("%w: --backend %s runs tools, not long-lived servers", server.ErrNeedsBwrap, backend)
 	default:
 		opts.Services = a.opts.Sandbox

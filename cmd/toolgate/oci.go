@@ -42,9 +42,9 @@ func (s *settings) ociConfig(shim string) (oci.Config, error) {
 }
 
 // prepareOCISandbox checks the oci backend and returns how to start it
-// (log may be nil: nothing is logged). On error the Runner is nil (never a
-// typed nil), and the error says why the runtime cannot run here. The
-// caller closes the Runner with closeSandbox.
+// (log may be nil: nothing is logged). On error the error says why the
+// runtime cannot run here. The started backend's close removes its
+// containers and directories.
 func (s *settings) prepareOCISandbox(shim string, _ *rt.Cgroups, log *logrus.Logger) (sandboxStart, error) {
 	cfg, err := s.ociConfig(shim)
 	if err != nil {
@@ -54,9 +54,9 @@ func (s *settings) prepareOCISandbox(shim string, _ *rt.Cgroups, log *logrus.Log
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) (rt.Runner, error) {
+	return func(ctx context.Context) (startedSandbox, error) {
 		if err := r.Start(ctx); err != nil {
-			return nil, err
+			return startedSandbox{}, err
 		}
 		if log != nil {
 			for _, d := range r.Swept() {
@@ -64,14 +64,6 @@ func (s *settings) prepareOCISandbox(shim string, _ *rt.Cgroups, log *logrus.Log
 			}
 			log.WithField("oci", r.String()).Debug("oci backend ready")
 		}
-		return r, nil
+		return startedSandbox{runner: r, describe: r.String, close: r.Close}, nil
 	}, nil
-}
-
-// closeSandbox releases a sandbox runner that holds host state (the oci
-// backend's containers and directories).
-func closeSandbox(r rt.Runner) {
-	if c, ok := r.(interface{ Close() error }); ok {
-		_ = c.Close()
-	}
 }

@@ -78,37 +78,74 @@ func (s *settings) newSandbox(shim string, cg *rt.Cgroups, log *logrus.Logger) (
 	}
 	return rt.NewSandbox(s.backend, func(ctx context.Context) (rt.Runner, error) {
 		t := time.Now()
-		r, err := start(ctx)
+		b, err := start(ctx)
 		e := log.WithFields(logrus.Fields{"backend": s.backend, "ms": time.Since(t).Milliseconds()})
 		if err != nil {
 			e.WithError(err).Error("sandbox backend unavailable: its self-test failed; test-class tools and the built-ins' helpers will answer isError, never run unsandboxed")
 			return nil, err
 		}
 		e.Debug("sandbox backend ready")
-		return r, nil
+		return b.runner, nil
 	}), nil
 }
 
-// sandboxStart finishes setting up a prepared backend and proves it works
-// here (bounded by ctx). It never returns a non-nil Runner with an error.
-type sandboxStart func(ctx context.Context) (rt.Runner, error)
-
-// preparers are the sandbox backends, by name (rt.KnownBackends): each
-// checks its backend with the configured limits as far as that needs no
-// process (log may be nil) and returns how to start it.
-var preparers = map[rt.Backend]func(s *settings, shim string, cg *rt.Cgroups, log *logrus.Logger) (sandboxStart, error){
-	rt.BackendBwrap: (*settings).prepareBwrapSandbox,
-	rt.BackendOCI:   (*settings).prepareOCISandbox,
+// startedSandbox is a backend set up and proven to work, with what cmd
+// uses of it besides running calls, as its preparer states it.
+type startedSandbox struct {
+	runner rt.Runner
+	// describe is doctor's one-line summary of the backend; nil says
+	// nothing more than that it is available.
+	describe func() string
+	// close releases what the backend holds on the host (the oci
+	// backend's containers and directories); nil when it holds nothing.
+	close func() error
 }
 
-// prepareSandbox prepares backend b (see preparers).
+// about is doctor's summary of the backend.
+func (b startedSandbox) about() string {
+	if b.describe == nil {
+		return "available"
+	}
+	return b.describe()
+}
+
+// release releases what the backend holds on the host, if anything (the
+// zero startedSandbox, of a backend that did not start, holds nothing).
+func (b startedSandbox) release() {
+	if b.close != nil {
+		_ = b.close()
+	}
+}
+
+// sandboxStart finishes setting up a prepared backend and proves it works
+// here (bounded by ctx). On error the startedSandbox is the zero one.
+type sandboxStart func(ctx context.Context) (startedSandbox, error)
+
+// sandboxBackend is a row of the backend table: how to prepare the
+// backend, and what it can do beyond running tool calls.
+type sandboxBackend struct {
+	// prepare checks the backend with the configured limits as far as
+	// that needs no process (log may be nil) and returns how to start it.
+	prepare func(s *settings, shim string, cg *rt.Cgroups, log *logrus.Logger) (sandboxStart, error)
+	// services: the backend also runs long-lived stdio servers (the
+	// registry's downstream servers); the others run tools only.
+	services bool
+}
+
+// sandboxBackends are the sandbox backends, by name (rt.KnownBackends).
+var sandboxBackends = map[rt.Backend]sandboxBackend{
+	rt.BackendBwrap: {prepare: (*settings).prepareBwrapSandbox, services: true},
+	rt.BackendOCI:   {prepare: (*settings).prepareOCISandbox},
+}
+
+// prepareSandbox prepares backend b (see sandboxBackends).
 func (s *settings) prepareSandbox(b rt.Backend, shim string, cg *rt.Cgroups, log *logrus.Logger) (sandboxStart, error) {
-	prepare, ok := preparers[b]
+	row, ok := sandboxBackends[b]
 	if !ok {
 		_, err := rt.ParseBackend(string(b))
 		return nil, fmt.Errorf("backend %q is not available in this build: %w", b, err)
 	}
-	return prepare(s, shim, cg, log)
+	return row.prepare(s, shim, cg, log)
 }
 
 func (s *settings) prepareBwrapSandbox(shim string, cg *rt.Cgroups, _ *logrus.Logger) (sandboxStart, error) {
@@ -116,20 +153,20 @@ func (s *settings) prepareBwrapSandbox(shim string, cg *rt.Cgroups, _ *logrus.Lo
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) (rt.Runner, error) {
+	return func(ctx context.Context) (startedSandbox, error) {
 		if err := r.SelfTest(ctx); err != nil {
-			return nil, err
+			return startedSandbox{}, err
 		}
-		return r, nil
+		return startedSandbox{runner: r, describe: r.String}, nil
 	}, nil
 }
 
 // newSandboxBackend sets up backend b and proves it works, before it
-// returns (doctor, selftest). Close the Runner with closeSandbox.
-func (s *settings) newSandboxBackend(b rt.Backend, shim string, cg *rt.Cgroups, log *logrus.Logger) (rt.Runner, error) {
+// returns (doctor, selftest). Release it with its release method.
+func (s *settings) newSandboxBackend(b rt.Backend, shim string, cg *rt.Cgroups, log *logrus.Logger) (startedSandbox, error) {
 	start, err := s.prepareSandbox(b, shim, cg, log)
 	if err != nil {
-		return nil, err
+		return startedSandbox{}, err
 	}
 	return start(context.Background())
 }

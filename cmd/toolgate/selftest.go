@@ -77,14 +77,14 @@ func selftest(args []string, stdout, stderr io.Writer) int {
 		uid, gid := sandboxIDs()
 		if err := rt.CanExecute(self, uid, gid); err != nil {
 			fmt.Fprintf(stdout, "[BROKEN] the probe (this binary) cannot run in the sandbox: %v\n", err)
-			closeSandbox(r)
+			r.release()
 			failed = true
 			continue
 		}
-		env, err := battery.NewEnv(name, r, probe, s.sandbox.limits)
+		env, err := battery.NewEnv(name, r.runner, probe, s.sandbox.limits)
 		if err != nil {
 			fmt.Fprintf(stdout, "[BROKEN] %v\n", err)
-			closeSandbox(r)
+			r.release()
 			failed = true
 			continue
 		}
@@ -101,7 +101,7 @@ func selftest(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		env.Close()
-		closeSandbox(r)
+		r.release()
 	}
 	if failed {
 		fmt.Fprintln(stdout, "\nselftest: a guarantee is broken or a backend cannot start (see above)")

@@ -16,6 +16,7 @@ import (
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/direct"
 	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/status"
 )
 
 // settings are the flags shared by serve, check and doctor.
@@ -177,7 +178,7 @@ func auditConf(audit *logrus.Logger, c *conf.Config) {
 	if c.State != conf.StateRefused {
 		return
 	}
-	for _, ce := range server.ConfStatus(c).Errors {
+	for _, ce := range status.FromConf(c).Errors {
 		audit.WithFields(logrus.Fields{"kind": "conf", "conf": c.Path, "state": c.State,
 			"line": ce.Line, "field": ce.Field, "reason": ce.Reason}).Info("conf refused")
 	}

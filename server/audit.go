@@ -1,0 +1,164 @@
+package server
+
+import (
+	"context"
+	"regexp"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/sirupsen/logrus"
+
+	"github.com/toolgate/toolgate/conf"
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+// auditRecord is the audit record of one tool call: what ran and how it
+// ended, never output content, arguments or environment values. Each field
+// is written under the key its comment names (server/audit_test.go pins
+// every kind of record; README.md, docs/registry.md and the e2e suites
+// read them). A string or int field is written when it is not zero, a
+// bool one when it is true, a Principal when set; an opt field when it was
+// set, zero or not.
+type auditRecord struct {
+	RequestID string     // request_id: the JSON-RPC id as JSON; always written
+	Tool      string     // tool: always written
+	Kind      string     // kind: builtin, external or downstream; none for a call cancelled before it began
+	Class     conf.Class // class: an external's
+	Backend   string     // backend
+	Server    string     // server: a downstream call's
+	Transport string     // transport: a downstream call's
+	Content   string     // content: "external" for a downstream call's result
+	Call      string     // call: the call's id (an external once it has a slot)
+	Start     int        // start: which start of the downstream server served it
+
+	Principal          *Principal // principal, auth and client (when not empty): an HTTP call's
+	Traceparent        string     // traceparent: a valid one of the request's _meta
+	TraceparentInvalid bool       // traceparent_invalid: the _meta had one that is not
+
+	Refused   string      // refused: why the call was not run (or not passed on)
+	Cancelled bool        // cancelled: by notifications/cancelled or shutdown
+	Error     opt[string] // error: why it could not run, or failed
+	RPCError  opt[string] // rpc_error: a downstream server's JSON-RPC error
+
+	ExitCode    opt[int]    // exit_code
+	ElapsedMS   opt[int64]  // elapsed_ms
+	QueuedMS    opt[int64]  // queued_ms: from the call's arrival
+	OutputBytes opt[int64]  // output_bytes
+	Truncated   opt[bool]   // truncated
+	TimedOut    opt[bool]   // timed_out
+	Limit       opt[string] // limit: the rt.Limit that ended it ("" written for an external that ran to its end)
+	IsError     bool        // is_error: always written
+}
+
+// opt is a value an audit record carries only once it is set, whatever
+// it is: an external's exit_code 0 is written, a refused call has none.
+type opt[T any] struct {
+	v  T
+	ok bool
+}
+
+func some[T any](v T) opt[T] { return opt[T]{v, true} }
+
+func (o opt[T]) put(f logrus.Fields, key string) {
+	if o.ok {
+		f[key] = o.v
+	}
+}
+
+// ran records what the runner said of an external call that ran.
+func (r *auditRecord) ran(res rt.Result) {
+	r.ExitCode = some(res.ExitCode)
+	r.ElapsedMS = some(res.Elapsed.Milliseconds())
+	r.OutputBytes = some(res.OutputBytes)
+	r.Truncated = some(res.Truncated)
+	r.TimedOut = some(res.TimedOut)
+	r.Limit = some(string(res.Limit))
+	r.IsError = res.Failed()
+}
+
+// annotate adds who made the call (over HTTP: the principal's name, how
+// it authenticated, its OAuth client) and the traceparent the client sent
+// in the request's _meta, when it is a valid one (one that is not is
+// noted, never copied).
+func (r *auditRecord) annotate(ctx context.Context, req mcp.CallToolRequest) {
+	if p, ok := PrincipalFrom(ctx); ok {
+		r.Principal = &p
+	}
+	if req.Params.Meta == nil {
+		return
+	}
+	v, ok := req.Params.Meta.AdditionalFields["traceparent"]
+	if !ok {
+		return
+	}
+	if tp, _ := v.(string); validTraceparent(tp) {
+		r.Traceparent = tp
+	} else {
+		r.TraceparentInvalid = true
+	}
+}
+
+// traceparentRe is a W3C Trace Context traceparent: version, trace id,
+// parent id, flags, in lowercase hex; the all-zero ids are invalid.
+var traceparentRe = regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
+
+func validTraceparent(tp string) bool {
+	return traceparentRe.MatchString(tp) && tp[:2] != "ff" &&
+		tp[3:35] != "00000000000000000000000000000000" && tp[36:52] != "0000000000000000"
+}
+
+// fields are the record's keys and values as the audit log writes them.
+func (r *auditRecord) fields() logrus.Fields {
+	f := logrus.Fields{"request_id": r.RequestID, "tool": r.Tool, "is_error": r.IsError}
+	str := func(key, v string) {
+		if v != "" {
+			f[key] = v
+		}
+	}
+	str("kind", r.Kind)
+	if r.Class != "" {
+		f["class"] = r.Class
+	}
+	str("backend", r.Backend)
+	str("server", r.Server)
+	str("transport", r.Transport)
+	str("content", r.Content)
+	str("call", r.Call)
+	if r.Start != 0 {
+		f["start"] = r.Start
+	}
+	if p := r.Principal; p != nil {
+		f["principal"] = p.Name
+		f["auth"] = p.Method
+		str("client", p.Client)
+	}
+	str("traceparent", r.Traceparent)
+	if r.TraceparentInvalid {
+		f["traceparent_invalid"] = true
+	}
+	str("refused", r.Refused)
+	if r.Cancelled {
+		f["cancelled"] = true
+	}
+	r.Error.put(f, "error")
+	r.RPCError.put(f, "rpc_error")
+	r.ExitCode.put(f, "exit_code")
+	r.ElapsedMS.put(f, "elapsed_ms")
+	r.QueuedMS.put(f, "queued_ms")
+	r.OutputBytes.put(f, "output_bytes")
+	r.Truncated.put(f, "truncated")
+	r.TimedOut.put(f, "timed_out")
+	r.Limit.put(f, "limit")
+	return f
+}
+
+// write writes the record to the audit log with msg ("call", or "call
+// could not run").
+func (r *auditRecord) write(l *logrus.Logger, msg string) {
+	l.WithFields(r.fields()).Info(msg)
+}
+
+// audit writes one record per call and counts it in the metrics.
+func (s *Server) audit(r *auditRecord, msg string) {
+	r.write(s.auditLog, msg)
+	r.observe(s.metrics)
+}

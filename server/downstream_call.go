@@ -1,0 +1,163 @@
+package server
+
+// The call of a downstream tool: its handler, one audit record per call,
+// and how each failure answers.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+	"github.com/sirupsen/logrus"
+
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+// handler answers calls of one enabled tool of the server. Each call is
+// one audit record, marked as external content; a credential's value is
+// never in it.
+func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
+	served := d.srv.ServedName(tool)
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		rec := &auditRecord{RequestID: requestID(req), Tool: served, Kind: "downstream", Server: d.srv.ID,
+			Transport: string(d.srv.Transport), Backend: d.backend, Content: "external", Call: d.deps.callID()}
+		rec.annotate(ctx, req)
+		done := func(res *mcp.CallToolResult) (*mcp.CallToolResult, error) { //nolint:unparam // shaped to be the handler's return
+			rec.IsError = res.IsError
+			if ctx.Err() != nil {
+				// notifications/cancelled (or shutdown): answer nothing.
+				d.deps.cancelled(requestID(req))
+				rec.Cancelled = true
+			}
+			d.deps.audit(rec, "call")
+			return res, nil
+		}
+		refuse := func(what, format string, a ...any) (*mcp.CallToolResult, error) {
+			rec.Refused = what
+			return done(errorResult("toolgate: %s: "+format, append([]any{served}, a...)...))
+		}
+		if !d.srv.Enabled(tool) {
+			return refuse("not enabled", "not in enabled_tools of %q", d.srv.ID)
+		}
+		if d.unavailable != nil {
+			return refuse("unavailable", "the downstream server %q cannot run here: %v. It is never run unsandboxed; `toolgate doctor` says how to fix the backend.", d.srv.ID, d.unavailable)
+		}
+		if err := d.checkVars(); err != nil {
+			return refuse("variables", "%v; not called", err)
+		}
+		queued := arrival(ctx)
+		if d.slot != nil {
+			if ctx.Err() != nil {
+				return refuse("cancelled", "cancelled while queued")
+			}
+			t := time.NewTimer(time.Until(queued.Add(d.srv.ToolTimeout)))
+			select {
+			case d.slot <- struct{}{}:
+				t.Stop()
+				defer func() { <-d.slot }()
+				if ctx.Err() != nil {
+					return refuse("cancelled", "cancelled while queued")
+				}
+			case <-t.C:
+				return refuse("queue", "queued for tool_timeout_sec (%s) behind another call of %q (supports_parallel_tool_calls is false); not called", d.srv.ToolTimeout, d.srv.ID)
+			case <-ctx.Done():
+				t.Stop()
+				return refuse("cancelled", "cancelled while queued")
+			}
+		}
+		c, err := d.get(ctx)
+		if err != nil {
+			rec.Error = some(err.Error())
+			d.log.WithError(err).Warn("downstream server could not be started")
+			return done(errorResult("toolgate: %s: the downstream server %q could not be started: %v", served, d.srv.ID, err))
+		}
+		if _, ok := d.offers(tool); !ok {
+			if why, refused := d.refusal(tool); refused {
+				return refuse("refused tool", "the downstream server %q lists %q, but toolgate does not serve it: %s", d.srv.ID, tool, why)
+			}
+			return refuse("not offered", "the downstream server %q does not offer %q", d.srv.ID, tool)
+		}
+		var creq mcp.CallToolRequest
+		creq.Params.Name = tool
+		if args := rawArgs(req); args != nil {
+			creq.Params.Arguments = args
+		}
+		cctx, cancel := context.WithTimeout(ctx, d.srv.ToolTimeout)
+		defer cancel()
+		start := time.Now()
+		res, err := c.client.CallTool(cctx, creq)
+		rec.Start = c.n
+		rec.ElapsedMS = some(time.Since(start).Milliseconds())
+		rec.QueuedMS = some(start.Sub(queued).Milliseconds())
+		if err != nil {
+			return done(d.callFailed(ctx, cctx, c, rec, served, err))
+		}
+		if !d.deps.keepEscapes(served) {
+			res = neutralizeResult(res)
+		}
+		out, cut := capResult(res, d.maxBytes())
+		rec.Truncated = some(cut)
+		return done(out)
+	}
+}
+
+// callFailed turns a failed call into isError, and stops a server that ran
+// past the call's budget or whose HTTP session broke; a crashed process
+// was already noted by its watcher.
+func (d *downstream) callFailed(ctx, cctx context.Context, c *dconn, rec *auditRecord, served string, err error) *mcp.CallToolResult {
+	msg := d.redact(err.Error())
+	if reason, ok := c.takeDiscarded(err); ok && ctx.Err() == nil {
+		rec.Truncated, rec.Error = some(true), some("oversized response")
+		return errorResult("toolgate: %s: the downstream server %q sent %s. Ask for less, or raise --downstream-max-bytes.", served, d.srv.ID, reason)
+	}
+	switch {
+	case ctx.Err() != nil:
+		rec.Limit = some(string(rt.LimitCancelled))
+		return errorResult("toolgate: %s: [cancelled] the caller cancelled the call", served)
+	case errors.Is(cctx.Err(), context.DeadlineExceeded):
+		rec.Limit, rec.TimedOut = some(string(rt.LimitTimeout)), some(true)
+		if c.proc != nil {
+			why := ""
+			if reason, ended := c.ended(); ended {
+				why = " (" + reason + ")" // it did not read its stdin
+			} else {
+				d.drop(c, fmt.Sprintf("a call of %s exceeded tool_timeout_sec (%s)", served, d.srv.ToolTimeout))
+			}
+			return errorResult("toolgate: %s: [timeout] no result within tool_timeout_sec (%s); the downstream server %q was stopped with everything it started%s and is started again on the next call",
+				served, d.srv.ToolTimeout, d.srv.ID, why)
+		}
+		return errorResult("toolgate: %s: [timeout] no result within tool_timeout_sec (%s)", served, d.srv.ToolTimeout)
+	case c.proc != nil && errors.Is(err, transport.ErrTransportClosed):
+		select {
+		case <-c.dead:
+		case <-time.After(2 * rt.DrainGrace):
+		}
+		reason, _ := c.ended()
+		if reason == "" {
+			reason = "its stdout closed"
+		}
+		rec.Error = some("server ended: " + reason)
+		d.log.WithFields(logrus.Fields{"start": c.n, "reason": reason}).Warn("downstream server ended during a call")
+		return errorResult("toolgate: %s: the downstream server %q ended during the call (%s); it is started again on the next call", served, d.srv.ID, reason)
+	case isRPCError(err):
+		rec.RPCError = some(msg)
+		return errorResult("toolgate: %s: the downstream server %q answered an error: %s", served, d.srv.ID, msg)
+	}
+	rec.Error = some(msg)
+	if c.proc == nil {
+		d.drop(c, "the HTTP session failed: "+msg)
+	}
+	return errorResult("toolgate: %s: the call to the downstream server %q failed: %s", served, d.srv.ID, msg)
+}
+
+// isRPCError reports a JSON-RPC error answer of the server: mcp-go wraps
+// every failure to send or receive in *transport.Error, and returns an
+// error answer as the error its code maps to.
+func isRPCError(err error) bool {
+	var te *transport.Error
+	return !errors.As(err, &te)
+}

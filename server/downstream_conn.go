@@ -1,0 +1,377 @@
+package server
+
+// A downstream server's connection: started (stdio) or connected (HTTP)
+// on demand within startup_timeout_sec, ended on a broken session, a call
+// past its budget, or Close. Its stdio writes are bounded in
+// downstream_stdio.go, what it sends in downstream_cap.go.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/sirupsen/logrus"
+
+	"github.com/toolgate/toolgate/conf"
+	rt "github.com/toolgate/toolgate/runtime"
+)
+
+// DownstreamProtocol is the MCP protocol version toolgate asks downstream
+// servers for; a server may answer with an older one it supports.
+const DownstreamProtocol = mcp.ProtocolVersion20250618
+
+// downstreamCloseGrace is how long a stdio server gets to exit after its
+// stdin is closed before it is killed.
+const downstreamCloseGrace = time.Second
+
+// dconn is one live connection: a started process or an HTTP session.
+type dconn struct {
+	client *client.Client
+	proc   *rt.Process // nil for HTTP
+	n      int         // start number, for logs
+
+	mu     sync.Mutex
+	reason string // why it ended; "" while alive
+	dead   chan struct{}
+	// discarded are the reasons toolgate answered in place of oversized
+	// responses (see downstream_cap.go), until the call each answers
+	// takes it.
+	discarded []string
+}
+
+// noteDiscarded records the reason given in place of an oversized
+// response.
+func (c *dconn) noteDiscarded(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.discarded) >= 64 { // answers no call took: keep the newest
+		c.discarded = c.discarded[1:]
+	}
+	c.discarded = append(c.discarded, reason)
+}
+
+// takeDiscarded returns the recorded reason err carries, if any: the call
+// failed because its response was oversized, not because the server said
+// so.
+func (c *dconn) takeDiscarded(err error) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	msg := err.Error()
+	for i, r := range c.discarded {
+		if strings.Contains(msg, r) {
+			c.discarded = slices.Delete(c.discarded, i, i+1)
+			return r, true
+		}
+	}
+	return "", false
+}
+
+func (c *dconn) end(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reason == "" {
+		c.reason = reason
+		close(c.dead)
+	}
+}
+
+func (c *dconn) ended() (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reason, c.reason != ""
+}
+
+// get returns the live connection, starting or connecting when there is
+// none (bounded by startup_timeout_sec), and lists the tools when the
+// start-up listing failed. A call that finds another starting the server
+// waits for it within its own context (and startup_timeout_sec), never
+// holding the lock that shutdown and the other calls take.
+func (d *downstream) get(ctx context.Context) (*dconn, error) {
+	if c := d.live(); c != nil {
+		return c, nil
+	}
+	wait := time.NewTimer(d.srv.StartupTimeout)
+	select {
+	case d.starting <- struct{}{}:
+		wait.Stop()
+	case <-ctx.Done():
+		wait.Stop()
+		return nil, fmt.Errorf("while another call was starting it: %w", ctx.Err())
+	case <-wait.C:
+		return nil, fmt.Errorf("another call was still starting it after startup_timeout_sec (%s)", d.srv.StartupTimeout)
+	}
+	defer func() { <-d.starting }()
+	if c := d.live(); c != nil {
+		return c, nil
+	}
+	if d.deps.stopping() {
+		return nil, errStopping
+	}
+	c, err := d.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if d.offered == nil { // written only here and at start-up, under starting
+		lctx, cancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
+		l, err := listTools(lctx, c.client, d.srv.Enabled)
+		cancel()
+		if err != nil {
+			d.close(c, "listing failed", 0)
+			return nil, fmt.Errorf("tools/list: %s", d.redact(err.Error()))
+		}
+		d.mu.Lock()
+		d.offered, d.refused = l.tools, l.refused
+		d.mu.Unlock()
+		for tool, why := range l.refused {
+			d.log.WithFields(logrus.Fields{"tool": tool, "reason": why}).Error("downstream tool not served")
+		}
+	}
+	d.mu.Lock()
+	if d.deps.stopping() { // Close ran while it started: shutdown saw no connection
+		d.mu.Unlock()
+		d.close(c, "toolgate is stopping", 0)
+		return nil, errStopping
+	}
+	d.conn = c
+	d.mu.Unlock()
+	return c, nil
+}
+
+// live returns the current connection if it has not ended.
+func (d *downstream) live() *dconn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c := d.conn; c != nil {
+		if _, ended := c.ended(); !ended {
+			return c
+		}
+		d.conn = nil
+	}
+	return nil
+}
+
+// connect starts (stdio) or connects to (HTTP) the server and completes
+// the MCP handshake, within startup_timeout_sec.
+func (d *downstream) connect(ctx context.Context) (*dconn, error) {
+	if err := d.checkVars(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
+	defer cancel()
+	d.starts++
+	c := &dconn{n: d.starts, dead: make(chan struct{})}
+	start := time.Now()
+	var err error
+	if d.srv.Transport == conf.TransportStdio {
+		err = d.startStdio(ctx, c)
+	} else {
+		err = d.startHTTP(ctx, c)
+	}
+	if err != nil {
+		return nil, err
+	}
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = DownstreamProtocol
+	req.Params.ClientInfo = mcp.Implementation{Name: "toolgate", Version: d.deps.version}
+	if _, err := c.client.Initialize(ctx, req); err != nil {
+		msg := d.redact(err.Error())
+		switch {
+		case ctx.Err() != nil:
+			msg = fmt.Sprintf("no MCP handshake within startup_timeout_sec (%s)", d.srv.StartupTimeout)
+		case c.proc != nil:
+			// Say why the process ended, when it did.
+			select {
+			case <-c.dead:
+			case <-time.After(2 * rt.DrainGrace):
+			}
+			if r, ended := c.ended(); ended {
+				msg += " (" + r + ")"
+			}
+		}
+		d.close(c, "initialize failed", 0)
+		return nil, fmt.Errorf("initialize: %s", msg)
+	}
+	d.log.WithFields(logrus.Fields{"start": c.n, "ms": time.Since(start).Milliseconds()}).Info("downstream server ready")
+	return c, nil
+}
+
+// startStdio starts the process and an MCP client over its pipes.
+func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
+	env, err := d.env()
+	if err != nil {
+		return err
+	}
+	svc := rt.Service{
+		ID:       fmt.Sprintf("mcp-%s-%d", d.srv.ID, c.n),
+		Name:     d.srv.ID,
+		Path:     d.srv.Command,
+		Argv:     append([]string{d.srv.Command}, d.srv.Args...),
+		Dir:      d.srv.Cwd,
+		Env:      env,
+		Network:  d.srv.Network,
+		ReadOnly: d.srv.ReadOnly,
+		Stderr:   d.stderrLine,
+	}
+	p, err := d.starter.StartService(ctx, svc)
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	c.proc = p
+	limit := messageMax(d.maxBytes())
+	answer := d.oversized(c, limit)
+	stdout := newLineCap(p.Stdout(), limit, func(o oversize) ([]byte, error) {
+		if b := answer(o); b != nil || o.method {
+			return b, nil
+		}
+		// No id to answer: the waiting call cannot be told apart. End
+		// the connection (every call in flight answers with this reason)
+		// and start the server again on the next call.
+		reason := fmt.Sprintf("it wrote a message of %d bytes, over toolgate's cap of %d bytes for one message, with no id toolgate could read; it was stopped", o.size, limit)
+		c.end(reason)
+		go p.Close()
+		return nil, io.EOF // mcp-go ends the stream quietly; c says why
+	})
+	stdin := &stdinWriter{w: p.Stdin()}
+	bounded := &boundedStdio{Stdio: transport.NewIO(stdout, stdin, nil), w: stdin, stuck: func(reason string) {
+		if _, ended := c.ended(); !ended {
+			d.drop(c, reason)
+		}
+	}}
+	c.client = client.NewClient(bounded, client.WithProtocolVersion(DownstreamProtocol))
+	// The client's context serves the server's requests to toolgate (ping)
+	// for the life of the process, not the start-up's.
+	if err := c.client.Start(context.WithoutCancel(ctx)); err != nil {
+		p.Close()
+		return fmt.Errorf("start the MCP client: %w", err)
+	}
+	go func() {
+		<-p.Done()
+		reason := fmt.Sprintf("the process exited with status %d", p.ExitCode())
+		c.end(reason)
+		_ = c.client.Close()
+		d.log.WithFields(logrus.Fields{"start": c.n, "exit": p.ExitCode()}).Info("downstream server process ended")
+	}()
+	return nil
+}
+
+// oversized answers a response the server sent over the message cap
+// (limit bytes), discarded as it was read: a JSON-RPC error for its id
+// naming the size and the cap, which the waiting call turns into isError
+// (takeDiscarded). A request or notification of the server over the cap
+// is dropped; a message with no id gets no answer (nil).
+func (d *downstream) oversized(c *dconn, limit int) func(oversize) []byte {
+	return func(o oversize) []byte {
+		e := d.log.WithFields(logrus.Fields{"start": c.n, "bytes": o.size, "cap": limit})
+		switch {
+		case o.method:
+			e.Warn("downstream server sent a request or notification over the message cap: discarded")
+			return nil
+		case o.id == nil:
+			e.Warn("downstream server sent a message over the message cap with no readable id: discarded")
+			return nil
+		}
+		reason := fmt.Sprintf("a response of %d bytes, over toolgate's cap of %d bytes for one downstream message (--downstream-max-bytes, at least 1 MiB, plus 64 KiB for the envelope); it was discarded as it was read",
+			o.size, limit)
+		c.noteDiscarded(reason)
+		e.Warn("downstream response over the message cap: discarded, its call answers isError")
+		return errorLine(o.id, oversizeCode, reason)
+	}
+}
+
+// startHTTP connects an MCP client to the URL. The headers (the bearer
+// token and env_http_headers read from the environment at each request)
+// are set by the HTTP client's transport, so that every request carries
+// them, mcp-go's session DELETE included; redirects are not followed, and
+// the headers go to the configured origin only.
+func (d *downstream) startHTTP(ctx context.Context, c *dconn) error {
+	origin, err := url.Parse(d.srv.URL)
+	if err != nil {
+		return fmt.Errorf("url: %w", err)
+	}
+	limit := messageMax(d.maxBytes())
+	bounded := &boundedTransport{base: http.DefaultTransport, max: limit, over: d.oversized(c, limit)}
+	hc := &http.Client{
+		Transport: &headerTransport{d: d, scheme: origin.Scheme, host: origin.Host, base: bounded},
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+	cl, err := client.NewStreamableHttpClient(d.srv.URL,
+		transport.WithHTTPBasicClient(hc),
+		transport.WithHTTPLogger(slog.New(slog.DiscardHandler)),
+	)
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", d.srv.URL, err)
+	}
+	if err := cl.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("connect %s: %s", d.srv.URL, d.redact(err.Error()))
+	}
+	c.client = cl
+	return nil
+}
+
+// close ends a connection: a stdio server gets its stdin closed and grace
+// to exit, then it is killed with everything it started; an HTTP session
+// is closed (waiting at most downstreamCloseGrace for the server).
+func (d *downstream) close(c *dconn, reason string, grace time.Duration) {
+	c.end(reason)
+	if c.proc == nil {
+		done := make(chan struct{})
+		go func() {
+			_ = c.client.Close()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(downstreamCloseGrace):
+		}
+		return
+	}
+	_ = c.proc.Stdin().Close()
+	if grace > 0 {
+		select {
+		case <-c.proc.Done():
+		case <-time.After(grace):
+		}
+	}
+	c.proc.Close()
+	_ = c.client.Close()
+}
+
+// drop ends c, the current connection, at once (a server that ran past a
+// call's budget, a broken HTTP session), so that the next call starts
+// anew.
+func (d *downstream) drop(c *dconn, reason string) {
+	d.mu.Lock()
+	if d.conn == c {
+		d.conn = nil
+	}
+	d.mu.Unlock()
+	d.log.WithFields(logrus.Fields{"start": c.n, "reason": reason}).Warn("downstream server stopped")
+	d.close(c, reason, 0)
+}
+
+// shutdown ends the live connection, if any.
+func (d *downstream) shutdown() {
+	d.mu.Lock()
+	c := d.conn
+	d.conn = nil
+	d.mu.Unlock()
+	if c != nil {
+		d.close(c, "toolgate is stopping", downstreamCloseGrace)
+	}
+}
+
+// errStopping refuses to start a downstream server once Close has begun.
+var errStopping = errors.New("toolgate is stopping")

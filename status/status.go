@@ -1,0 +1,186 @@
+// Package status is the model of what toolgate reports about itself: the
+// tools.conf load outcome, the sandbox backend's state, the tools served
+// and the tool-MCP registry's servers. The server fills it in, the
+// checkpoint_status built-in returns it (as structuredContent, and as
+// Text), and `toolgate check` prints its conf part. Its JSON is what
+// clients read: a field's key never changes.
+package status
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/toolgate/toolgate/conf"
+)
+
+// Report is what checkpoint_status reports, and what `toolgate check`
+// prints of the conf and the tools.
+type Report struct {
+	Version  string  `json:"version"`
+	Protocol string  `json:"protocol"`
+	Conf     Conf    `json:"conf"`
+	Sandbox  Sandbox `json:"sandbox"`
+	Tools    []Tool  `json:"tools"`
+	// Registry is the tool-MCP registry of downstream servers; nil when
+	// serve was not given one.
+	Registry *Registry `json:"registry,omitempty"`
+}
+
+// Registry is the tool-MCP registry's load outcome and each
+// downstream server's state. It names variables, never their values.
+type Registry struct {
+	Dir     string       `json:"dir"`
+	State   string       `json:"state"`             // absent, loaded, refused
+	Listing bool         `json:"listing,omitempty"` // its servers' tools are being listed
+	Reason  string       `json:"reason,omitempty"`
+	Errors  []string     `json:"errors,omitempty"`
+	Servers []Downstream `json:"servers,omitempty"`
+}
+
+// Downstream is one downstream server.
+type Downstream struct {
+	ID        string   `json:"id"`
+	Transport string   `json:"transport"`
+	Sandbox   string   `json:"sandbox"`
+	State     string   `json:"state"` // DownstreamListed, DownstreamFailed, DownstreamUnavailable
+	Reason    string   `json:"reason,omitempty"`
+	Served    []string `json:"served"`
+	NotServed []string `json:"not_served,omitempty"` // enabled but not served
+	// Refused are the enabled tools the server listed that are not served,
+	// with why (a definition over the size cap, a name listed twice).
+	Refused []ToolRefusal `json:"refused,omitempty"`
+}
+
+// ToolRefusal is an enabled downstream tool that is not served, and why.
+type ToolRefusal struct {
+	Tool   string `json:"tool"`
+	Reason string `json:"reason"`
+}
+
+// Conf is the tools.conf load outcome.
+type Conf struct {
+	Path   string      `json:"path"`
+	SHA256 string      `json:"sha256,omitempty"`
+	State  string      `json:"state"`
+	Reason string      `json:"reason,omitempty"`
+	Errors []ConfError `json:"errors,omitempty"`
+}
+
+// ConfError is one refused line.
+type ConfError struct {
+	Line   int    `json:"line"`
+	Text   string `json:"text,omitempty"`
+	Field  string `json:"field,omitempty"`
+	Reason string `json:"reason"`
+}
+
+// Sandbox says which backend runs test-class tools (and the
+// built-ins' helpers) and whether it can: its self-test runs beside
+// serving, so State is pending until it has answered, then ready or
+// unavailable (with the Reason).
+type Sandbox struct {
+	Backend   string `json:"backend"`
+	State     string `json:"state"`
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// Tool is one served tool.
+type Tool struct {
+	Name    string `json:"name"`
+	Kind    string `json:"kind"` // builtin, external, downstream
+	Class   string `json:"class,omitempty"`
+	Backend string `json:"backend"`
+	// Egress are the destinations the tool's sandbox may reach through
+	// the egress proxy; none means no network at all (a sandboxed tool)
+	// or the host's (a read-class one).
+	Egress []string `json:"egress,omitempty"`
+}
+
+// The states of a downstream server (Downstream.State).
+const (
+	DownstreamListed      = "listed"      // listed at start-up: its tools are served with their own schemas
+	DownstreamFailed      = "failed"      // not listed at start-up: its tools are served with an open schema
+	DownstreamUnavailable = "unavailable" // it never runs here: its tools answer isError
+)
+
+// FromConf summarises a loaded tools.conf (any state).
+func FromConf(c *conf.Config) Conf {
+	cs := Conf{Path: c.Path, SHA256: c.SHA256, State: string(c.State), Reason: c.Reason}
+	for _, err := range c.Errors {
+		ce := ConfError{Reason: err.Error()}
+		if e, ok := err.(*conf.Error); ok { //nolint:errorlint // Errors holds *conf.Error values by contract
+			ce = ConfError{Line: e.Line, Text: e.Text, Field: e.Field, Reason: e.Err.Error()}
+		}
+		cs.Errors = append(cs.Errors, ce)
+	}
+	return cs
+}
+
+// Text renders the report for humans.
+func (s Report) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "toolgate %s, protocol %s\n", s.Version, s.Protocol)
+	fmt.Fprintf(&b, "tools.conf %s: %s", s.Conf.Path, s.Conf.State)
+	if s.Conf.SHA256 != "" {
+		fmt.Fprintf(&b, " (sha256 %s)", s.Conf.SHA256)
+	}
+	b.WriteString("\n")
+	if s.Conf.Reason != "" {
+		fmt.Fprintf(&b, "  %s\n", s.Conf.Reason)
+	}
+	for _, e := range s.Conf.Errors {
+		if e.Line > 0 {
+			fmt.Fprintf(&b, "  refused line %d: %s: %s\n    %s\n", e.Line, e.Field, e.Reason, e.Text)
+		} else {
+			fmt.Fprintf(&b, "  refused: %s: %s\n", e.Field, e.Reason)
+		}
+	}
+	if s.Conf.State == "refused" {
+		b.WriteString("  every external tool and expose subtraction is disabled; built-ins stay on\n")
+	}
+	fmt.Fprintf(&b, "sandbox: %s", s.Sandbox.Backend)
+	switch {
+	case s.Sandbox.Available:
+		b.WriteString(" (available)\n")
+	case s.Sandbox.State == "pending":
+		b.WriteString(" (self-test still running: sandboxed calls wait for it)\n")
+	default:
+		fmt.Fprintf(&b, " (unavailable: %s)\n", s.Sandbox.Reason)
+	}
+	if r := s.Registry; r != nil {
+		fmt.Fprintf(&b, "tool-mcp registry %s: %s", r.Dir, r.State)
+		if r.Listing {
+			b.WriteString(" (listing its servers' tools)")
+		}
+		b.WriteString("\n")
+		if r.Reason != "" {
+			fmt.Fprintf(&b, "  %s\n", r.Reason)
+		}
+		for _, e := range r.Errors {
+			fmt.Fprintf(&b, "  refused: %s\n", e)
+		}
+		if r.State == "refused" {
+			b.WriteString("  every downstream server is disabled; built-in and tools.conf tools are unaffected\n")
+		}
+		for _, d := range r.Servers {
+			fmt.Fprintf(&b, "  %s (%s, sandbox %s): %s, %d served", d.ID, d.Transport, d.Sandbox, d.State, len(d.Served))
+			if d.Reason != "" {
+				fmt.Fprintf(&b, ": %s", d.Reason)
+			}
+			b.WriteString("\n")
+			for _, r := range d.Refused {
+				fmt.Fprintf(&b, "    not served: %s: %s\n", r.Tool, r.Reason)
+			}
+		}
+	}
+	fmt.Fprintf(&b, "tools (%d):\n", len(s.Tools))
+	for _, t := range s.Tools {
+		fmt.Fprintf(&b, "  %-32s %-10s %-5s %s", t.Name, t.Kind, t.Class, t.Backend)
+		if len(t.Egress) > 0 {
+			fmt.Fprintf(&b, " egress %s", strings.Join(t.Egress, " "))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}

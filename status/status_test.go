@@ -1,0 +1,50 @@
+package status
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/toolgate/toolgate/conf"
+)
+
+// TestReportJSON pins the keys checkpoint_status's structuredContent
+// carries: clients read them.
+func TestReportJSON(t *testing.T) {
+	r := Report{
+		Version: "v", Protocol: "2025-06-18",
+		Conf:    Conf{Path: "/etc/tools.conf", State: "refused", Errors: []ConfError{{Line: 2, Text: "tool x", Field: "exe", Reason: "why"}}},
+		Sandbox: Sandbox{Backend: "bwrap", State: "ready", Available: true},
+		Tools:   []Tool{{Name: "t", Kind: "external", Class: "test", Backend: "bwrap", Egress: []string{"a:443"}}},
+		Registry: &Registry{Dir: "/etc/mcp", State: "loaded", Servers: []Downstream{{ID: "s", Transport: "stdio", Sandbox: "on, no network",
+			State: DownstreamListed, Served: []string{"s__a"}, NotServed: []string{"b"}, Refused: []ToolRefusal{{Tool: "b", Reason: "big"}}}}},
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"version":"v","protocol":"2025-06-18",` +
+		`"conf":{"path":"/etc/tools.conf","state":"refused","errors":[{"line":2,"text":"tool x","field":"exe","reason":"why"}]},` +
+		`"sandbox":{"backend":"bwrap","state":"ready","available":true},` +
+		`"tools":[{"name":"t","kind":"external","class":"test","backend":"bwrap","egress":["a:443"]}],` +
+		`"registry":{"dir":"/etc/mcp","state":"loaded","servers":[{"id":"s","transport":"stdio","sandbox":"on, no network","state":"listed",` +
+		`"served":["s__a"],"not_served":["b"],"refused":[{"tool":"b","reason":"big"}]}]}}`
+	if string(b) != want {
+		t.Errorf("json.Marshal(Report) =\n%s\nwant\n%s", b, want)
+	}
+}
+
+// TestFromConf: a refused conf's errors keep their line, field and reason.
+func TestFromConf(t *testing.T) {
+	c := conf.Parse("/etc/tools.conf", []byte("tool bad /bin/bash read 10 4096 off /tmp --\n"), conf.Options{})
+	cs := FromConf(c)
+	if cs.Path != "/etc/tools.conf" || cs.State != "refused" || len(cs.Errors) != 1 {
+		t.Fatalf("FromConf = %+v, want one refused line of /etc/tools.conf", cs)
+	}
+	if e := cs.Errors[0]; e.Line != 1 || e.Field != "exe" || !strings.Contains(e.Reason, `basename "bash"`) {
+		t.Errorf("FromConf error = %+v, want line 1, field exe, the basename's reason", e)
+	}
+	if r := (Report{Conf: cs}).Text(); !strings.Contains(r, "refused line 1: exe: ") || !strings.Contains(r, "built-ins stay on") {
+		t.Errorf("Text() =\n%s\nwant the refused line and that built-ins stay on", r)
+	}
+}
