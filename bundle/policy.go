@@ -75,9 +75,11 @@ const (
 )
 
 // ProxyEnv are the proxy variables of a tool with an egress allowlist, in
-// both spellings that tools read. NO_PROXY keeps loopback inside the
-// sandbox: a test suite's own server on localhost is the sandbox's, and
-// the proxy would refuse the host's loopback anyway unless it is listed.
+// both spellings that tools read: the one addition to Env, present only
+// for such a tool. NO_PROXY keeps loopback inside the sandbox: a test
+// suite's own server on localhost is the sandbox's (the proxy would refuse
+// the host's loopback anyway unless it is listed). A downstream server's
+// entry may set its own NO_PROXY (NoProxyVars); nothing else here.
 var ProxyEnv = []string{
 	"HTTP_PROXY=http://127.0.0.1:3128",
 	"HTTPS_PROXY=http://127.0.0.1:3128",
@@ -86,6 +88,9 @@ var ProxyEnv = []string{
 	"https_proxy=http://127.0.0.1:3128",
 	"no_proxy=localhost,127.0.0.1,::1",
 }
+
+// NoProxyVars are the names of ProxyEnv's NO_PROXY entries.
+var NoProxyVars = []string{"NO_PROXY", "no_proxy"}
 
 // EtcAllowList is every /etc entry a sandbox may see, when it exists on
 // the host: what the dynamic loader, name-service lookups, time zones and

@@ -393,6 +393,10 @@ func (d *DirectServices) StartService(ctx context.Context, s Service) (*Process,
 	if len(s.Argv) == 0 {
 		return nil, fmt.Errorf("start %s: empty argv", s.Name)
 	}
+	if len(s.Egress) > 0 {
+		// Unsandboxed, an allowlist would bound nothing.
+		return nil, fmt.Errorf("start %s: an egress allowlist needs a sandbox: a direct service has the host's network", s.Name)
+	}
 	c := ServiceCmd{
 		Path:   s.Path,
 		Args:   s.Argv,

@@ -74,21 +74,33 @@ func unwrapPathError(err error) error {
 	return err
 }
 
-// proxyVars are the variables WithProxyEnv replaces.
-var proxyVars = []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"}
-
-// WithProxyEnv returns env without any proxy variable (either spelling),
-// plus bundle.ProxyEnv: a registry entry's own proxy settings never send
-// its traffic anywhere but the egress proxy.
+// WithProxyEnv returns env with bundle.ProxyEnv: any proxy variable env
+// has (either spelling: HTTP_PROXY, HTTPS_PROXY, ALL_PROXY) is replaced,
+// so that traffic goes nowhere but the egress proxy; a NO_PROXY that env
+// sets itself (a registry entry's own) is kept in place of the default.
 func WithProxyEnv(env []string) []string {
+	isProxy := func(k string) bool {
+		return slices.ContainsFunc([]string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"}, func(v string) bool { return strings.EqualFold(v, k) })
+	}
 	out := make([]string, 0, len(env)+len(bundle.ProxyEnv))
+	ownNoProxy := false
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
-		if !slices.ContainsFunc(proxyVars, func(v string) bool { return strings.EqualFold(v, k) }) {
+		if slices.Contains(bundle.NoProxyVars, k) {
+			ownNoProxy = true
+		}
+		if !isProxy(k) {
 			out = append(out, kv)
 		}
 	}
-	return append(out, bundle.ProxyEnv...)
+	for _, kv := range bundle.ProxyEnv {
+		k, _, _ := strings.Cut(kv, "=")
+		if ownNoProxy && slices.Contains(bundle.NoProxyVars, k) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 // reapUntil reaps children (the tool, and the orphans a PID 1 inherits)

@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"maps"
 	"regexp"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/egress"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -46,7 +48,13 @@ type auditRecord struct {
 	Truncated   opt[bool]   // truncated
 	TimedOut    opt[bool]   // timed_out
 	Limit       opt[string] // limit: the rt.Limit that ended it ("" written for an external that ran to its end)
-	IsError     bool        // is_error: always written
+	// A call of a tool with an egress allowlist: its connections through
+	// the proxy, allowed or refused (egress_connections), the bytes both
+	// ways (egress_bytes), and the egress cap it hit (egress_limit).
+	EgressConns opt[int64]
+	EgressBytes opt[int64]
+	EgressLimit string
+	IsError     bool // is_error: always written
 }
 
 // opt is a value an audit record carries only once it is set, whatever
@@ -73,6 +81,11 @@ func (r *auditRecord) ran(res rt.Result) {
 	r.TimedOut = some(res.TimedOut)
 	r.Limit = some(string(res.Limit))
 	r.IsError = res.Failed()
+}
+
+// ranEgress records a call's use of its egress proxy.
+func (r *auditRecord) ranEgress(u rt.EgressUse) {
+	r.EgressConns, r.EgressBytes, r.EgressLimit = some(u.Conns), some(u.Bytes), u.Limit
 }
 
 // annotate adds who made the call (over HTTP: the principal's name, how
@@ -148,7 +161,44 @@ func (r *auditRecord) fields() logrus.Fields {
 	r.Truncated.put(f, "truncated")
 	r.TimedOut.put(f, "timed_out")
 	r.Limit.put(f, "limit")
+	r.EgressConns.put(f, "egress_connections")
+	r.EgressBytes.put(f, "egress_bytes")
+	str("egress_limit", r.EgressLimit)
 	return f
+}
+
+// egressRecorder returns what receives the egress proxy's record of each
+// connection of call (a tool call, or a downstream server's life): one
+// audit record per connection, kind "egress", naming the call's tool (or
+// server), call id and principal, the destination asked for, the address
+// dialled, the decision and its reason, the bytes up and down and the
+// connection's duration. Never content.
+func egressRecorder(l *logrus.Logger, call *auditRecord) func(egress.Record) {
+	base := logrus.Fields{"kind": "egress", "tool": call.Tool}
+	put := func(key, v string) {
+		if v != "" {
+			base[key] = v
+		}
+	}
+	put("request_id", call.RequestID)
+	put("call", call.Call)
+	put("server", call.Server)
+	if p := call.Principal; p != nil {
+		base["principal"] = p.Name
+	}
+	return func(e egress.Record) {
+		f := make(logrus.Fields, len(base)+8)
+		maps.Copy(f, base)
+		f["host"], f["port"], f["decision"] = e.Host, e.Port, string(e.Decision)
+		if e.Addr != "" {
+			f["addr"] = e.Addr
+		}
+		if e.Reason != "" {
+			f["reason"] = e.Reason
+		}
+		f["bytes_up"], f["bytes_down"], f["elapsed_ms"] = e.Up, e.Down, e.Elapsed.Milliseconds()
+		l.WithFields(f).Info("egress")
+	}
 }
 
 // write writes the record to the audit log with msg ("call", or "call

@@ -38,6 +38,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/egress"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
 )
@@ -90,6 +91,9 @@ type downstreamDeps struct {
 	keepEscapes func(tool string) bool
 	// stopping reports that Close has begun: no server starts after it.
 	stopping func() bool
+	// egress returns what audits each egress connection of a server with
+	// allowed_hosts (rec names the server).
+	egress func(rec *auditRecord) func(egress.Record)
 }
 
 // downstreamDeps are the Server's parts its downstream servers use.
@@ -100,6 +104,7 @@ func (s *Server) downstreamDeps(opts DownstreamOptions) downstreamDeps {
 		log:         s.log,
 		audit:       s.audit,
 		callID:      s.nextID,
+		egress:      func(rec *auditRecord) func(egress.Record) { return egressRecorder(s.auditLog, rec) },
 		cancelled:   s.cancelled.add,
 		keepEscapes: func(tool string) bool { return s.keepEscapes[tool] },
 		stopping:    s.stopping.Load,

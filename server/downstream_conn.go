@@ -223,6 +223,10 @@ func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
 		ReadOnly: d.srv.ReadOnly,
 		Stderr:   d.stderrLine,
 	}
+	if len(d.srv.AllowedHosts) > 0 {
+		svc.Egress = d.srv.AllowedHosts
+		svc.EgressRecord = d.deps.egress(&auditRecord{Tool: d.srv.ID, Server: d.srv.ID, Call: svc.ID})
+	}
 	p, err := d.starter.StartService(ctx, svc)
 	if err != nil {
 		return fmt.Errorf("start: %w", err)

@@ -34,9 +34,19 @@ type CallOutput struct {
 	DroppedBytes int64  `json:"dropped_bytes"`
 	Limit        string `json:"limit,omitempty"`
 	Backend      string `json:"backend"`
+	// Egress is a tool with an allowlist's traffic through its proxy.
+	Egress *CallEgress `json:"egress,omitempty"`
 	// Output is last: a client that shortens a long result keeps its head
 	// and its tail, and the tail holds the markers and the footer.
 	Output string `json:"output"`
+}
+
+// CallEgress is what a call of a tool with an egress allowlist did
+// through its proxy.
+type CallEgress struct {
+	Connections int64  `json:"connections"`
+	Bytes       int64  `json:"bytes"`
+	Limit       string `json:"limit,omitempty"`
 }
 
 var callOutputSchema = json.RawMessage(`{
@@ -51,7 +61,10 @@ var callOutputSchema = json.RawMessage(`{
     "dropped_bytes": {"type": "integer"},
     "limit": {"type": "string", "enum": ["timeout", "cancelled", "pids", "memory"], "description": "what ended the call early"},
     "backend": {"type": "string"},
-    "output": {"type": "string", "description": "exactly the text content: the combined stdout and stderr as kept, then the markers ([truncated: N bytes dropped], [timeout], [cancelled], [limit: pids|memory]) and the footer [exit=N elapsed_ms=M]"}
+    "egress": {"type": "object", "description": "a tool with an egress allowlist: its connections through toolgate's proxy (allowed or refused), the bytes both ways, and the egress cap it hit, if any (the call went on; connections beyond the cap were refused)",
+      "properties": {"connections": {"type": "integer"}, "bytes": {"type": "integer"}, "limit": {"type": "string", "enum": ["egress-connections", "egress-bytes"]}},
+      "required": ["connections", "bytes"]},
+    "output": {"type": "string", "description": "exactly the text content: the combined stdout and stderr as kept, then the markers ([truncated: N bytes dropped], [timeout], [cancelled], [limit: pids|memory|egress-connections|egress-bytes]) and the footer [exit=N elapsed_ms=M]"}
   },
   "required": ["is_error", "exit_code", "elapsed_ms", "timed_out", "truncated", "output_bytes", "dropped_bytes", "backend", "output"]
 }`)
@@ -64,9 +77,13 @@ func Describe(t conf.Tool) string {
 		sandbox = "on"
 	}
 	argv, _ := json.Marshal(t.Argv())
-	return fmt.Sprintf("External %s tool (sandbox %s). Runs %s in %s, timeout %ds, output capped at %d bytes. "+
+	d := fmt.Sprintf("External %s tool (sandbox %s). Runs %s in %s, timeout %ds, output capped at %d bytes. "+
 		"Takes no arguments: the argv is fixed by the operator.",
 		t.Class, sandbox, argv, t.Dir, int(t.Timeout/time.Second), t.MaxBytes)
+	if len(t.Egress) > 0 {
+		d += " Network: only " + strings.Join(t.Egress.Strings(), ", ") + ", through toolgate's egress proxy."
+	}
+	return d
 }
 
 func externalTool(t conf.Tool) mcp.Tool {
@@ -128,6 +145,9 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 		}
 		rec.Call = inv.ID
 		rec.QueuedMS = some(time.Since(queued).Milliseconds())
+		if len(t.Egress) > 0 {
+			inv.Egress, inv.EgressRecord = t.Egress, egressRecorder(s.auditLog, rec)
+		}
 		if token := progressToken(req); token != nil {
 			stop := make(chan struct{})
 			defer close(stop)
@@ -150,8 +170,11 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 			return errorResult("toolgate: %s could not run: %v", t.Name, err), nil
 		}
 		rec.ran(res)
+		if len(t.Egress) > 0 {
+			rec.ranEgress(res.Egress)
+		}
 		s.audit(rec, "call")
-		return renderResult(res, backend, s.keepEscapes[t.Name]), nil
+		return renderResult(res, backend, s.keepEscapes[t.Name], len(t.Egress) > 0), nil
 	}
 }
 
@@ -219,6 +242,9 @@ func Render(res rt.Result) string {
 	case rt.LimitPids, rt.LimitMemory:
 		fmt.Fprintf(&b, "[limit: %s]\n", res.Limit)
 	}
+	if res.Egress.Limit != "" {
+		fmt.Fprintf(&b, "[limit: %s]\n", res.Egress.Limit)
+	}
 	b.WriteString("[exit=")
 	b.WriteString(strconv.Itoa(res.ExitCode))
 	b.WriteString(" elapsed_ms=")
@@ -230,13 +256,17 @@ func Render(res rt.Result) string {
 // renderResult is the result of a call: Render's text, its terminal
 // control sequences neutralised unless keep (--keep-escapes), as the text
 // content and as structuredContent's output.
-func renderResult(res rt.Result, backend string, keep bool) *mcp.CallToolResult {
+func renderResult(res rt.Result, backend string, keep, egress bool) *mcp.CallToolResult {
 	if !keep {
 		if out := neutralize(string(res.Output)); len(out) != len(res.Output) || out != string(res.Output) {
 			res.Output = []byte(out)
 		}
 	}
 	text := Render(res)
+	var eg *CallEgress
+	if egress {
+		eg = &CallEgress{Connections: res.Egress.Conns, Bytes: res.Egress.Bytes, Limit: res.Egress.Limit}
+	}
 	out := CallOutput{
 		IsError:      res.Failed(),
 		ExitCode:     res.ExitCode,
@@ -247,6 +277,7 @@ func renderResult(res rt.Result, backend string, keep bool) *mcp.CallToolResult 
 		DroppedBytes: res.Dropped,
 		Limit:        string(res.Limit),
 		Backend:      backend,
+		Egress:       eg,
 		Output:       text,
 	}
 	return toolResult(text, out, res.Failed())
