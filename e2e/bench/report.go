@@ -57,6 +57,7 @@ func (b *bench) targets() []Target {
 	ratio("bwrap ≤ 1.15× raw bwrap", "bwrap", "raw bwrap", 1.15)
 	ratio("(info) bwrap ≤ 1.15× the same exec chain by hand", "bwrap", "bwrap through the enter shim, per-call cgroups (by hand)", 1.15)
 	ratio("oci/runc ≤ 1.15× raw runc run", "oci/runc", "raw runc run", 1.15)
+	out = append(out, b.egressTargets()...)
 	ratio("(info) oci/runc ≤ 1.15× runc run of its own bundle", "oci/runc", "runc run, toolgate's own bundle", 1.15)
 
 	t = Target{Name: "bwrap faster than srt per call", Want: "median(bwrap) < median(srt)"}
@@ -238,3 +239,35 @@ func shortFloor(name string) string {
 }
 
 func mdEscape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+// egressTargets are issue 15's figures: what an egress allowlist adds to a
+// call (its proxy, the shim as PID 1, the bridge), and what one connection
+// through the proxy costs.
+func (b *bench) egressTargets() []Target {
+	var out []Target
+	for _, be := range []string{"bwrap", "oci/runc"} {
+		plain, ok1 := b.row(be)
+		eg, ok2 := b.row(be + " + egress")
+		conns, ok3 := b.row(egressConnsRow(be))
+		t := Target{Name: "(info) an egress allowlist adds ≤ 2 ms per call (" + be + ")", Want: "median(" + be + " + egress) − median(" + be + ") ≤ 2 ms"}
+		if ok1 && ok2 {
+			add := eg.MedianMS - plain.MedianMS
+			t.Measured = fmt.Sprintf("%s − %s = %.2f ms", fmtMS(eg.MedianMS), fmtMS(plain.MedianMS), add)
+			t.Held = add <= 2
+		} else {
+			t.Unmeasured = "a path was not measured"
+		}
+		out = append(out, t)
+		t = Target{Name: "(info) one connection through the egress proxy ≤ 1 ms (" + be + ")",
+			Want: fmt.Sprintf("(median(%d connections) − median(+ egress)) / %d ≤ 1 ms", egressConns, egressConns)}
+		if ok2 && ok3 {
+			per := (conns.MedianMS - eg.MedianMS) / egressConns
+			t.Measured = fmt.Sprintf("(%s − %s) / %d = %.3f ms", fmtMS(conns.MedianMS), fmtMS(eg.MedianMS), egressConns, per)
+			t.Held = per <= 1
+		} else {
+			t.Unmeasured = "a path was not measured"
+		}
+		out = append(out, t)
+	}
+	return out
+}

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,8 +43,11 @@ type bench struct {
 	podmanImage string
 	podmanNote  string
 	baseline    string
-	stderr      io.Writer
-	log         io.WriteCloser
+	// egressAddr is the bench's own HTTP server on 127.0.0.1, the one
+	// destination of the egress tools.
+	egressAddr string
+	stderr     io.Writer
+	log        io.WriteCloser
 
 	res Results
 }
@@ -97,6 +102,12 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	b.res.Started = time.Now().UTC()
 	b.res.Machine = machine(b.toolgate)
 
+	stopTarget, err := b.startEgressTarget()
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 2
+	}
+	defer stopTarget()
 	conf, err := b.writeConf("bench.conf", b.benchConf())
 	if err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
@@ -144,7 +155,31 @@ tool rd %[1]s read 60 65536 off %[2]s -- echo hello
 tool ts %[1]s test 60 65536 on %[2]s -- echo hello
 tool flood %[1]s read 60 1048576 off %[2]s -- flood 1073741824
 tool tflood %[1]s test 60 1048576 on %[2]s -- flood 1073741824
-`, b.probe, b.work)
+tool tse %[1]s test 60 65536 on %[2]s -- echo hello
+egress tse %[3]s
+tool tsg %[1]s test 60 65536 on %[2]s -- egress connects:%[4]d:%[3]s
+egress tsg %[3]s
+`, b.probe, b.work, b.egressAddr, egressConns)
+}
+
+// egressConns is how many connections the tsg tool makes through its
+// proxy per call: the per-connection cost is the difference to tse over
+// this many.
+const egressConns = 20
+
+// startEgressTarget starts the egress tools' destination: an HTTP server
+// on 127.0.0.1 (a CONNECT to it is answered 200 by the proxy once dialled).
+func (b *bench) startEgressTarget() (func(), error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("egress target: %w", err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})}
+	go func() { _ = srv.Serve(l) }()
+	b.egressAddr = l.Addr().String()
+	return func() { srv.Close() }, nil
 }
 
 func (b *bench) add(r Row) {
@@ -206,9 +241,15 @@ func (b *bench) perCall(conf string) {
 		s, err := b.sessionFor(conf, "bwrap")
 		add(b.mcpPath(s, "toolgate (MCP stdio)", "direct (read tool)", "per-call cgroup2 group (CLONE_INTO_CGROUP, cgroup.kill)", "rd", nil), err)
 		add(b.mcpPath(s, "toolgate (MCP stdio)", "bwrap", "the full bwrap policy; uid 65534; enter shim only to join v1 pids+memory cgroups (hybrid host); rlimits set inside", "ts", nil), err)
+		add(b.mcpPath(s, "toolgate (MCP stdio)", "bwrap + egress", "the same tool with an egress line: a proxy per call, the shim as PID 1 bridging 127.0.0.1:3128", "tse", nil), err)
+		add(b.mcpPathWant(s, "toolgate (MCP stdio)", egressConnsRow("bwrap"), "the egress tool making 20 CONNECTs in a row through its proxy (each dialled to a server on 127.0.0.1)", "tsg", nil, fmt.Sprintf("200=%d", egressConns)), err)
 		for _, name := range b.ociRuntimes {
 			s, err := b.sessionFor(conf, "oci/"+name)
 			add(b.mcpPath(s, "toolgate (MCP stdio)", "oci/"+name, "generated spec: seccomp, pids+memory cgroup, rlimits, uid 65534, masked paths", "ts", nil), err)
+			if name == "runc" {
+				add(b.mcpPath(s, "toolgate (MCP stdio)", "oci/runc + egress", "the same tool with an egress line", "tse", nil), err)
+				add(b.mcpPathWant(s, "toolgate (MCP stdio)", egressConnsRow("oci/runc"), "20 CONNECTs through the proxy", "tsg", nil, fmt.Sprintf("200=%d", egressConns)), err)
+			}
 		}
 		b.builtinPaths(conf, add)
 		b.httpPaths(conf, add)
@@ -283,7 +324,18 @@ func (b *bench) execPath(group, name, note string, argv []string, dir string, at
 	return p
 }
 
+// egressConnsRow names the row of the egress tool that makes
+// egressConns connections.
+func egressConnsRow(backend string) string {
+	return fmt.Sprintf("%s + egress, %d connections", backend, egressConns)
+}
+
 func (b *bench) mcpPath(s *session, group, name, note, tool string, args map[string]any) *path {
+	return b.mcpPathWant(s, group, name, note, tool, args, "hello")
+}
+
+// mcpPathWant is mcpPath of a call whose answer holds want.
+func (b *bench) mcpPathWant(s *session, group, name, note, tool string, args map[string]any, want string) *path {
 	p := &path{group: group, name: name, note: note}
 	if s == nil {
 		return p
@@ -296,7 +348,7 @@ func (b *bench) mcpPath(s *session, group, name, note, tool string, args map[str
 		if err != nil {
 			return err
 		}
-		if res.IsError || !strings.Contains(text, "hello") {
+		if res.IsError || !strings.Contains(text, want) {
 			return fmt.Errorf("isError=%v: %s", res.IsError, firstLine(text))
 		}
 		return nil
