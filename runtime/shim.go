@@ -33,6 +33,11 @@ import (
 //     environment (Env plus the service's variables) on bwrap's own
 //     process, so that no value ever appears on a command line.
 //
+// With --egress SOCKET (a tool or service with an egress allowlist), the
+// init and service shims do not exec: they stay the sandbox's first
+// process, bridge the sandbox's loopback proxy port onto the egress
+// proxy's socket, and run the tool as their child (shim_egress.go).
+//
 // Shim options come before "--"; after it: the path to execve, then argv.
 const ShimArg = "__toolgate_shim"
 
