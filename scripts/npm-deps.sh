@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # Install the MCP servers the downstream-server tests run (a real stdio
 # server under toolgate's sandbox), idempotently: npm runs only when a
-# pinned version is missing. The directory must be readable by the sandbox
+# pinned version is missing.
+#  - @modelcontextprotocol/server-everything, server-filesystem: the
+#    reference servers;
+#  - @tokenizin/mcp-npx-fetch: a fetch server (fetch_html and others take
+#    a URL as argument) whose requests go through Node's global fetch, so
+#    that it honours HTTP_PROXY under NODE_USE_ENV_PROXY=1 on Node >= 22.21
+#    (scripts/http-deps.sh installs one): the allowed_hosts e2e test
+#    (e2e/egress_test.go). The directory must be readable by the sandbox
 # uid (nobody), so it lives outside any home directory and is made a+rX.
 #
 #   TOOLGATE_NPM_DIR   where to install (default /var/cache/toolgate/npm);
@@ -15,6 +22,7 @@ npm_dir="${TOOLGATE_NPM_DIR:-/var/cache/toolgate/npm}"
 packages=(
 	"@modelcontextprotocol/server-everything@2026.8.31"
 	"@modelcontextprotocol/server-filesystem@2026.8.31"
+	"@tokenizin/mcp-npx-fetch@1.0.0"
 )
 
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
