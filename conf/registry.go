@@ -259,6 +259,24 @@ type ToolServer struct {
 	Replaces []string
 }
 
+// SandboxState says how the server runs, as registry list, checkpoint_status
+// and the served tools' descriptions show it: "-" (an HTTP server), "off",
+// "on, network" (the host's), "on, network: only HOST:PORT, ..." (its
+// allowed_hosts, through toolgate's egress proxy) or "on, no network".
+func (s ToolServer) SandboxState() string {
+	switch {
+	case s.Transport != TransportStdio:
+		return "-"
+	case !s.Sandbox:
+		return "off"
+	case s.Network:
+		return "on, network"
+	case len(s.AllowedHosts) > 0:
+		return "on, network: only " + strings.Join(s.AllowedHosts.Strings(), ", ")
+	}
+	return "on, no network"
+}
+
 // Enabled reports whether the operator allows tool.
 func (s ToolServer) Enabled(tool string) bool {
 	return slices.Contains(s.EnabledTools, tool)

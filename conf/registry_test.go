@@ -1,6 +1,8 @@
 package conf
 
 import (
+	"github.com/toolgate/toolgate/egress/allowlist"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -1249,4 +1251,27 @@ func TestRegistryReadOnly(t *testing.T) {
 		{name: "the root", text: regStdio + "args = [\"/\"]\n",
 			path: "tool_mcp_servers.ida_pro.args", want: `"/" cannot be bound`},
 	})
+}
+
+// TestSandboxState: how a server runs, as list, status and descriptions
+// say it: an allowlist is named, never shown as "no network".
+func TestSandboxState(t *testing.T) {
+	allow, err := allowlist.ParseList([]string{"api.example.com:443", "*.example.org:443"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		s    ToolServer
+		want string
+	}{
+		{ToolServer{Transport: TransportStreamableHTTP}, "-"},
+		{ToolServer{Transport: TransportStdio}, "off"},
+		{ToolServer{Transport: TransportStdio, Sandbox: true}, "on, no network"},
+		{ToolServer{Transport: TransportStdio, Sandbox: true, Network: true}, "on, network"},
+		{ToolServer{Transport: TransportStdio, Sandbox: true, AllowedHosts: allow}, "on, network: only api.example.com:443, *.example.org:443"},
+	} {
+		if got := tc.s.SandboxState(); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.s, got, tc.want)
+		}
+	}
 }

@@ -49,14 +49,4 @@ func newDownstream(srv conf.ToolServer, deps downstreamDeps, sandbox string) *do
 }
 
 // sandboxState says how the server runs, for status and descriptions.
-func (d *downstream) sandboxState() string {
-	switch {
-	case d.srv.Transport != conf.TransportStdio:
-		return "-"
-	case !d.srv.Sandbox:
-		return "off"
-	case d.srv.Network:
-		return "on, network"
-	}
-	return "on, no network"
-}
+func (d *downstream) sandboxState() string { return d.srv.SandboxState() }

@@ -139,16 +139,9 @@ func registryList(r *conf.Registry, w io.Writer) int {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTRANSPORT\tTARGET\tSANDBOX\tAPPROVAL\tTIMEOUTS\tTOOLS\tDEFINED IN")
 	for _, s := range r.Servers {
-		target, sandbox := s.URL, "-"
+		target, sandbox := s.URL, s.SandboxState()
 		if s.Transport == conf.TransportStdio {
 			target = quoteArgv(append([]string{s.Command}, s.Args...))
-			sandbox = "off"
-			if s.Sandbox {
-				sandbox = "on, no network"
-				if s.Network {
-					sandbox = "on, network"
-				}
-			}
 		}
 		tools := make([]string, len(s.EnabledTools))
 		for i, t := range s.EnabledTools {
