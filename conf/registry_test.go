@@ -1,8 +1,6 @@
 package conf
 
 import (
-	"github.com/toolgate/toolgate/egress/allowlist"
-
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/egress/allowlist"
 )
 
 // regFixture is a temp dir with a search-path dir holding an executable
