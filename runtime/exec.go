@@ -78,96 +78,33 @@ func Exec(ctx context.Context, c Cmd) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{Limit: LimitCancelled, ExitCode: -1}, nil
 	}
-	r, w, err := os.Pipe()
+	p, err := newCallPipes(c.StderrMax > 0, c.Stdin != nil)
 	if err != nil {
-		return Result{}, fmt.Errorf("exec: output pipe: %w", err)
+		return Result{}, fmt.Errorf("exec: %w", err)
 	}
-	defer r.Close()
-	errR, errW := r, w
-	if c.StderrMax > 0 {
-		if errR, errW, err = os.Pipe(); err != nil {
-			w.Close()
-			return Result{}, fmt.Errorf("exec: stderr pipe: %w", err)
-		}
-		defer errR.Close()
-	}
-
-	var inR, inW *os.File
-	if c.Stdin != nil {
-		if inR, inW, err = os.Pipe(); err != nil {
-			w.Close()
-			if errW != w {
-				errW.Close()
-			}
-			return Result{}, fmt.Errorf("exec: stdin pipe: %w", err)
-		}
-		defer inW.Close()
-	}
-
 	cmd := &exec.Cmd{
 		Path:       c.Path,
 		Args:       c.Args,
 		Env:        c.Env,
 		Dir:        c.Dir,
-		Stdout:     w,
-		Stderr:     errW,
+		Stdout:     p.outW,
+		Stderr:     p.errW,
 		ExtraFiles: c.ExtraFiles,
 	}
-	if inR != nil {
-		cmd.Stdin = inR
+	if p.inR != nil {
+		cmd.Stdin = p.inR
 	}
-	attr := &syscall.SysProcAttr{}
-	if c.SysProcAttr != nil {
-		*attr = *c.SysProcAttr
-	}
-	attr.Setpgid = true
-	attr.Pgid = 0
-	if attr.Pdeathsig == 0 {
-		attr.Pdeathsig = syscall.SIGKILL
-	}
-	if c.Group != nil && c.Group.fd >= 0 {
-		attr.UseCgroupFD = true
-		attr.CgroupFD = c.Group.fd
-	}
-	cmd.SysProcAttr = attr
+	cmd.SysProcAttr = processAttr(c.SysProcAttr, c.Group)
 
 	start := time.Now()
 	err = startTracked(cmd)
-	w.Close()
-	if errW != w {
-		errW.Close()
-	}
-	if inR != nil {
-		inR.Close()
-	}
+	p.closeChild()
 	if err != nil {
+		p.closeParent()
 		return Result{}, fmt.Errorf("start %s: %w", c.Path, err)
 	}
 	pid := cmd.Process.Pid
 	defer untrack(pid)
-	if inW != nil {
-		// The write ends with EPIPE once every reader is gone, so this
-		// never outlives the call's processes.
-		go func() {
-			_, _ = inW.Write(c.Stdin)
-			inW.Close()
-		}()
-	}
-
-	out := newCapture(c.MaxBytes, c.Seen)
-	var stderr *capture
-	var readers sync.WaitGroup
-	readers.Go(func() { out.readFrom(r) })
-	if errR != r {
-		stderr = newCapture(c.StderrMax, nil)
-		readers.Go(func() { stderr.readFrom(errR) })
-	}
-	readDone := make(chan struct{})
-	go func() {
-		readers.Wait()
-		close(readDone)
-	}()
-
 	exited := make(chan struct{})
 	go func() {
 		// Learn of the exit without reaping: while the zombie exists its
@@ -176,9 +113,74 @@ func Exec(ctx context.Context, c Cmd) (Result, error) {
 		waitNoReap(pid)
 		close(exited)
 	}()
+	return supervise(ctx, supervised{
+		cmd: cmd, exited: exited, start: start,
+		out: p.outR, errOut: p.errR, stdin: p.inW, input: c.Stdin,
+		timeout: c.Timeout, maxBytes: c.MaxBytes, stderrMax: c.StderrMax, seen: c.Seen,
+		group: c.Group, stop: c.Stop, finish: c.Finish,
+	}), nil
+}
+
+// supervised is a started process and what its call needs: the read ends
+// of its output, the write end of its stdin, the limits and the hooks.
+// Exec fills it for a process it starts; Standby.Release for a sandbox
+// started ahead of its call.
+type supervised struct {
+	cmd *exec.Cmd
+	// exited is closed when the process has exited (still unreaped).
+	exited <-chan struct{}
+	// start is when the call began: the timeout and Elapsed count from
+	// it.
+	start time.Time
+	// out and errOut are the read ends of stdout and stderr (the same
+	// file when they are one stream); stdin, when set, receives input.
+	out, errOut *os.File
+	stdin       *os.File
+	input       []byte
+	timeout     time.Duration
+	maxBytes    int
+	stderrMax   int
+	seen        *atomic.Int64
+	group       *Group
+	stop        func(pid int)
+	finish      func()
+}
+
+// supervise owns a started process until its call ends: the stdin write,
+// the capped reads, the timeout and cancellation, the kill of everything
+// it started once the direct child exited, the reap and the drain.
+func supervise(ctx context.Context, sv supervised) Result {
+	pid := sv.cmd.Process.Pid
+	r, errR := sv.out, sv.errOut
+	defer r.Close()
+	if errR != r {
+		defer errR.Close()
+	}
+	if sv.stdin != nil {
+		// The write ends with EPIPE once every reader is gone, so this
+		// never outlives the call's processes.
+		go func() {
+			_, _ = sv.stdin.Write(sv.input)
+			sv.stdin.Close()
+		}()
+	}
+
+	out := newCapture(sv.maxBytes, sv.seen)
+	var stderr *capture
+	var readers sync.WaitGroup
+	readers.Go(func() { out.readFrom(r) })
+	if errR != r {
+		stderr = newCapture(sv.stderrMax, nil)
+		readers.Go(func() { stderr.readFrom(errR) })
+	}
+	readDone := make(chan struct{})
+	go func() {
+		readers.Wait()
+		close(readDone)
+	}()
 
 	var res Result
-	timer := time.NewTimer(c.Timeout)
+	timer := time.NewTimer(sv.timeout - time.Since(sv.start))
 	defer timer.Stop()
 	var escalate <-chan time.Time
 	stop := func(limit Limit) {
@@ -187,18 +189,18 @@ func Exec(ctx context.Context, c Cmd) (Result, error) {
 		}
 		res.Limit = limit
 		res.TimedOut = limit == LimitTimeout
-		if c.Stop != nil {
-			c.Stop(pid)
+		if sv.stop != nil {
+			sv.stop(pid)
 			escalate = time.After(stopEscalation)
 		} else {
-			killGroup(pid, c.Group)
+			killGroup(pid, sv.group)
 		}
 	}
 	done := ctx.Done()
 wait:
 	for {
 		select {
-		case <-exited:
+		case <-sv.exited:
 			break wait
 		case <-timer.C:
 			stop(LimitTimeout)
@@ -207,18 +209,18 @@ wait:
 			stop(LimitCancelled)
 		case <-escalate:
 			escalate = nil
-			killGroup(pid, c.Group)
+			killGroup(pid, sv.group)
 		}
 	}
-	if c.Finish != nil {
-		c.Finish()
+	if sv.finish != nil {
+		sv.finish()
 	}
 	// The direct child has exited: nothing the call started may outlive
 	// it. Kill the group (or the cgroup) while the zombie still pins the
 	// pgid, then reap.
-	killGroup(pid, c.Group)
-	werr := cmd.Wait()
-	res.ExitCode = exitCode(cmd.ProcessState, werr)
+	killGroup(pid, sv.group)
+	werr := sv.cmd.Wait()
+	res.ExitCode = exitCode(sv.cmd.ProcessState, werr)
 
 	select {
 	case <-readDone:
@@ -229,18 +231,92 @@ wait:
 		errR.Close()
 		<-readDone
 	}
-	res.Elapsed = time.Since(start)
+	res.Elapsed = time.Since(sv.start)
 	res.Output, res.OutputBytes, res.Dropped = out.result()
 	res.Truncated = res.Dropped > 0
 	if stderr != nil {
 		res.Stderr, res.StderrBytes, _ = stderr.result()
 	}
-	if c.Group != nil {
-		if l := c.Group.limitHit(); l != LimitNone && res.Limit == LimitNone {
+	if sv.group != nil {
+		if l := sv.group.limitHit(); l != LimitNone && res.Limit == LimitNone {
 			res.Limit = l
 		}
 	}
-	return res, nil
+	return res
+}
+
+// processAttr is how every process of a call starts: the given
+// attributes, in a process group of its own, SIGKILLed when the server's
+// thread that started it dies (unless asked otherwise), and in g's
+// cgroup2 group when there is one.
+func processAttr(base *syscall.SysProcAttr, g *Group) *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{}
+	if base != nil {
+		*attr = *base
+	}
+	attr.Setpgid = true
+	attr.Pgid = 0
+	if attr.Pdeathsig == 0 {
+		attr.Pdeathsig = syscall.SIGKILL
+	}
+	if g != nil && g.fd >= 0 {
+		attr.UseCgroupFD = true
+		attr.CgroupFD = g.fd
+	}
+	return attr
+}
+
+// callPipes are the pipes of one call: stdout, stderr (the same pipe when
+// they are one stream) and stdin (nil ends: /dev/null).
+type callPipes struct {
+	outR, outW, errR, errW, inR, inW *os.File
+}
+
+// newCallPipes makes the pipes of a call: one for stdout and stderr, or
+// two when stderr is kept apart, and one for stdin when there is input.
+func newCallPipes(splitStderr, stdin bool) (*callPipes, error) {
+	p := &callPipes{}
+	var err error
+	if p.outR, p.outW, err = os.Pipe(); err != nil {
+		return nil, fmt.Errorf("output pipe: %w", err)
+	}
+	p.errR, p.errW = p.outR, p.outW
+	if splitStderr {
+		if p.errR, p.errW, err = os.Pipe(); err != nil {
+			p.close()
+			return nil, fmt.Errorf("stderr pipe: %w", err)
+		}
+	}
+	if stdin {
+		if p.inR, p.inW, err = os.Pipe(); err != nil {
+			p.close()
+			return nil, fmt.Errorf("stdin pipe: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// closeChild closes the ends the child holds (once it has them).
+func (p *callPipes) closeChild() {
+	for _, f := range []*os.File{p.outW, p.errW, p.inR} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// closeParent closes the server's ends.
+func (p *callPipes) closeParent() {
+	for _, f := range []*os.File{p.outR, p.errR, p.inW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+func (p *callPipes) close() {
+	p.closeChild()
+	p.closeParent()
 }
 
 // killGroup SIGKILLs the process group led by pid and, when set, every
