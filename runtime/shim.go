@@ -32,6 +32,18 @@ import (
 //     the sandbox was given minus the PWD bwrap adds: the caller sets that
 //     environment (Env plus the service's variables) on bwrap's own
 //     process, so that no value ever appears on a command line.
+//   - standby: inside a prepared bwrap sandbox (a Standby), set the
+//     rlimits, say ReadyByte on the release channel and wait there; on
+//     release, make the three descriptors the release carries stdin,
+//     stdout and stderr (stderr is stdout unless --stderr keep), close
+//     every other descriptor, and exec the tool with exactly Env (with
+//     --env keep: the service's environment, as the service mode). A
+//     channel closed without a release ends it without running anything.
+//   - hold: beside a prepared OCI container, as a child subreaper: run
+//     the runtime's create (the container waits in the runtime's own init,
+//     with this shim's stdio as its streams), say ReadyByte, and on
+//     release run the runtime's start, wait for the container's init
+//     (reparented here) and exit with its status (release.go).
 //
 // With --egress SOCKET (a tool or service with an egress allowlist), the
 // init and service shims do not exec: they stay the sandbox's first
@@ -47,6 +59,8 @@ const (
 	ShimEnter   = "enter"
 	ShimInit    = "init"
 	ShimService = "service"
+	ShimStandby = "standby"
+	ShimHold    = "hold"
 )
 
 // Rlimit is one resource limit set by the enter shim (soft = hard).
@@ -70,15 +84,28 @@ type ShimSpec struct {
 	Rlimits []Rlimit // enter
 	UID     int      // enter: drop to this uid/gid when >= 0
 	GID     int
-	// KeepStderr (init) leaves stderr apart from stdout.
+	// KeepStderr (init, standby) leaves stderr apart from stdout.
 	KeepStderr bool
-	// Egress (init, service), when set, is the egress proxy's socket
-	// inside the sandbox: the shim stays as the sandbox's first process,
-	// bridges 127.0.0.1:bundle.EgressPort onto the socket, and runs the
-	// tool as its child with the proxy variables (shim_egress.go).
+	// Egress (init, service, standby), when set, is the egress proxy's
+	// socket inside the sandbox: the shim stays as the sandbox's first
+	// process, bridges 127.0.0.1:bundle.EgressPort onto the socket, and
+	// runs the tool as its child with the proxy variables
+	// (shim_egress.go).
 	Egress string
-	Path   string   // what to execve
-	Argv   []string // its argv
+	// KeepEnv (standby) execs with the shim's own environment minus PWD,
+	// as the service mode does, instead of exactly Env.
+	KeepEnv bool
+	// ReleaseFD (standby, hold) is the shim's end of the release channel.
+	ReleaseFD int
+	// Start (hold) is the runtime's start command; PidFile is where its
+	// create writes the container's init pid; Mask (hold), "FILE=TARGET",
+	// binds FILE over TARGET in a private mount namespace first (crun on a
+	// hybrid-cgroup host).
+	Start   []string
+	PidFile string
+	Mask    string
+	Path    string   // what to execve (hold: the runtime's create)
+	Argv    []string // its argv
 }
 
 // Args returns the argv (after the binary) that runs spec.
@@ -98,6 +125,21 @@ func (s ShimSpec) Args() []string {
 	}
 	if s.Egress != "" {
 		a = append(a, "--egress", s.Egress)
+	}
+	if s.KeepEnv {
+		a = append(a, "--env", "keep")
+	}
+	if s.ReleaseFD > 0 {
+		a = append(a, "--release-fd", strconv.Itoa(s.ReleaseFD))
+	}
+	if s.PidFile != "" {
+		a = append(a, "--pid-file", s.PidFile)
+	}
+	if s.Mask != "" {
+		a = append(a, "--mask", s.Mask)
+	}
+	for _, x := range s.Start {
+		a = append(a, "--start", x)
 	}
 	a = append(a, "--", s.Path)
 	return append(a, s.Argv...)
@@ -132,6 +174,26 @@ func parseShim(args []string) (ShimSpec, error) {
 			s.KeepStderr = true
 		case "--egress":
 			s.Egress = val
+		case "--env":
+			if val != "keep" {
+				return s, fmt.Errorf("bad --env %q: want keep", val)
+			}
+			s.KeepEnv = true
+		case "--release-fd":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 3 {
+				return s, fmt.Errorf("bad --release-fd %q", val)
+			}
+			s.ReleaseFD = n
+		case "--pid-file":
+			s.PidFile = val
+		case "--mask":
+			if src, dst, ok := strings.Cut(val, "="); !ok || !filepath.IsAbs(src) || !filepath.IsAbs(dst) {
+				return s, fmt.Errorf("bad --mask %q: want FILE=TARGET, both absolute", val)
+			}
+			s.Mask = val
+		case "--start":
+			s.Start = append(s.Start, val)
 		case "--uid", "--gid":
 			n, err := strconv.Atoi(val)
 			if err != nil || n < 0 {
@@ -173,6 +235,10 @@ func MaybeShim() {
 		initExec(spec)
 	case ShimService:
 		serviceExec(spec)
+	case ShimStandby:
+		standbyExec(spec)
+	case ShimHold:
+		os.Exit(hold(spec))
 	}
 	shimFail(127, "unknown shim mode %q", spec.Mode)
 }

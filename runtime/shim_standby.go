@@ -1,0 +1,269 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// standbyExec is the first process of a prepared bwrap sandbox. It sets
+// the rlimits, says it is ready and waits on the release channel: no tool
+// code runs in the sandbox until the release. The release carries the
+// call's stdin, stdout and stderr; the shim makes them 0, 1 and 2 (stderr
+// is stdout unless KeepStderr: a tool's two streams are one, whatever the
+// release says), closes every other descriptor (its end of the release
+// channel, anything bwrap left open) and execs the tool it was prepared
+// for, with exactly Env (KeepEnv: the service's environment).
+func standbyExec(s ShimSpec) {
+	if s.ReleaseFD < 3 {
+		shimFail(125, "standby: no release channel")
+	}
+	setRlimits(s.Rlimits)
+	if err := signalReady(s.ReleaseFD, 0); err != nil {
+		shimFail(125, "standby: ready: %v", err)
+	}
+	fds, err := awaitRelease(s.ReleaseFD, releaseStreams)
+	if errors.Is(err, errDiscarded) {
+		os.Exit(125)
+	}
+	if err != nil {
+		shimFail(125, "standby: %v", err)
+	}
+	in, out, errOut := fds[0], fds[1], fds[2]
+	if !s.KeepStderr {
+		errOut = out
+	}
+	for i, fd := range []int{in, out, errOut} {
+		if err := unix.Dup2(fd, i); err != nil {
+			shimFail(126, "standby: dup2: %v", err)
+		}
+	}
+	// Everything else goes: the release channel, the descriptors as
+	// received, whatever else the sandbox was started with.
+	if err := unix.CloseRange(3, ^uint(0), 0); err != nil {
+		for fd := 3; fd < 1024; fd++ {
+			_ = unix.Close(fd)
+		}
+	}
+	env := Env
+	if s.KeepEnv {
+		env = withoutPWD(os.Environ())
+	}
+	err = syscall.Exec(s.Path, s.Argv, env) //nolint:gosec // the standby shim's job: exec the path and argv it was prepared with
+	if errors.Is(err, syscall.E2BIG) {
+		shimFail(126, "start %s: argument list too long", s.Path)
+	}
+	shimFail(127, "start %s: %v", s.Path, err)
+}
+
+// hold keeps an OCI container prepared: it runs the runtime's create
+// (Path, Argv) with this process's stdin, stdout and stderr, which the
+// container's process inherits (the call's pipes, made at preparation),
+// then lets go of them, says it is ready, and waits for the release. On
+// release it runs the runtime's start (Start), waits for the container's
+// init, which the runtime's create left behind and which is reparented
+// here (this process is a child subreaper), kills and reaps whatever else
+// is left of its children, and exits with the init's status (128+N when
+// signal N killed it). A channel closed without a release, a container
+// that ends before it, or a failed create or start exit 125 without
+// starting the container: the server kills and deletes it.
+func hold(s ShimSpec) int {
+	// Children inherit this thread's mount namespace (the crun mask), and
+	// their parent-death signal is tied to it: the thread stays.
+	goruntime.LockOSThread()
+	if s.ReleaseFD < 3 || s.PidFile == "" || len(s.Start) == 0 {
+		shimFail(125, "hold: want --release-fd, --pid-file and --start")
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		shimFail(125, "hold: subreaper: %v", err)
+	}
+	if s.Mask != "" {
+		if err := maskFile(s.Mask); err != nil {
+			shimFail(125, "hold: %v", err)
+		}
+	}
+	if code, err := runChild(s.Path, s.Argv, []*os.File{os.Stdin, os.Stdout, os.Stderr}); err != nil || code != 0 {
+		shimFail(125, "hold: %s create: exit %d %v", s.Path, code, errOrEmpty(err))
+	}
+	b, err := os.ReadFile(s.PidFile)
+	pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || perr != nil || pid <= 1 {
+		shimFail(125, "hold: container pid file %s: %q %v", s.PidFile, b, errOrEmpty(err))
+	}
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		shimFail(125, "hold: container init %d: %v", pid, err)
+	}
+	// Keep a copy of stderr for the start's errors, and hold none of the
+	// call's streams from here on: only the container does.
+	errCopy, err := unix.FcntlInt(2, unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		shimFail(125, "hold: %v", err)
+	}
+	if null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0); err == nil {
+		for i := range 3 {
+			_ = unix.Dup2(int(null.Fd()), i)
+		}
+		null.Close()
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(os.NewFile(uintptr(errCopy), "stderr"), "toolgate: "+format+"\n", a...)
+		_ = unix.Kill(pid, unix.SIGKILL)
+		killChildren()
+		return 125
+	}
+	if err := signalReady(s.ReleaseFD, pid); err != nil {
+		return fail("hold: ready: %v", err)
+	}
+	fds := []unix.PollFd{{Fd: int32(s.ReleaseFD), Events: unix.POLLIN}, {Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, -1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fail("hold: poll: %v", err)
+		}
+		break
+	}
+	if fds[0].Revents == 0 && fds[1].Revents != 0 {
+		return fail("hold: the container ended before its release")
+	}
+	if _, err := awaitRelease(s.ReleaseFD, 0); err != nil {
+		if errors.Is(err, errDiscarded) {
+			_ = unix.Kill(pid, unix.SIGKILL)
+			killChildren()
+			return 125
+		}
+		return fail("hold: %v", err)
+	}
+	_ = unix.Close(s.ReleaseFD)
+	out, code, err := runCaptured(s.Start)
+	if err != nil || code != 0 {
+		return fail("hold: %s start: exit %d %v: %s", s.Start[0], code, errOrEmpty(err), strings.TrimSpace(out))
+	}
+	_ = unix.Close(errCopy)
+	status := waitInit(pid, pidfd)
+	killChildren()
+	return status
+}
+
+// waitInit waits for the container's init and returns its exit code, or
+// 128+N when signal N killed it. The init is a child here once the
+// runtime's create has exited (a subreaper inherits orphans); if it is
+// not, the pidfd says when it ended, but not how.
+func waitInit(pid, pidfd int) int {
+	for {
+		var ws unix.WaitStatus
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err == nil {
+			if ws.Signaled() {
+				return 128 + int(ws.Signal())
+			}
+			return ws.ExitStatus()
+		}
+		break
+	}
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, -1); !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	fmt.Fprintln(os.Stderr, "toolgate: hold: the container's init is not a child: exit status unknown")
+	return 125
+}
+
+// maskFile binds FILE over TARGET ("FILE=TARGET") in a private mount
+// namespace of this thread.
+func maskFile(spec string) error {
+	src, dst, _ := strings.Cut(spec, "=")
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("mask %s: unshare mount namespace: %w", dst, err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("mask %s: make mounts private: %w", dst, err)
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mask %s: %w", dst, err)
+	}
+	return nil
+}
+
+// runChild runs path with files as its stdio, SIGKILLed if this process
+// dies, and returns its exit code.
+func runChild(path string, argv []string, files []*os.File) (int, error) {
+	p, err := os.StartProcess(path, argv, &os.ProcAttr{
+		Env:   os.Environ(),
+		Files: files,
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		return -1, err
+	}
+	st, err := p.Wait()
+	if err != nil {
+		return -1, err
+	}
+	return st.ExitCode(), nil
+}
+
+// runCaptured runs argv with stdin /dev/null and returns what it wrote
+// (the first 4 KiB) and its exit code.
+func runCaptured(argv []string) (string, int, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return "", -1, err
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		r.Close()
+		w.Close()
+		return "", -1, err
+	}
+	defer null.Close()
+	type got struct {
+		s string
+	}
+	done := make(chan got, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		n := 0
+		for {
+			dst := buf[n:]
+			if len(dst) == 0 {
+				var scratch [512]byte
+				dst = scratch[:] // read on: the writer must never block
+			}
+			k, err := r.Read(dst)
+			if n < len(buf) {
+				n += k
+			}
+			if err != nil {
+				break
+			}
+		}
+		r.Close()
+		done <- got{string(buf[:n])}
+	}()
+	code, err := runChild(argv[0], argv, []*os.File{null, w, w})
+	w.Close()
+	out := <-done
+	return out.s, code, err
+}
+
+func errOrEmpty(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
