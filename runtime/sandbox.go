@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -28,6 +29,10 @@ type Sandbox struct {
 	cancel context.CancelFunc
 	r      Runner
 	err    error
+
+	keepMu sync.Mutex
+	keep   []Template
+	kept   bool
 }
 
 // NewSandbox runs setup in the background and returns at once. setup must
@@ -67,7 +72,45 @@ func (s *Sandbox) finish(r Runner, err error) {
 		}
 		s.r, s.err = r, err
 		close(s.ready)
+		s.applyKeep()
 	})
+}
+
+// Keep tells the backend's pool, when it has one (a *Pool), which
+// templates to keep sandboxes prepared for; before the setup has finished
+// it is remembered and applied then.
+func (s *Sandbox) Keep(ts []Template) {
+	s.keepMu.Lock()
+	s.keep, s.kept = slices.Clone(ts), true
+	s.keepMu.Unlock()
+	select {
+	case <-s.ready:
+		s.applyKeep()
+	default:
+	}
+}
+
+func (s *Sandbox) applyKeep() {
+	s.keepMu.Lock()
+	defer s.keepMu.Unlock()
+	if p, ok := s.r.(*Pool); ok && s.kept {
+		p.Keep(s.keep)
+	}
+}
+
+// Pool reports the backend's pool of prepared sandboxes; false when the
+// backend has none (--sandbox-pool 0, or its setup has not finished or
+// failed).
+func (s *Sandbox) Pool() (PoolStatus, bool) {
+	select {
+	case <-s.ready:
+	default:
+		return PoolStatus{}, false
+	}
+	if p, ok := s.r.(*Pool); ok {
+		return p.Status(), true
+	}
+	return PoolStatus{}, false
 }
 
 // Name is the backend's name as the operator chose it: bwrap or oci.

@@ -1,0 +1,622 @@
+package runtime
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Template is what a prepared sandbox is made for: everything of a call
+// that is known before the call (the tool's executable, its fixed argv,
+// its dir, the shape of its streams). Nothing that varies per call (the
+// call id, the pipes, the limits' clock, the input bytes) is in it.
+type Template struct {
+	// Name is the tool's name, for status and logs.
+	Name string
+	// Path is the canonical executable; Argv the full argv; Dir the
+	// canonical working directory, bound read-only.
+	Path string
+	Argv []string
+	Dir  string
+	// SplitStderr keeps stderr apart (a built-in's helper); Stdin is set
+	// when the call writes input (a helper that reads its stdin).
+	SplitStderr bool
+	Stdin       bool
+}
+
+// TemplateOf is the Template of inv.
+func TemplateOf(inv Invocation) Template {
+	return Template{Name: inv.Name, Path: inv.Path, Argv: inv.Argv, Dir: inv.Dir, SplitStderr: inv.StderrMax > 0, Stdin: inv.Stdin != nil}
+}
+
+// key identifies what a sandbox prepared for t would run: two templates
+// with the same key are interchangeable, any difference makes another.
+func (t Template) key() string {
+	h := sha256.New()
+	field := func(s string) {
+		fmt.Fprintf(h, "%d:%s", len(s), s)
+	}
+	field("tool")
+	field(t.Path)
+	field(t.Dir)
+	fmt.Fprintf(h, "%d", len(t.Argv))
+	for _, a := range t.Argv {
+		field(a)
+	}
+	fmt.Fprintf(h, "%v%v", t.SplitStderr, t.Stdin)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// serviceKey identifies what a sandbox prepared for s would run, its
+// variables' values included (they are part of the prepared process).
+func serviceKey(s Service) string {
+	h := sha256.New()
+	for _, f := range slices.Concat([]string{"service", s.Name, s.Path, s.Dir, fmt.Sprint(s.Network), fmt.Sprint(len(s.Argv))}, s.Argv,
+		[]string{fmt.Sprint(len(s.Env))}, s.Env, []string{fmt.Sprint(len(s.ReadOnly))}, s.ReadOnly) {
+		fmt.Fprintf(h, "%d:%s", len(f), f)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Preparer is a sandbox backend that can prepare a sandbox for a template
+// ahead of its call: Prepare starts it (its setup runs on in the
+// background; Standby.Ready says when it is done) and returns at once.
+// The prepared sandbox is the backend's own rendering of the sandbox
+// policy, the same one Run uses, with the last step (the exec of the tool)
+// held back until the release.
+type Preparer interface {
+	Runner
+	Prepare(t Template) (*Standby, error)
+}
+
+// ServicePreparer is a backend that can also prepare a long-lived
+// service's sandbox ahead of its start.
+type ServicePreparer interface {
+	ServiceStarter
+	PrepareService(s Service) (*Standby, error)
+	// ReleaseService turns a prepared service sandbox into the running
+	// Process.
+	ReleaseService(sb *Standby, s Service) (*Process, error)
+}
+
+// PoolConfig bounds a Pool.
+type PoolConfig struct {
+	// Depth is how many prepared sandboxes are kept for each template
+	// (and for each service, at most one).
+	Depth int
+	// Max bounds the prepared sandboxes held at once, in all; beyond it
+	// the least recently used template's are given up. 0: Depth per
+	// template, without a global bound.
+	Max int
+	// MaxAge replaces a prepared sandbox older than this (0: never).
+	MaxAge time.Duration
+	// Parallel bounds the sandboxes being prepared at once (0: 2).
+	Parallel int
+}
+
+// DefaultPoolDepth is the default depth of the sandbox pool: one prepared
+// sandbox per test-class tool (README, "Sandboxes": what one costs).
+const DefaultPoolDepth = 1
+
+// DefaultPoolMax is the default bound on prepared sandboxes held at once.
+const DefaultPoolMax = 32
+
+// DefaultPoolMaxAge is the default age after which a prepared sandbox is
+// replaced: what it bound from the host (/etc's allow-list, the tool's
+// exe) is then at most this old.
+const DefaultPoolMaxAge = 10 * time.Minute
+
+// Pool keeps sandboxes prepared ahead of their calls, so that a call only
+// releases one that is ready: for each template it is told to keep
+// (Keep), Depth single-use sandboxes, each started by the backend with the
+// full policy and waiting on its release channel. A call of a kept
+// template takes a ready one (or one being prepared, which is ready
+// sooner than a new one would be), and a replacement is prepared off the
+// call's path. A sandbox is used once and never returned. When none is
+// there (a burst beyond the pool) the call runs through the backend's
+// own Run, which prepares its sandbox on the call's path: never
+// unsandboxed. A stale one (it ended, a path it bound changed, it is
+// older than MaxAge) is discarded, never used. Calls of templates it does
+// not keep go to the backend directly.
+//
+// A Pool is a Runner (and a ServiceStarter when its backend starts
+// services); it is safe for concurrent use.
+type Pool struct {
+	backend  Preparer
+	services ServicePreparer // nil: services are started by the backend unpooled
+	cfg      PoolConfig
+	sem      chan struct{}
+
+	mu     sync.Mutex
+	slots  map[string]*slot
+	closed bool
+
+	bg       sync.WaitGroup // preparations and cleanups
+	stopJan  chan struct{}
+	janitor  sync.WaitGroup
+	counters poolCounters
+}
+
+// slot is one template's (or service's) prepared sandboxes.
+type slot struct {
+	key     string
+	name    string
+	kind    string // "tool" or "service"
+	t       Template
+	svc     Service
+	depth   int
+	held    []*Standby // prepared, ready or not yet
+	pending int        // preparations asked for, not yet started
+	used    time.Time
+	kept    bool      // Keep names it (a service slot is kept once started)
+	backoff time.Time // no preparation before this, after a failure
+	fails   int
+	lastErr string
+}
+
+type poolCounters struct {
+	hits, waits, misses, stale, expired, prepared, failed, evicted atomic.Int64
+}
+
+// NewPool returns a pool over backend. With a depth of 0 (or a backend
+// that cannot prepare sandboxes) it returns nil: callers use the backend
+// itself.
+func NewPool(backend Runner, cfg PoolConfig) *Pool {
+	b, ok := backend.(Preparer)
+	if !ok || cfg.Depth <= 0 {
+		return nil
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 2
+	}
+	p := &Pool{backend: b, cfg: cfg, sem: make(chan struct{}, cfg.Parallel), slots: map[string]*slot{}, stopJan: make(chan struct{})}
+	if s, ok := backend.(ServicePreparer); ok {
+		p.services = s
+	}
+	if cfg.MaxAge > 0 {
+		p.janitor.Go(p.sweepLoop)
+	}
+	return p
+}
+
+// Backend is the runner the pool prepares with.
+func (p *Pool) Backend() Runner { return p.backend }
+
+// Keep sets the templates the pool keeps sandboxes prepared for, and
+// starts preparing them (in order, within Max). Sandboxes prepared for a
+// template it no longer names are discarded.
+func (p *Pool) Keep(ts []Template) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	want := map[string]bool{}
+	for _, t := range ts {
+		k := t.key()
+		want[k] = true
+		if s, ok := p.slots[k]; ok {
+			s.kept = true
+			continue
+		}
+		p.slots[k] = &slot{key: k, name: t.Name, kind: "tool", t: t, depth: p.cfg.Depth, kept: true}
+	}
+	for k, s := range p.slots {
+		if s.kind == "tool" && !want[k] {
+			p.dropLocked(s)
+		}
+	}
+	for _, t := range ts {
+		p.refillLocked(p.slots[t.key()])
+	}
+}
+
+// dropLocked forgets s and discards its sandboxes.
+func (p *Pool) dropLocked(s *slot) {
+	delete(p.slots, s.key)
+	for _, sb := range s.held {
+		p.discard(sb)
+	}
+	s.held, s.pending = nil, 0
+}
+
+// heldLocked counts the sandboxes held or asked for.
+func (p *Pool) heldLocked() int {
+	n := 0
+	for _, s := range p.slots {
+		n += len(s.held) + s.pending
+	}
+	return n
+}
+
+// refillLocked asks for as many preparations as s lacks, within Max: a
+// template called more recently than another takes the other's place.
+func (p *Pool) refillLocked(s *slot) {
+	if s == nil || p.closed || !s.kept || time.Now().Before(s.backoff) {
+		return
+	}
+	for len(s.held)+s.pending < s.depth {
+		if p.cfg.Max > 0 && p.heldLocked() >= p.cfg.Max && !p.evictLocked(s) {
+			return
+		}
+		s.pending++
+		p.bg.Go(func() { p.prepare(s) })
+	}
+}
+
+// evictLocked gives up one sandbox of the least recently used slot that
+// was used less recently than s, to make room for s.
+func (p *Pool) evictLocked(s *slot) bool {
+	var victim *slot
+	for _, o := range p.slots {
+		if o == s || len(o.held) == 0 || !o.used.Before(s.used) {
+			continue
+		}
+		if victim == nil || o.used.Before(victim.used) {
+			victim = o
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	sb := victim.held[len(victim.held)-1]
+	victim.held = victim.held[:len(victim.held)-1]
+	p.counters.evicted.Add(1)
+	p.discard(sb)
+	return true
+}
+
+// prepare prepares one sandbox for s, at most cfg.Parallel at once: the
+// slot of the semaphore is held until the sandbox is ready or failed.
+func (p *Pool) prepare(s *slot) {
+	p.sem <- struct{}{}
+	p.mu.Lock()
+	s.pending--
+	if p.closed || p.slots[s.key] != s || len(s.held) >= s.depth {
+		p.mu.Unlock()
+		<-p.sem
+		return
+	}
+	p.mu.Unlock()
+	var sb *Standby
+	var err error
+	if s.kind == "service" {
+		sb, err = p.services.PrepareService(s.svc)
+	} else {
+		sb, err = p.backend.Prepare(s.t)
+	}
+	if err != nil {
+		<-p.sem
+		p.failed(s, err)
+		return
+	}
+	p.mu.Lock()
+	if p.closed || p.slots[s.key] != s {
+		p.mu.Unlock()
+		<-p.sem
+		p.discard(sb)
+		return
+	}
+	s.held = append(s.held, sb)
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), prepareTimeout)
+	err = sb.WaitReady(ctx)
+	cancel()
+	<-p.sem
+	if err != nil {
+		p.mu.Lock()
+		if i := slices.Index(s.held, sb); i >= 0 {
+			s.held = slices.Delete(s.held, i, i+1)
+		}
+		p.mu.Unlock()
+		p.discard(sb)
+		p.failed(s, err)
+		return
+	}
+	p.counters.prepared.Add(1)
+	p.mu.Lock()
+	s.fails, s.lastErr = 0, ""
+	p.mu.Unlock()
+}
+
+// prepareTimeout bounds one preparation: a sandbox not ready by then is
+// discarded.
+const prepareTimeout = 60 * time.Second
+
+// failed records a failed preparation and backs the slot off (1 s,
+// doubling to a minute), so that a backend that cannot prepare does not
+// spin; the calls of the slot run through the backend's Run meanwhile.
+func (p *Pool) failed(s *slot, err error) {
+	p.counters.failed.Add(1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s.fails++
+	s.lastErr = err.Error()
+	s.backoff = time.Now().Add(min(time.Second<<min(s.fails-1, 6), time.Minute))
+	time.AfterFunc(time.Until(s.backoff), func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.slots[s.key] == s {
+			p.refillLocked(s)
+		}
+	})
+}
+
+// discard ends an unused sandbox off the caller's path.
+func (p *Pool) discard(sb *Standby) {
+	p.bg.Go(func() {
+		sb.Discard()
+		sb.Cleanup()
+	})
+}
+
+// take returns a sandbox of s to release now: a ready one, else one being
+// prepared (waited for within ctx), else nil. It asks for a replacement.
+func (p *Pool) take(ctx context.Context, s *slot) *Standby {
+	p.mu.Lock()
+	s.used = time.Now()
+	var waitFor *Standby
+	for i := 0; i < len(s.held); {
+		sb := s.held[i]
+		if p.cfg.MaxAge > 0 && time.Since(sb.Born()) > p.cfg.MaxAge {
+			s.held = slices.Delete(s.held, i, i+1)
+			p.counters.expired.Add(1)
+			p.discard(sb)
+			continue
+		}
+		if sb.IsReady() {
+			s.held = slices.Delete(s.held, i, i+1)
+			p.refillLocked(s)
+			p.mu.Unlock()
+			p.counters.hits.Add(1)
+			return sb
+		}
+		select {
+		case <-sb.exited:
+			s.held = slices.Delete(s.held, i, i+1)
+			p.counters.stale.Add(1)
+			p.discard(sb)
+			continue
+		default:
+		}
+		if waitFor == nil {
+			waitFor = sb
+		}
+		i++
+	}
+	if waitFor != nil {
+		i := slices.Index(s.held, waitFor)
+		s.held = slices.Delete(s.held, i, i+1)
+	}
+	p.refillLocked(s)
+	p.mu.Unlock()
+	if waitFor == nil {
+		return nil
+	}
+	if err := waitFor.WaitReady(ctx); err != nil {
+		p.discard(waitFor)
+		return nil
+	}
+	p.counters.waits.Add(1)
+	return waitFor
+}
+
+// slotOf returns the slot kept for t, or nil.
+func (p *Pool) slotOf(key string) *slot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	return p.slots[key]
+}
+
+// Run runs inv in a sandbox prepared for it when the pool keeps its
+// template, else (or when none can be had) through the backend's Run.
+func (p *Pool) Run(ctx context.Context, inv Invocation) (Result, error) {
+	s := p.slotOf(TemplateOf(inv).key())
+	if s == nil {
+		return p.backend.Run(ctx, inv)
+	}
+	for range 3 {
+		sb := p.take(ctx, s)
+		if sb == nil {
+			break
+		}
+		res, err := sb.Release(ctx, CallOf(inv))
+		p.bg.Go(sb.Cleanup)
+		if errors.Is(err, ErrStandbyStale) || errors.Is(err, ErrStandbyUsed) {
+			p.counters.stale.Add(1)
+			continue
+		}
+		return res, err
+	}
+	p.counters.misses.Add(1)
+	return p.backend.Run(ctx, inv)
+}
+
+// StartService starts svc in a sandbox prepared for it when there is one,
+// else through the backend; either way it keeps one prepared for the
+// service's next start.
+func (p *Pool) StartService(ctx context.Context, svc Service) (*Process, error) {
+	if p.services == nil {
+		st, ok := Runner(p.backend).(ServiceStarter)
+		if !ok {
+			return nil, fmt.Errorf("%w: the backend runs tools, not long-lived servers", ErrNoServices)
+		}
+		return st.StartService(ctx, svc)
+	}
+	key := serviceKey(svc)
+	p.mu.Lock()
+	s, ok := p.slots[key]
+	if !ok && !p.closed {
+		s = &slot{key: key, name: svc.Name, kind: "service", svc: svc, depth: 1, kept: true}
+		p.slots[key] = s
+	}
+	p.mu.Unlock()
+	if s != nil {
+		for range 3 {
+			sb := p.take(ctx, s)
+			if sb == nil {
+				break
+			}
+			proc, err := p.services.ReleaseService(sb, svc)
+			if err == nil {
+				return proc, nil
+			}
+			p.bg.Go(sb.Cleanup)
+			if !errors.Is(err, ErrStandbyStale) && !errors.Is(err, ErrStandbyUsed) {
+				return nil, err
+			}
+			p.counters.stale.Add(1)
+		}
+		p.counters.misses.Add(1)
+	}
+	return p.services.StartService(ctx, svc)
+}
+
+// sweepLoop replaces sandboxes older than MaxAge and drops those that
+// ended, every quarter of MaxAge (at least every second).
+func (p *Pool) sweepLoop() {
+	tick := time.NewTicker(max(p.cfg.MaxAge/4, time.Second))
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.stopJan:
+			return
+		case <-tick.C:
+		}
+		p.mu.Lock()
+		for _, s := range p.slots {
+			kept := s.held[:0]
+			for _, sb := range s.held {
+				ended := false
+				select {
+				case <-sb.exited:
+					ended = true
+				default:
+				}
+				switch {
+				case ended:
+					p.counters.stale.Add(1)
+					p.discard(sb)
+				case time.Since(sb.Born()) > p.cfg.MaxAge:
+					p.counters.expired.Add(1)
+					p.discard(sb)
+				default:
+					kept = append(kept, sb)
+				}
+			}
+			s.held = kept
+			p.refillLocked(s)
+		}
+		p.mu.Unlock()
+	}
+}
+
+// PoolStatus is what the pool holds, for doctor and checkpoint_status.
+type PoolStatus struct {
+	Depth  int    `json:"depth"`
+	Max    int    `json:"max"`
+	MaxAge string `json:"max_age"`
+	// Ready and Preparing count the sandboxes held: waiting for their
+	// release, or still being set up.
+	Ready     int `json:"ready"`
+	Preparing int `json:"preparing"`
+	// Hits are calls that released a ready sandbox; Waits, calls that
+	// waited for one being prepared; Misses, calls that prepared their
+	// own on their path (a burst beyond the pool).
+	Hits     int64 `json:"hits"`
+	Waits    int64 `json:"waits"`
+	Misses   int64 `json:"misses"`
+	Prepared int64 `json:"prepared"`
+	Failed   int64 `json:"failed"`
+	// Stale, Expired and Evicted count sandboxes discarded unused: they
+	// ended or a path they bound changed; they were older than MaxAge;
+	// another template needed their place under Max.
+	Stale   int64             `json:"stale"`
+	Expired int64             `json:"expired"`
+	Evicted int64             `json:"evicted"`
+	Entries []PoolEntryStatus `json:"entries"`
+}
+
+// PoolEntryStatus is one template's or service's prepared sandboxes.
+type PoolEntryStatus struct {
+	Name      string `json:"name"`
+	Kind      string `json:"kind"`
+	Ready     int    `json:"ready"`
+	Preparing int    `json:"preparing"`
+	LastError string `json:"last_error,omitempty"`
+}
+
+// Status reports what the pool holds now.
+func (p *Pool) Status() PoolStatus {
+	st := PoolStatus{Depth: p.cfg.Depth, Max: p.cfg.Max, MaxAge: p.cfg.MaxAge.String(),
+		Hits: p.counters.hits.Load(), Waits: p.counters.waits.Load(), Misses: p.counters.misses.Load(),
+		Prepared: p.counters.prepared.Load(), Failed: p.counters.failed.Load(),
+		Stale: p.counters.stale.Load(), Expired: p.counters.expired.Load(), Evicted: p.counters.evicted.Load()}
+	p.mu.Lock()
+	for _, s := range p.slots {
+		e := PoolEntryStatus{Name: s.name, Kind: s.kind, Preparing: s.pending, LastError: s.lastErr}
+		for _, sb := range s.held {
+			if sb.IsReady() {
+				e.Ready++
+			} else {
+				e.Preparing++
+			}
+		}
+		st.Ready += e.Ready
+		st.Preparing += e.Preparing
+		st.Entries = append(st.Entries, e)
+	}
+	p.mu.Unlock()
+	sort.Slice(st.Entries, func(i, j int) bool {
+		a, b := st.Entries[i], st.Entries[j]
+		if a.Kind != b.Kind {
+			return a.Kind > b.Kind // tools first
+		}
+		return a.Name < b.Name
+	})
+	return st
+}
+
+// String summarises the status in one line.
+func (st PoolStatus) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "depth %d per tool (at most %d held, replaced after %s): %d ready, %d preparing; %d calls released a ready sandbox, %d waited for one, %d prepared their own",
+		st.Depth, st.Max, st.MaxAge, st.Ready, st.Preparing, st.Hits, st.Waits, st.Misses)
+	if st.Failed > 0 {
+		fmt.Fprintf(&b, "; %d preparations failed", st.Failed)
+	}
+	return b.String()
+}
+
+// Close discards every prepared sandbox, waits until each is gone, and
+// closes the backend when it holds host state.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	for _, s := range p.slots {
+		p.dropLocked(s)
+	}
+	p.mu.Unlock()
+	close(p.stopJan)
+	p.janitor.Wait()
+	p.bg.Wait()
+	if c, ok := Runner(p.backend).(interface{ Close() error }); ok {
+		return c.Close()
+	}
+	return nil
+}
