@@ -12,6 +12,11 @@ import (
 // first of the started process's ExtraFiles.
 const SeccompFD = 3
 
+// ReleaseFD is the descriptor of a prepared sandbox's release channel (the
+// second ExtraFile; rt.ReleaseFD(1)): bwrap leaves it open, and the
+// standby shim inside waits on it.
+const ReleaseFD = SeccompFD + 1
+
 // Plan is what one sandboxed call adds to the policy: the tool, and for a
 // service the three ways its sandbox differs.
 type Plan struct {
@@ -51,6 +56,14 @@ type Plan struct {
 	// bundle.EgressDir, and the shim bridges the sandbox's loopback proxy
 	// port onto it. The network namespace stays unshared.
 	EgressDir string
+
+	// Standby prepares the sandbox ahead of its call (the pool, rt.Pool):
+	// the sandbox is the same in every respect, but its first process is
+	// the standby shim (rt.ShimStandby), which sets the rlimits, waits on
+	// the release channel at ReleaseFD, and on release takes the call's
+	// streams and execs the tool exactly as the init (or service) shim
+	// would.
+	Standby bool
 }
 
 // Args returns bwrap's argv (without the bwrap path) for plan p under
@@ -67,7 +80,10 @@ type Plan struct {
 //   - the init shim runs first and execs the tool with exactly the
 //     policy's environment, because bwrap always adds PWD; the rlimits are
 //     set by it too;
-//   - the seccomp program is read from descriptor SeccompFD.
+//   - the seccomp program is read from descriptor SeccompFD;
+//   - a prepared sandbox (Plan.Standby) differs only in its first
+//     process, the standby shim, which waits on ReleaseFD before it does
+//     what the init or service shim does.
 //
 // A service (Plan.Service) differs in three ways, each on purpose: the
 // network namespace is kept only when ShareNet says so; ReadOnly adds
@@ -152,6 +168,9 @@ func Args(pol bundle.Policy, p Plan) []string {
 	rlimits := rt.ShimRlimits(pol.Rlimits)
 	if p.Service {
 		svc := rt.ShimSpec{Mode: rt.ShimService, Rlimits: rlimits, UID: -1, GID: -1, Egress: egress, Path: p.Exe, Argv: p.Argv}
+		if p.Standby {
+			svc.Mode, svc.KeepStderr, svc.KeepEnv, svc.ReleaseFD = rt.ShimStandby, true, true, ReleaseFD
+		}
 		a = append(a, "--", bundle.ShimPath)
 		return append(a, svc.Args()...)
 	}
@@ -162,5 +181,8 @@ func Args(pol bundle.Policy, p Plan) []string {
 	}
 	a = append(a, "--", bundle.ShimPath)
 	init := rt.ShimSpec{Mode: rt.ShimInit, Rlimits: rlimits, UID: -1, GID: -1, KeepStderr: p.KeepStderr, Egress: egress, Path: p.Exe, Argv: p.Argv}
+	if p.Standby {
+		init.Mode, init.ReleaseFD = rt.ShimStandby, ReleaseFD
+	}
 	return append(a, init.Args()...)
 }

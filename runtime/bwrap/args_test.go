@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -88,6 +89,64 @@ func goldenPlans() []goldenPlan {
 		{"service-egress", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/node", ExeResolved: "/usr/bin/node",
 			Argv: []string{"/usr/bin/node", "/opt/mcp/fetch.js"}, Dir: "/opt/mcp", Service: true,
 			EgressDir: "/tmp/toolgate-egress-1/ffeeddccbbaa99887766554433221100"}},
+		// Prepared sandboxes (the pool): the same sandbox, the standby
+		// shim first.
+		{"standby-tool", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/git", ExeResolved: "/usr/bin/git",
+			Argv: []string{"/usr/bin/git", "--no-pager", "diff", "--check"}, Dir: "/srv/repo", Standby: true}},
+		{"standby-helper", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/ctags", ExeResolved: "/usr/bin/ctags-universal",
+			Argv: []string{"/usr/bin/ctags", "--options=NONE", "--_interactive"}, Dir: "/srv/x", KeepStderr: true, Standby: true}},
+		{"standby-service", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/node", ExeResolved: "/usr/bin/node",
+			Argv: []string{"/usr/bin/node", "/opt/mcp/node_modules/srv/dist/index.js", "stdio"}, Dir: "/opt/mcp",
+			Service: true, ReadOnly: []string{"/opt/mcp/node_modules/srv/dist/index.js"}, Standby: true}},
+	}
+}
+
+// TestStandbyIsTheSameSandbox holds a prepared sandbox to the one a call
+// makes on its path: for every plan, the standby rendering has exactly the
+// same bwrap flags, binds and environment, and its shim differs from the
+// init (or service) shim only in its mode and the release descriptor; the
+// tool it will exec, its argv and its rlimits are the same.
+func TestStandbyIsTheSameSandbox(t *testing.T) {
+	for _, tc := range goldenPlans() {
+		// A plan with an egress proxy is never prepared ahead: the proxy
+		// is the call's (or the process's) own.
+		if tc.plan.Standby || tc.plan.EgressDir != "" {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			plain := Args(tc.policy, tc.plan)
+			sp := tc.plan
+			sp.Standby = true
+			standby := Args(tc.policy, sp)
+			cut := func(a []string) ([]string, []string) {
+				i := slices.Index(a, "--")
+				return a[:i], a[i+1:]
+			}
+			pb, ps := cut(plain)
+			sb, ss := cut(standby)
+			if !slices.Equal(pb, sb) {
+				t.Fatalf("the sandbox differs:\n plain   %q\n standby %q", pb, sb)
+			}
+			wantMode := rt.ShimInit
+			if tc.plan.Service {
+				wantMode = rt.ShimService
+			}
+			if ps[0] != bundle.ShimPath || ss[0] != bundle.ShimPath || ps[2] != wantMode || ss[2] != rt.ShimStandby {
+				t.Fatalf("shims: plain %q, standby %q", ps[:3], ss[:3])
+			}
+			// Standby adds the release descriptor (and, for a service, says
+			// to keep stderr and the environment, as the service mode
+			// does); nothing else changes.
+			extra := []string{"--release-fd", strconv.Itoa(ReleaseFD)}
+			if tc.plan.Service {
+				extra = append([]string{"--stderr", "keep", "--env", "keep"}, extra...)
+			}
+			i := slices.Index(ps, "--")
+			want := slices.Concat(ps[:2], []string{rt.ShimStandby}, ps[3:i], extra, ps[i:])
+			if !slices.Equal(ss, want) {
+				t.Errorf("standby shim argv = %q\nwant %q", ss, want)
+			}
+		})
 	}
 }
 

@@ -18,7 +18,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -54,6 +56,8 @@ type Runner struct {
 	// seccomp is the compiled filter of every sandbox: the OCI backend's
 	// profile (bundle.DefaultSeccompBPF).
 	seccomp []byte
+	// prepared numbers the prepared sandboxes, for their cgroups' names.
+	prepared atomic.Uint64
 }
 
 // systemDirs are where bwrap is looked up: fixed, absolute.
@@ -239,6 +243,65 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	})
 	res.Egress = eg.Use()
 	return res, err
+}
+
+// Prepare starts a sandbox for t ahead of its call (rt.Preparer): the
+// sandbox Run would make, with the same policy, cgroup and exec chain
+// (Args of the same plan, Standby set), held at its last step by the
+// standby shim until the call releases it. It returns once the process is
+// started; the setup (namespaces, mounts, the cgroup join) goes on in the
+// background until the shim says it is ready.
+func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
+	if len(t.Argv) == 0 {
+		return nil, errors.New("bwrap: prepare: empty argv")
+	}
+	plan := Plan{Exe: t.Argv[0], ExeResolved: t.Path, Argv: t.Argv, Dir: t.Dir, KeepStderr: t.SplitStderr, Standby: true}
+	return r.prepare(plan, rt.Env, fixedPaths(t.Dir, t.Path))
+}
+
+// prepare starts plan (a Standby plan) with env as bwrap's environment.
+func (r *Runner) prepare(plan Plan, env, fixed []string) (*rt.Standby, error) {
+	filter, err := r.seccompFile()
+	if err != nil {
+		return nil, err
+	}
+	defer filter.Close()
+	extra := []*os.File{filter}
+	if rt.ReleaseFD(len(extra)) != ReleaseFD {
+		return nil, fmt.Errorf("bwrap: the release channel would be descriptor %d, the argv says %d", rt.ReleaseFD(len(extra)), ReleaseFD)
+	}
+	group, st, err := r.enter("pool-"+strconv.FormatUint(r.prepared.Add(1), 10), plan)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := rt.StartStandby(rt.StandbyCmd{
+		Path:        st.path,
+		Args:        st.argv,
+		SysProcAttr: st.attr,
+		ExtraFiles:  extra,
+		Env:         env,
+		Dir:         "/",
+		Group:       group,
+		Streams:     rt.StreamsAtRelease,
+		Fixed:       fixed,
+	})
+	if err != nil {
+		if group != nil {
+			_ = group.Close()
+		}
+		return nil, err
+	}
+	return sb, nil
+}
+
+// fixedPaths are the host paths a prepared sandbox bound that a release
+// checks are still the same files: the dir (when there is one) and the
+// executable.
+func fixedPaths(dir, exe string) []string {
+	if dir == "" {
+		return []string{exe}
+	}
+	return []string{dir, exe}
 }
 
 // seccompFile returns a descriptor to read the seccomp program from (the

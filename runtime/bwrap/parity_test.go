@@ -159,8 +159,10 @@ type initSpec struct {
 // parseInit reads the init shim's arguments (rt.ShimSpec.Args).
 func parseInit(t *testing.T, a []string) initSpec {
 	t.Helper()
-	if len(a) < 2 || a[0] != rt.ShimArg || a[1] != rt.ShimInit {
-		t.Fatalf("the shim is not run in init mode: %q", a)
+	// A prepared sandbox's standby shim does what the init shim does,
+	// once released on its release descriptor.
+	if len(a) < 2 || a[0] != rt.ShimArg || (a[1] != rt.ShimInit && a[1] != rt.ShimStandby) {
+		t.Fatalf("the shim is not run in init (or standby) mode: %q", a)
 	}
 	var s initSpec
 	a = a[2:]
@@ -168,6 +170,10 @@ func parseInit(t *testing.T, a []string) initSpec {
 		switch a[0] {
 		case "--rlimit":
 			s.rlimits = append(s.rlimits, a[1])
+		case "--release-fd":
+			if a[1] != strconv.Itoa(ReleaseFD) {
+				t.Fatalf("the standby shim waits on descriptor %s, want %d", a[1], ReleaseFD)
+			}
 		case "--stderr":
 			s.keepStderr = a[1] == "keep"
 		case "--egress":
@@ -281,8 +287,10 @@ func withoutKnown(v sandboxView) sandboxView {
 }
 
 // TestPolicyParity renders every golden plan that an OCI runtime can run
-// (a tool call; services run under bwrap alone) both ways, from the same
-// policy and call, and compares what the two mean: mounts with their modes
+// (a tool call, made on the call's path or prepared ahead of it: an OCI
+// runtime's create renders the same spec either way; services run under
+// bwrap alone) both ways, from the same policy and call, and compares what
+// the two mean: mounts with their modes
 // and sizes, namespaces, ids, hostname, environment, working directory,
 // rlimits, capabilities, no_new_privs, the seccomp filter, and what runs.
 // A difference fails unless knownDifferences lists it.

@@ -25,27 +25,9 @@ func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, e
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", s.Name, err)
 	}
-	if len(s.Argv) == 0 || !filepath.IsAbs(s.Argv[0]) || !filepath.IsAbs(s.Path) {
-		return nil, fmt.Errorf("start %s: want an absolute path and argv[0] (got %q, %q)", s.Name, s.Path, s.Argv)
-	}
-	if s.Dir != "" {
-		if err := r.Check(s.Dir, s.Path); err != nil {
-			return nil, fmt.Errorf("sandbox %s: %w", s.Name, err)
-		}
-	} else if err := rt.CanExecute(s.Path, r.uid, r.gid); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", s.Name, err)
-	}
-	for _, p := range s.ReadOnly {
-		if err := rt.CheckServiceBind(p); err != nil {
-			return nil, fmt.Errorf("sandbox %s: %w", s.Name, err)
-		}
-	}
-	if s.Network && len(s.Egress) > 0 {
-		return nil, fmt.Errorf("sandbox %s: an egress allowlist beside the host's network", s.Name)
-	}
-	plan := Plan{
-		Exe: s.Argv[0], ExeResolved: s.Path, Argv: s.Argv, Dir: s.Dir,
-		Service: true, ShareNet: s.Network, ReadOnly: s.ReadOnly,
+	plan, err := r.servicePlan(s)
+	if err != nil {
+		return nil, err
 	}
 	eg, err := s.StartEgress(r.uid, r.gid)
 	if err != nil {
@@ -86,4 +68,56 @@ func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, e
 	return p, nil
 }
 
-var _ rt.ServiceStarter = (*Runner)(nil)
+// PrepareService starts the sandbox of service s ahead of its start
+// (rt.ServicePreparer): the sandbox StartService would make, held by the
+// standby shim until ReleaseService.
+func (r *Runner) PrepareService(s rt.Service) (*rt.Standby, error) {
+	if len(s.Egress) > 0 {
+		// Its egress proxy lives with its process (rt.Service.StartEgress):
+		// a service with an allowlist starts on its path.
+		return nil, fmt.Errorf("sandbox %s: a service with an egress allowlist is not prepared ahead of its start", s.Name)
+	}
+	plan, err := r.servicePlan(s)
+	if err != nil {
+		return nil, err
+	}
+	plan.Standby = true
+	return r.prepare(plan, rt.ServiceEnv(s.Env), fixedPaths(s.Dir, s.Path))
+}
+
+// ReleaseService starts the service a prepared sandbox holds.
+func (r *Runner) ReleaseService(sb *rt.Standby, s rt.Service) (*rt.Process, error) {
+	return sb.ReleaseService(s.Stderr)
+}
+
+// servicePlan checks s and returns its plan.
+func (r *Runner) servicePlan(s rt.Service) (Plan, error) {
+	if len(s.Argv) == 0 || !filepath.IsAbs(s.Argv[0]) || !filepath.IsAbs(s.Path) {
+		return Plan{}, fmt.Errorf("start %s: want an absolute path and argv[0] (got %q, %q)", s.Name, s.Path, s.Argv)
+	}
+	if s.Dir != "" {
+		if err := r.Check(s.Dir, s.Path); err != nil {
+			return Plan{}, fmt.Errorf("sandbox %s: %w", s.Name, err)
+		}
+	} else if err := rt.CanExecute(s.Path, r.uid, r.gid); err != nil {
+		return Plan{}, fmt.Errorf("sandbox %s: %w", s.Name, err)
+	}
+	for _, p := range s.ReadOnly {
+		if err := rt.CheckServiceBind(p); err != nil {
+			return Plan{}, fmt.Errorf("sandbox %s: %w", s.Name, err)
+		}
+	}
+	if s.Network && len(s.Egress) > 0 {
+		return Plan{}, fmt.Errorf("sandbox %s: an egress allowlist beside the host's network", s.Name)
+	}
+	return Plan{
+		Exe: s.Argv[0], ExeResolved: s.Path, Argv: s.Argv, Dir: s.Dir,
+		Service: true, ShareNet: s.Network, ReadOnly: s.ReadOnly,
+	}, nil
+}
+
+var (
+	_ rt.ServiceStarter  = (*Runner)(nil)
+	_ rt.ServicePreparer = (*Runner)(nil)
+	_ rt.Preparer        = (*Runner)(nil)
+)
