@@ -22,6 +22,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -280,6 +281,8 @@ func Spec(cfg Config, inv rt.Invocation) (*specs.Spec, error) {
 type Runner struct {
 	*plan
 	swept []string
+	// prepared numbers the prepared containers (Prepare).
+	prepared atomic.Uint64
 }
 
 // New checks that the chosen runtime can run here, prepares the skeleton
@@ -444,6 +447,78 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 // egress socket.
 func (r *Runner) hostUID() int { return int(r.policy.UID) }
 func (r *Runner) hostGID() int { return int(r.policy.GID) }
+
+// Prepare creates a container for t ahead of its call (rt.Preparer): the
+// container Run would make, from the same spec (bundle.Spec of the same
+// policy), through the runtime's own split of run: the runtime's create
+// sets it up (namespaces, mounts, cgroups and limits, the seccomp
+// profile's place) and leaves it waiting in the runtime's init; the call
+// runs the runtime's start. The hold shim (rt.ShimHold) owns the two
+// steps on the host, as a child subreaper, so that the container's exit
+// status reaches the call as `run`'s does. The container's stdio are the
+// call's pipes, made now (the runtime fixes them at create); a release
+// checks nothing was written to them. Cleanup deletes the container and
+// its bundle, off the call's path.
+func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
+	if len(t.Argv) == 0 {
+		return nil, errors.New("oci: prepare: empty argv")
+	}
+	id, err := r.containerID("pool-" + strconv.FormatUint(r.prepared.Add(1), 10))
+	if err != nil {
+		return nil, err
+	}
+	inv := rt.Invocation{ID: id, Name: t.Name, Path: t.Path, Argv: t.Argv, Dir: t.Dir}
+	if t.SplitStderr {
+		inv.StderrMax = 1
+	}
+	s, err := r.spec(inv, id, "") // never an egress proxy: it is the call's own
+	if err != nil {
+		return nil, err
+	}
+	b := filepath.Join(r.bundles, id)
+	if err := writeBundle(b, s); err != nil {
+		return nil, err
+	}
+	hold := rt.ShimSpec{
+		Mode: rt.ShimHold, UID: -1, GID: -1,
+		ReleaseFD: rt.ReleaseFD(0),
+		PidFile:   filepath.Join(b, "pid"),
+		Start:     r.fl.startArgv(r.bin, r.state, id),
+		Path:      r.bin,
+		Argv:      r.fl.createArgv(r.bin, r.state, b, filepath.Join(b, "pid"), id),
+	}
+	if r.mask != "" {
+		hold.Mask = r.mask + "=" + unifiedControllers
+	}
+	dirs := []string{t.Path}
+	if t.Dir != "" {
+		dirs = []string{t.Dir, t.Path}
+	}
+	sb, err := rt.StartStandby(rt.StandbyCmd{
+		Path:        r.cfg.Shim,
+		Args:        append([]string{r.cfg.Shim}, hold.Args()...),
+		Env:         rt.Env,
+		Dir:         b,
+		Streams:     rt.StreamsAtPrepare,
+		SplitStderr: t.SplitStderr,
+		Stdin:       t.Stdin,
+		// As for run: stop it through the runtime (the container is not
+		// in the hold shim's process group).
+		Stop: func(int) { r.kill(id) },
+		Cleanup: func() {
+			r.cleanup(id)
+			_ = os.RemoveAll(b)
+		},
+		Fixed: dirs,
+	})
+	if err != nil {
+		_ = os.RemoveAll(b)
+		return nil, err
+	}
+	return sb, nil
+}
+
+var _ rt.Preparer = (*Runner)(nil)
 
 // op runs one housekeeping command of the runtime (killArgv, deleteArgv,
 // listArgv), returning its output when it failed.

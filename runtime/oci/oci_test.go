@@ -488,7 +488,8 @@ func TestLoadRuleIsRenderRule(t *testing.T) {
 var update = flag.Bool("update", false, "rewrite testdata/argv.golden")
 
 // TestRuntimeArgvGolden pins every runtime command line toolgate runs, per
-// runtime: run, kill, delete and list.
+// runtime: run; create and start (a prepared sandbox); kill, delete and
+// list.
 func TestRuntimeArgvGolden(t *testing.T) {
 	var b strings.Builder
 	for _, name := range KnownRuntimes() {
@@ -496,6 +497,8 @@ func TestRuntimeArgvGolden(t *testing.T) {
 		bin, root := "/usr/bin/"+string(name), "/run/toolgate/oci/42/state-"+string(name)
 		for _, argv := range [][]string{
 			fl.runArgv(bin, root, "/run/toolgate/oci/42/bundles/toolgate-42-c1", "toolgate-42-c1"),
+			fl.createArgv(bin, root, "/run/toolgate/oci/42/bundles/toolgate-42-pool-1", "/run/toolgate/oci/42/bundles/toolgate-42-pool-1/pid", "toolgate-42-pool-1"),
+			fl.startArgv(bin, root, "toolgate-42-pool-1"),
 			fl.killArgv(bin, root, "toolgate-42-c1"),
 			fl.deleteArgv(bin, root, "toolgate-42-c1"),
 			fl.listArgv(bin, root),

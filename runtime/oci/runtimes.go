@@ -103,6 +103,18 @@ func (fl flavour) runArgvEgress(bin, root, b, id string) []string {
 	return fl.runArgv(bin, root, b, id)
 }
 
+// createArgv creates container id from bundle b, waiting in the runtime's
+// own init until startArgv, and writes its init's pid to pidFile: the
+// runtime's split of run, which a prepared sandbox (rt.Pool) uses.
+func (fl flavour) createArgv(bin, root, b, pidFile, id string) []string {
+	return fl.argv(bin, root, "create", "--bundle", b, "--pid-file", pidFile, id)
+}
+
+// startArgv starts container id, created by createArgv: its process runs.
+func (fl flavour) startArgv(bin, root, id string) []string {
+	return fl.argv(bin, root, "start", id)
+}
+
 // killArgv sends SIGKILL to container id.
 func (fl flavour) killArgv(bin, root, id string) []string {
 	if fl.killAll {
