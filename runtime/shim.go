@@ -39,6 +39,8 @@ import (
 //     every other descriptor, and exec the tool with exactly Env (with
 //     --env keep: the service's environment, as the service mode). A
 //     channel closed without a release ends it without running anything.
+//   - mask: bind --mask FILE over TARGET in a private mount namespace,
+//     then exec (crun 1.8 on a hybrid-cgroup host, oci's host.go).
 //   - hold: beside a prepared OCI container, as a child subreaper: run
 //     the runtime's create (the container waits in the runtime's own init,
 //     with this shim's stdio as its streams), say ReadyByte, and on
@@ -61,6 +63,7 @@ const (
 	ShimService = "service"
 	ShimStandby = "standby"
 	ShimHold    = "hold"
+	ShimMask    = "mask"
 )
 
 // Rlimit is one resource limit set by the enter shim (soft = hard).
@@ -239,6 +242,8 @@ func MaybeShim() {
 		standbyExec(spec)
 	case ShimHold:
 		os.Exit(hold(spec))
+	case ShimMask:
+		maskExec(spec)
 	}
 	shimFail(127, "unknown shim mode %q", spec.Mode)
 }

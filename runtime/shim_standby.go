@@ -183,6 +183,20 @@ func waitInit(pid, pidfd int) int {
 	return 125
 }
 
+// maskExec execs s.Path in a private mount namespace in which s.Mask's
+// FILE is bound over its TARGET.
+func maskExec(s ShimSpec) {
+	goruntime.LockOSThread() // the namespace is this thread's, and exec keeps it
+	if s.Mask == "" {
+		shimFail(125, "mask: no --mask")
+	}
+	if err := maskFile(s.Mask); err != nil {
+		shimFail(125, "%v", err)
+	}
+	err := syscall.Exec(s.Path, s.Argv, os.Environ()) //nolint:gosec // the mask shim's job: exec the runtime command the oci backend built
+	shimFail(126, "mask: exec %s: %v", s.Path, err)
+}
+
 // maskFile binds FILE over TARGET ("FILE=TARGET") in a private mount
 // namespace of this thread.
 func maskFile(spec string) error {

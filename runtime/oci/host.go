@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -277,35 +276,16 @@ func (r *Runner) probe(ctx context.Context) error {
 	return nil
 }
 
-// execMasked runs c in a private mount namespace in which the unified
-// hierarchy's cgroup.controllers reads empty, the workaround that lets crun
-// 1.8 start on a hybrid-cgroup host. The namespace belongs to a dedicated
-// OS thread that exits with the call, so no other goroutine ever runs in it.
-func execMasked(ctx context.Context, mask string, c rt.Cmd) (rt.Result, error) {
-	type out struct {
-		res rt.Result
-		err error
-	}
-	done := make(chan out, 1)
-	go func() {
-		// Never unlocked: the thread, whose mount namespace differs from
-		// the process's, is destroyed when this goroutine returns.
-		goruntime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-			done <- out{err: fmt.Errorf("crun cgroup mask: unshare mount namespace: %w", err)}
-			return
-		}
-		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			done <- out{err: fmt.Errorf("crun cgroup mask: make mounts private: %w", err)}
-			return
-		}
-		if err := unix.Mount(mask, unifiedControllers, "", unix.MS_BIND, ""); err != nil {
-			done <- out{err: fmt.Errorf("crun cgroup mask: bind %s: %w", unifiedControllers, err)}
-			return
-		}
-		res, err := rt.Exec(ctx, c)
-		done <- out{res, err}
-	}()
-	o := <-done
-	return o.res, o.err
+// masked returns c run through the mask shim (rt.ShimMask): in a private
+// mount namespace in which the unified hierarchy's cgroup.controllers
+// reads empty, the workaround that lets crun 1.8 start on a hybrid-cgroup
+// host. The shim makes the namespace and execs c's program in it, so that
+// no thread of the server ever changes its own namespace (a thread that
+// did could not be given back; ending it would send the parent-death
+// signal to every process it had started, prepared sandboxes included).
+func masked(shim, mask string, c rt.Cmd) rt.Cmd {
+	spec := rt.ShimSpec{Mode: rt.ShimMask, UID: -1, GID: -1, Mask: mask + "=" + unifiedControllers, Path: c.Path, Argv: c.Args}
+	c.Path = shim
+	c.Args = append([]string{shim}, spec.Args()...)
+	return c
 }

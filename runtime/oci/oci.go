@@ -608,10 +608,10 @@ func firstLine(b []byte) string {
 // exec runs c through rt.Exec, inside the crun mount namespace when the
 // host needs it.
 func (r *Runner) exec(ctx context.Context, c rt.Cmd) (rt.Result, error) {
-	if r.mask == "" {
-		return rt.Exec(ctx, c)
+	if r.mask != "" {
+		c = masked(r.cfg.Shim, r.mask, c)
 	}
-	return execMasked(ctx, r.mask, c)
+	return rt.Exec(ctx, c)
 }
 
 // Close kills and deletes any container of this server still known to the
