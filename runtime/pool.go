@@ -313,12 +313,17 @@ func (p *Pool) prepare(s *slot) {
 	<-p.sem
 	if err != nil {
 		p.mu.Lock()
-		if i := slices.Index(s.held, sb); i >= 0 {
+		i := slices.Index(s.held, sb)
+		if i >= 0 {
 			s.held = slices.Delete(s.held, i, i+1)
 		}
 		p.mu.Unlock()
 		p.discard(sb)
-		p.failed(s, err)
+		// A sandbox discarded (or taken by a call) while it was
+		// prepared did not fail.
+		if i >= 0 {
+			p.failed(s, err)
+		}
 		return
 	}
 	p.counters.prepared.Add(1)

@@ -264,8 +264,23 @@ func (s *Standby) WaitReady(ctx context.Context) error {
 // said is what the sandbox wrote before its release, for an error.
 func (s *Standby) said() string {
 	var b []byte
-	if s.diag != nil {
+	switch {
+	case s.diag != nil:
 		b, _, _ = s.diag.result()
+	case s.pipes != nil:
+		// The call's own pipes, made at preparation: what is there now,
+		// without waiting.
+		for _, f := range []*os.File{s.pipes.outR, s.pipes.errR} {
+			if n, err := pending(f); err == nil && n > 0 {
+				buf := make([]byte, min(n, 4<<10))
+				_ = f.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+				k, _ := f.Read(buf)
+				b = append(b, buf[:k]...)
+			}
+			if s.pipes.errR == s.pipes.outR {
+				break
+			}
+		}
 	}
 	if t := strings.TrimSpace(string(b)); t != "" {
 		return ": " + t
@@ -346,8 +361,7 @@ func (s *Standby) Release(ctx context.Context, c Call) (Result, error) {
 	var closeAfter []*os.File
 	if s.pipes != nil {
 		for _, f := range []*os.File{s.pipes.outR, s.pipes.errR} {
-			// TIOCINQ is FIONREAD: the bytes waiting in the pipe.
-			if n, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCINQ); err != nil || n != 0 {
+			if n, err := pending(f); err != nil || n != 0 {
 				s.kill()
 				return Result{}, fmt.Errorf("%w: %d bytes were written to its streams before its release", ErrStandbyStale, n)
 			}
@@ -408,8 +422,16 @@ func (s *Standby) Discard() {
 	}
 }
 
-// kill ends the sandbox without running its call.
+// kill ends the sandbox without running its call. A sandbox still being
+// set up is left to finish first (bounded by prepareTimeout): killing an
+// OCI runtime's create half way leaves state that its delete cannot be
+// trusted with.
 func (s *Standby) kill() {
+	select {
+	case <-s.ready:
+	case <-s.notReady:
+	case <-time.After(prepareTimeout):
+	}
 	s.ctl.Close()
 	if s.pipes != nil {
 		s.pipes.closeParent()
@@ -452,6 +474,24 @@ func (s *Standby) Cleanup() {
 			_ = s.group.Close()
 		}
 	})
+}
+
+// pending returns the bytes waiting in pipe f. (Through SyscallConn: Fd
+// would put f in blocking mode, and a blocked read is not ended by Close.)
+func pending(f *os.File) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		// TIOCINQ is FIONREAD.
+		n, ierr = unix.IoctlGetInt(int(fd), unix.TIOCINQ)
+	}); err != nil {
+		return 0, err
+	}
+	return n, ierr
 }
 
 // watchExit closes exited when pid has exited, leaving it unreaped. It
