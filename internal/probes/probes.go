@@ -174,6 +174,14 @@ func Main(pre, args []string) {
 		mcpServer(args)
 	case "escapes":
 		fmt.Print(Escapes)
+	case "leftovers":
+		requireSandbox()
+		leftovers()
+	case "alone":
+		alone(atoi(arg(args, 0)))
+	case "intrude":
+		requireSandbox()
+		intrude()
 	case "add_key":
 		// A syscall the seccomp profile refuses and an unprivileged user
 		// may otherwise make: it adds a key to the process's keyring.
@@ -417,6 +425,71 @@ func environAll(marker string) {
 
 // requireSandbox refuses to run a destructive probe unless this process is
 // PID 1 of its pid namespace (the tool of a sandbox).
+// leftoverFiles are the files leftovers leaves, for the next call to find.
+var leftoverFiles = []string{"/tmp/toolgate-leftover", "/dev/shm/toolgate-leftover"}
+
+// leftovers reports what an earlier call could have left for this one
+// (its files in /tmp and /dev/shm, its processes), then leaves the same
+// for the next: the files, and a detached child in a session of its own.
+func leftovers() {
+	for _, f := range leftoverFiles {
+		_, err := os.Lstat(f)
+		fmt.Printf("leftover %s: %v\n", f, err == nil)
+	}
+	fmt.Printf("processes: %d\n", len(pids()))
+	env := os.Environ()
+	sort.Strings(env)
+	fmt.Printf("env: %s\n", strings.Join(env, " "))
+	for _, f := range leftoverFiles {
+		fmt.Printf("leave %s: %s\n", f, result(os.WriteFile(f, []byte("left by an earlier call\n"), 0o644)))
+	}
+	c := self("detached-child")
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	fmt.Printf("leave a process: %s\n", result(c.Start()))
+}
+
+// pids lists the processes visible in /proc.
+func pids() []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		if n, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// alone leaves a file of its own in /tmp, stays ms milliseconds (so that
+// calls made at once are alive at once), then reports how many such files
+// and processes it sees: a sandbox two calls shared would show two.
+func alone(ms int) {
+	f, err := os.CreateTemp("/tmp", "toolgate-alone-")
+	if err != nil {
+		fmt.Printf("alone: %s\n", result(err))
+		return
+	}
+	f.Close()
+	time.Sleep(time.Duration(ms) * time.Millisecond)
+	mine, _ := filepath.Glob("/tmp/toolgate-alone-*")
+	fmt.Printf("alone: %d files, %d processes\n", len(mine), len(pids()))
+}
+
+// intrude tries to reach anything outside its own sandbox that a prepared
+// sandbox (waiting for another tool's call) would offer: the processes it
+// can see and signal, the descriptors it holds, the unix sockets it can
+// find, and writes where the other sandbox would look (/tmp, /dev/shm).
+func intrude() {
+	fmt.Printf("processes: %d\n", len(pids()))
+	fds()
+	socks, _ := os.ReadFile("/proc/net/unix")
+	fmt.Printf("unix sockets: %d\n", max(0, len(strings.Split(strings.TrimSpace(string(socks)), "\n"))-1))
+	for _, f := range []string{"/tmp/toolgate-intruder", "/dev/shm/toolgate-intruder"} {
+		fmt.Printf("write %s: %s\n", f, result(os.WriteFile(f, []byte("intruder\n"), 0o644)))
+	}
+	fmt.Println("kill -1:", result(syscall.Kill(-1, syscall.SIGKILL)))
+}
+
 func requireSandbox() {
 	if os.Getpid() != 1 {
 		fmt.Fprintf(os.Stderr, "probe: refusing: not PID 1 of a pid namespace (pid %d): this probe would damage the host\n", os.Getpid())

@@ -161,20 +161,93 @@ func (e *Env) Close() {
 	os.RemoveAll(e.Dir)
 }
 
-// call runs the probe with args through the backend.
-func (e *Env) call(ctx context.Context, timeout time.Duration, max int, args ...string) (rt.Result, error) {
+// invocation is a call of the probe with args.
+func (e *Env) invocation(timeout time.Duration, max int, args ...string) rt.Invocation {
 	argv := append(append([]string{e.Probe.Path}, e.Probe.Prefix...), args...)
 	argv = append(argv, e.tag)
-	res, err := e.Runner.Run(ctx, rt.Invocation{
+	return rt.Invocation{
 		ID:   fmt.Sprintf("battery-%s-%d", e.tag[4:12], e.seq.Add(1)),
 		Name: "probe", Path: e.Probe.Path, Argv: argv,
 		Dir: e.Dir, Timeout: timeout, MaxBytes: max,
-	})
+	}
+}
+
+// call runs the probe with args through the backend. When the runner is a
+// pool (rt.Pool), the call runs in a sandbox prepared for it ahead of the
+// call, and it is an error if it did not: the battery then proves every
+// guarantee of a prepared sandbox.
+func (e *Env) call(ctx context.Context, timeout time.Duration, max int, args ...string) (rt.Result, error) {
+	inv := e.invocation(timeout, max, args...)
+	var res rt.Result
+	var err error
+	if p, ok := e.Runner.(*rt.Pool); ok {
+		res, err = e.callPrepared(ctx, p, inv)
+	} else {
+		res, err = e.Runner.Run(ctx, inv)
+	}
 	if err != nil {
 		return res, fmt.Errorf("the call could not run: %w", err)
 	}
 	return res, nil
 }
+
+// callConcurrent runs the probe through the runner as a server would, with
+// other calls in flight: through a pool, a prepared sandbox when one is
+// there, else one prepared on the call's path.
+func (e *Env) callConcurrent(ctx context.Context, timeout time.Duration, max int, args ...string) (rt.Result, error) {
+	inv := e.invocation(timeout, max, args...)
+	inv.Argv = inv.Argv[:len(inv.Argv)-1] // no tag: the same template for every call
+	inv.Argv = append(inv.Argv, "tag=concurrent-"+e.tag[4:])
+	if p, ok := e.Runner.(*rt.Pool); ok {
+		p.Keep([]rt.Template{rt.TemplateOf(inv)})
+		defer p.Keep(nil)
+	}
+	res, err := e.Runner.Run(ctx, inv)
+	if err != nil {
+		return res, fmt.Errorf("the call could not run: %w", err)
+	}
+	return res, nil
+}
+
+// callPrepared keeps a sandbox prepared for inv, waits until it is ready,
+// and runs inv: it must take that sandbox.
+func (e *Env) callPrepared(ctx context.Context, p *rt.Pool, inv rt.Invocation) (rt.Result, error) {
+	p.Keep([]rt.Template{rt.TemplateOf(inv)})
+	deadline := time.Now().Add(60 * time.Second)
+	for p.Status().Ready == 0 {
+		if time.Now().After(deadline) {
+			st := p.Status()
+			return rt.Result{}, fmt.Errorf("no sandbox was prepared within 60 s: %s; %+v", st, st.Entries)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	before := p.Status().Hits
+	res, err := p.Run(ctx, inv)
+	if err == nil && p.Status().Hits != before+1 {
+		err = fmt.Errorf("the call did not run in a sandbox prepared for it: %+v", p.Status())
+	}
+	// The pool has begun to prepare the next sandbox for the same argv:
+	// discard it, so that what carries this run's tag on the host after
+	// the call is what the call left (Env.survivors), never a sandbox
+	// waiting for a call.
+	p.Keep(nil)
+	return res, err
+}
+
+// preparer is the backend that prepares sandboxes ahead of their calls,
+// if the runner has one.
+func (e *Env) preparer() rt.Preparer {
+	if p, ok := e.Runner.(*rt.Pool); ok {
+		return p.Backend().(rt.Preparer)
+	}
+	if p, ok := e.Runner.(rt.Preparer); ok {
+		return p
+	}
+	return nil
+}
+
+// isRunsc reports whether the backend is gVisor's (pooled or not).
+func (e *Env) isRunsc() bool { return strings.HasPrefix(e.Backend, "oci/runsc") }
 
 // want returns an error naming every line of lines missing from out.
 func want(out []byte, lines ...string) error {
@@ -247,7 +320,101 @@ func Cases() []Case {
 		{Name: "egress-refused", Guarantee: "with an egress allowlist, an unlisted name, an unlisted IP literal, a metadata address and a listed name resolving to loopback are refused by the proxy; a connection around the proxy, a name lookup and a DNS datagram reach nothing", Run: caseEgressRefused},
 		{Name: "egress-limits", Guarantee: "with an egress allowlist, the call's connection and byte caps hold and its result names the cap it hit", Run: caseEgressLimits},
 		{Name: "seccomp", Guarantee: "a seccomp filter (containers/common's default profile) is loaded: a syscall it refuses fails", Run: caseSeccomp},
+		{Name: "fresh", Guarantee: "a call sees nothing an earlier call of the same tool left: no file in /tmp or /dev/shm, no process, exactly the four variables", Run: caseFresh},
+		{Name: "own-sandbox", Guarantee: "two calls never share a sandbox: calls in flight at once each have namespaces of their own", Run: caseOwnSandbox},
+		{Name: "prepared-apart", Guarantee: "a sandbox prepared for one tool is out of reach of another tool's call (no process, descriptor or file of it), and runs its own tool only", Run: casePreparedApart},
 	}
+}
+
+func caseFresh(ctx context.Context, e *Env) error {
+	exact := "env: GIT_CONFIG_NOSYSTEM=1 GIT_PAGER=cat PAGER=cat PATH=" + rt.DefaultPath
+	for i := range 3 {
+		res, err := e.call(ctx, 20*time.Second, 4096, "leftovers")
+		if err != nil {
+			return err
+		}
+		if err := want(res.Output, "leftover /tmp/toolgate-leftover: false", "leftover /dev/shm/toolgate-leftover: false",
+			"processes: 1", exact); err != nil {
+			return fmt.Errorf("call %d: %w", i+1, err)
+		}
+		// The traces were really left: the check above proves something.
+		if err := want(res.Output, "leave /tmp/toolgate-leftover: ok", "leave /dev/shm/toolgate-leftover: ok", "leave a process: ok"); err != nil {
+			return fmt.Errorf("call %d could not leave its traces, so the next proves nothing: %w", i+1, err)
+		}
+	}
+	return e.survivors()
+}
+
+func caseOwnSandbox(ctx context.Context, e *Env) error {
+	// Four calls of the same tool at once (with a pool: more than it
+	// holds, so that some prepare their own on their path), each alive
+	// for a second with a file of its own in /tmp: a call that shared its
+	// sandbox would see the other's file and process. One call after
+	// another is the case "fresh".
+	type out struct {
+		res rt.Result
+		err error
+	}
+	results := make(chan out, 4)
+	for range 4 {
+		go func() {
+			res, err := e.callConcurrent(ctx, 20*time.Second, 4096, "alone", "1000")
+			results <- out{res, err}
+		}()
+	}
+	for range 4 {
+		o := <-results
+		if o.err != nil {
+			return o.err
+		}
+		if err := want(o.res.Output, "alone: 1 files, 1 processes"); err != nil {
+			return fmt.Errorf("a call shared its sandbox: %w", err)
+		}
+	}
+	return nil
+}
+
+func casePreparedApart(ctx context.Context, e *Env) error {
+	prep := e.preparer()
+	if prep == nil {
+		return fmt.Errorf("%w: the backend prepares no sandbox ahead of a call", errSkip)
+	}
+	// A sandbox prepared for tool A (the probe, reporting what an
+	// intruder may have left), waiting, while tool B's call tries to reach
+	// it.
+	argvA := append(append([]string{e.Probe.Path}, e.Probe.Prefix...), "exists", "/tmp/toolgate-intruder", "/dev/shm/toolgate-intruder", e.tag)
+	a, err := prep.Prepare(rt.Template{Name: "probe-a", Path: e.Probe.Path, Argv: argvA, Dir: e.Dir})
+	if err != nil {
+		return fmt.Errorf("prepare: %w", err)
+	}
+	defer func() {
+		a.Discard()
+		a.Cleanup()
+	}()
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	err = a.WaitReady(wctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	res, err := e.call(ctx, 20*time.Second, 4096, "intrude")
+	if err != nil {
+		return err
+	}
+	if err := want(res.Output, "processes: 1", "fds: 0 1 2"); err != nil {
+		return fmt.Errorf("tool B's call sees more than itself: %w", err)
+	}
+	if !a.IsReady() {
+		return fmt.Errorf("the prepared sandbox of tool A ended while tool B ran (%v):\n%s", a.Stale(), clip(res.Output))
+	}
+	resA, err := a.Release(ctx, rt.Call{Timeout: 20 * time.Second, MaxBytes: 4096})
+	if err != nil {
+		return fmt.Errorf("release tool A: %w", err)
+	}
+	if err := want(resA.Output, "exists /tmp/toolgate-intruder: false", "exists /dev/shm/toolgate-intruder: false"); err != nil {
+		return fmt.Errorf("tool A's sandbox saw what tool B wrote, or ran another tool: %w", err)
+	}
+	return nil
 }
 
 func caseDescriptors(ctx context.Context, e *Env) error {
@@ -283,7 +450,7 @@ func caseSeccomp(ctx context.Context, e *Env) error {
 		return err
 	}
 	// gVisor applies the filter in its Sentry and reports no Seccomp line.
-	if e.Backend != "oci/runsc" {
+	if !e.isRunsc() {
 		if err := want(res.Output, "Seccomp: 2"); err != nil {
 			return fmt.Errorf("no seccomp filter is loaded: %w", err)
 		}
@@ -519,7 +686,7 @@ func caseForkBomb(ctx context.Context, e *Env) error {
 		if int64(n) >= bound {
 			return fmt.Errorf("the fork bomb started %d processes; the limit is %d", n, bound)
 		}
-	case e.Backend == "oci/runsc" && res.ExitCode != 0 && !res.TimedOut:
+	case e.isRunsc() && res.ExitCode != 0 && !res.TimedOut:
 		// gVisor: the Sentry's own tasks count against the cgroup and the
 		// bomb's memory kills the whole sandbox before it reports
 		// (SANDBOX.md §3): stopped, without a report.

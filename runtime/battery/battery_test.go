@@ -72,7 +72,22 @@ func backends(t *testing.T) []backend {
 	} else {
 		out = append(out, backend{name: "bwrap/no-cgroup-limits", run: b, limits: nolim})
 	}
-	return append(out, ociBackends(t, cg)...)
+	out = append(out, ociBackends(t, cg)...)
+	// Every backend again with the pool on: each call runs in a sandbox
+	// prepared for it ahead of the call (Env.call checks it did).
+	for _, b := range out[:len(out):len(out)] {
+		if b.missing != "" {
+			out = append(out, unavailable(b.name+"/pool", "%s", b.missing))
+			continue
+		}
+		p := rt.NewPool(b.run, rt.PoolConfig{Depth: 1, Max: 8, MaxAge: rt.DefaultPoolMaxAge})
+		if p == nil {
+			t.Fatalf("%s cannot prepare sandboxes", b.name)
+		}
+		t.Cleanup(func() { p.Close() })
+		out = append(out, backend{name: b.name + "/pool", run: p, limits: b.limits})
+	}
+	return out
 }
 
 // TestBattery runs every case through every backend: each guarantee must
