@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
@@ -74,6 +76,7 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 	}
 
 	c := conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: sandboxToolCheck()})
+	writePool(d, &s.sandbox, c, chosenRunner)
 	switch c.State {
 	case conf.StateRefused:
 		d.line("tools.conf %s: refused (%d errors): run `toolgate check` for the lines", c.Path, len(c.Errors))
@@ -94,6 +97,69 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// writePool is doctor's pool section: the settings, how many sandboxes the
+// conf would keep prepared, and what one prepared sandbox of the chosen
+// backend holds here, measured.
+func writePool(d *doctorReport, f *sandboxFlags, c *conf.Config, r rt.Runner) {
+	p := f.pool
+	if p.Depth == 0 {
+		d.line("sandbox pool: off (--sandbox-pool 0): every sandboxed call prepares its sandbox on its path")
+		return
+	}
+	tools := 0
+	for _, t := range c.Tools {
+		if t.Class == conf.ClassTest {
+			tools++
+		}
+	}
+	held := tools * p.Depth
+	if p.Max > 0 {
+		held = min(held, p.Max)
+	}
+	d.line("sandbox pool: %d prepared per test-class tool and one per sandboxed stdio downstream server, at most %d held, replaced after %s; the conf's %d test-class tools would hold %d",
+		p.Depth, p.Max, p.MaxAge, tools, held)
+	prep, ok := r.(rt.Preparer)
+	if !ok {
+		d.line("  the chosen backend is not available: nothing to measure")
+		return
+	}
+	cost, err := measurePrepared(prep)
+	if err != nil {
+		d.item("pool: one prepared sandbox", false, "", err)
+		return
+	}
+	d.line("  one prepared sandbox here holds %d processes, %.1f MiB RSS (%.1f MiB PSS), %d cgroups", cost.Processes,
+		float64(cost.RSSKiB)/1024, float64(cost.PSSKiB)/1024, cost.Cgroups)
+}
+
+// measurePrepared prepares one sandbox for /usr/bin/true, measures it once
+// it is ready and discards it.
+func measurePrepared(p rt.Preparer) (rt.Cost, error) {
+	exe := "/usr/bin/true"
+	if _, err := os.Stat(exe); err != nil {
+		exe = "/bin/true"
+	}
+	dir, err := rt.SelfTestDir()
+	if err != nil {
+		return rt.Cost{}, err
+	}
+	defer os.Remove(dir)
+	sb, err := p.Prepare(rt.Template{Name: "doctor", Path: exe, Argv: []string{exe}, Dir: dir})
+	if err != nil {
+		return rt.Cost{}, err
+	}
+	defer func() {
+		sb.Discard()
+		sb.Cleanup()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := sb.WaitReady(ctx); err != nil {
+		return rt.Cost{}, err
+	}
+	return sb.Cost(), nil
 }
 
 type doctorReport struct{ w io.Writer }
