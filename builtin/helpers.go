@@ -240,6 +240,33 @@ func (e *env) runHelper(ctx context.Context, name string, args []string, timeout
 	return rt.HelperResultOf(res), nil
 }
 
+// PoolTemplates are the helper runs of the served tools whose argv is fixed
+// ahead of the call, for the sandbox pool (rt.Pool): outline's ctags, which
+// reads the file on stdin. git's and tokei's argv depend on the call (a
+// revision, a path), so their sandboxes are made on the call's path. Each
+// template is exactly what runHelper's invocation will be.
+func PoolTemplates(root string, tools []Tool, helpers []Helper) []rt.Template {
+	ws, err := NewWorkspace(root)
+	if err != nil {
+		return nil
+	}
+	var out []rt.Template
+	for _, t := range tools {
+		if t.Name != "outline" {
+			continue
+		}
+		for _, h := range helpers {
+			if h.Name == HelperCtags && h.Available() {
+				out = append(out, rt.Template{
+					Name: h.Name, Path: h.Path, Argv: append([]string{h.Path}, ctagsArgs...), Dir: ws.Root(),
+					SplitStderr: helperMaxStderr > 0, Stdin: true,
+				})
+			}
+		}
+	}
+	return out
+}
+
 // helperFailure describes a helper run that failed, for an isError result.
 func helperFailure(name string, res rt.HelperResult) string {
 	switch {

@@ -124,6 +124,11 @@ type ctagsRequest struct {
 	Size     int    `json:"size"`
 }
 
+// ctagsArgs are ctags's arguments for outline (--options=NONE must come
+// first). They are the same for every call (the file arrives on stdin), so
+// a sandbox can be prepared for them ahead of the call (PoolTemplates).
+var ctagsArgs = []string{"--options=NONE", "--_interactive", "--output-format=json", "--fields=+nKSe", "--sort=no"}
+
 func (e *env) outline(ctx context.Context, rel string) (Result, error) {
 	// The file is opened once, through the workspace root (no symlink can
 	// lead out of it, however the tree changes), and checked on the open
@@ -140,9 +145,7 @@ func (e *env) outline(ctx context.Context, rel string) (Result, error) {
 		return Result{}, err
 	}
 	stdin := append(append(req, '\n'), src...)
-	// --options=NONE must come first.
-	args := []string{"--options=NONE", "--_interactive", "--output-format=json", "--fields=+nKSe", "--sort=no"}
-	res, err := e.runHelper(ctx, HelperCtags, args, outlineTimeout, outlineMaxStdout, stdin)
+	res, err := e.runHelper(ctx, HelperCtags, ctagsArgs, outlineTimeout, outlineMaxStdout, stdin)
 	if err != nil {
 		return Errorf("outline: %v", err), nil
 	}

@@ -83,6 +83,44 @@ type Sandbox struct {
 	State     string `json:"state"`
 	Available bool   `json:"available"`
 	Reason    string `json:"reason,omitempty"`
+	// Pool is what the pool of sandboxes prepared ahead of their calls
+	// holds; nil when it is off (--sandbox-pool 0) or the backend is not
+	// ready.
+	Pool *Pool `json:"pool,omitempty"`
+}
+
+// Pool is the pool of prepared sandboxes (runtime's PoolStatus).
+type Pool struct {
+	Depth  int    `json:"depth"`
+	Max    int    `json:"max"`
+	MaxAge string `json:"max_age"`
+	// Ready and Preparing count the sandboxes held: waiting for their
+	// release, or still being set up.
+	Ready     int `json:"ready"`
+	Preparing int `json:"preparing"`
+	// Hits are calls that released a ready sandbox, Misses calls that
+	// prepared their own on their path (a burst beyond the pool, or a call
+	// before the next one was ready).
+	Hits     int64 `json:"hits"`
+	Misses   int64 `json:"misses"`
+	Prepared int64 `json:"prepared"`
+	Failed   int64 `json:"failed"`
+	// Stale, Expired and Evicted count the sandboxes discarded unused:
+	// they ended or a path they bound changed; they were older than
+	// MaxAge; another tool needed their place under Max.
+	Stale   int64       `json:"stale"`
+	Expired int64       `json:"expired"`
+	Evicted int64       `json:"evicted"`
+	Entries []PoolEntry `json:"entries"`
+}
+
+// PoolEntry is one tool's (or service's) prepared sandboxes.
+type PoolEntry struct {
+	Name      string `json:"name"`
+	Kind      string `json:"kind"` // tool or service
+	Ready     int    `json:"ready"`
+	Preparing int    `json:"preparing"`
+	LastError string `json:"last_error,omitempty"`
 }
 
 // Tool is one served tool.
@@ -147,6 +185,21 @@ func (s Report) Text() string {
 		b.WriteString(" (self-test still running: sandboxed calls wait for it)\n")
 	default:
 		fmt.Fprintf(&b, " (unavailable: %s)\n", s.Sandbox.Reason)
+	}
+	if p := s.Sandbox.Pool; p != nil {
+		fmt.Fprintf(&b, "  pool: depth %d per tool (at most %d held, replaced after %s): %d ready, %d preparing; %d calls released a ready sandbox, %d prepared their own",
+			p.Depth, p.Max, p.MaxAge, p.Ready, p.Preparing, p.Hits, p.Misses)
+		if p.Failed > 0 {
+			fmt.Fprintf(&b, "; %d preparations failed", p.Failed)
+		}
+		b.WriteString("\n")
+		for _, e := range p.Entries {
+			fmt.Fprintf(&b, "    %s %s: %d ready, %d preparing", e.Kind, e.Name, e.Ready, e.Preparing)
+			if e.LastError != "" {
+				fmt.Fprintf(&b, "; last preparation failed: %s", e.LastError)
+			}
+			b.WriteString("\n")
+		}
 	}
 	if r := s.Registry; r != nil {
 		fmt.Fprintf(&b, "tool-mcp registry %s: %s", r.Dir, r.State)
