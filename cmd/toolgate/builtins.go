@@ -53,17 +53,18 @@ func (f *builtinFlags) config(root string, sandbox rt.Runner) (builtin.Config, e
 	}, nil
 }
 
-// tools builds the workspace built-ins and logs each helper's state. A
-// helper given by flag that does not work, a bad --caps or a bad --root is
-// an error: the server does not start.
-func (f *builtinFlags) tools(root string, sandbox rt.Runner, log *logrus.Logger) ([]builtin.Tool, error) {
+// tools builds the workspace built-ins and logs each helper's state, and
+// returns the helper runs a sandbox can be prepared for
+// (builtin.PoolTemplates). A helper given by flag that does not work, a
+// bad --caps or a bad --root is an error: the server does not start.
+func (f *builtinFlags) tools(root string, sandbox rt.Runner, log *logrus.Logger) ([]builtin.Tool, []rt.Template, error) {
 	cfg, err := f.config(root, sandbox)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	tools, helpers, err := builtin.Tools(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("built-in tools: %w", err)
+		return nil, nil, fmt.Errorf("built-in tools: %w", err)
 	}
 	for _, h := range helpers {
 		e := log.WithFields(logrus.Fields{"helper": h.Name, "source": h.Source})
@@ -73,7 +74,7 @@ func (f *builtinFlags) tools(root string, sandbox rt.Runner, log *logrus.Logger)
 			e.WithField("reason", h.Reason().Error()).Info("helper unavailable: " + strings.Join(h.Enables, ", ") + " not served")
 		}
 	}
-	return tools, nil
+	return tools, builtin.PoolTemplates(cfg.Root, tools, helpers), nil
 }
 
 // writeHelpers is doctor's helpers section: each helper, its path and

@@ -76,7 +76,7 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 	}
 
 	c := conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: sandboxToolCheck()})
-	writePool(d, &s.sandbox, c, chosenRunner)
+	writePool(d, &s.sandbox, c, chosenBackend.runner)
 	switch c.State {
 	case conf.StateRefused:
 		d.line("tools.conf %s: refused (%d errors): run `toolgate check` for the lines", c.Path, len(c.Errors))
@@ -110,7 +110,7 @@ func writePool(d *doctorReport, f *sandboxFlags, c *conf.Config, r rt.Runner) {
 	}
 	tools := 0
 	for _, t := range c.Tools {
-		if t.Class == conf.ClassTest {
+		if t.Class == conf.ClassTest && len(t.Egress) == 0 { // an egress tool's sandbox is made on its path
 			tools++
 		}
 	}

@@ -12,11 +12,14 @@ import (
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
+	"github.com/toolgate/toolgate/status"
 )
 
-// sandboxFlags are the per-call limits of sandboxed calls.
+// sandboxFlags are the per-call limits of sandboxed calls and the pool of
+// sandboxes prepared ahead of them.
 type sandboxFlags struct {
 	limits rt.SandboxLimits
+	pool   rt.PoolConfig
 }
 
 func (f *sandboxFlags) register(fs *flag.FlagSet) {
@@ -30,6 +33,47 @@ func (f *sandboxFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.limits.TmpSize, "sandbox-tmp", f.limits.TmpSize, "size of a sandbox's private /tmp in bytes")
 	fs.IntVar(&f.limits.EgressConns, "sandbox-egress-connections", f.limits.EgressConns, "connections one call of a tool with an egress allowlist may ask its proxy for, allowed or refused (0 = no limit)")
 	fs.Int64Var(&f.limits.EgressBytes, "sandbox-egress-bytes", f.limits.EgressBytes, "bytes one call of a tool with an egress allowlist may move through its proxy, both ways (0 = no limit)")
+	f.pool = rt.PoolConfig{Depth: rt.DefaultPoolDepth, Max: rt.DefaultPoolMax, MaxAge: rt.DefaultPoolMaxAge}
+	fs.IntVar(&f.pool.Depth, "sandbox-pool", f.pool.Depth, "sandboxes kept prepared ahead of their calls for each test-class tool (and one for each sandboxed stdio downstream server); 0 turns the pool off")
+	fs.IntVar(&f.pool.Max, "sandbox-pool-max", f.pool.Max, "prepared sandboxes held at once, in all; beyond it the least recently called tool's are given up (0: no bound)")
+	fs.DurationVar(&f.pool.MaxAge, "sandbox-pool-max-age", f.pool.MaxAge, "a prepared sandbox older than this is replaced")
+}
+
+// check reports a pool setting that cannot be used.
+func (f *sandboxFlags) check() error {
+	switch {
+	case f.pool.Depth < 0:
+		return fmt.Errorf("--sandbox-pool %d: want 0 (off) or more", f.pool.Depth)
+	case f.pool.Max < 0:
+		return fmt.Errorf("--sandbox-pool-max %d: want 0 (no bound) or more", f.pool.Max)
+	case f.pool.MaxAge <= 0:
+		return fmt.Errorf("--sandbox-pool-max-age %s: want more than 0", f.pool.MaxAge)
+	}
+	return nil
+}
+
+// poolTemplates are what the pool keeps sandboxes prepared for: every
+// served test-class tool, in conf order (rt.Template of the invocation
+// server/external.go makes), then the built-ins' helper runs whose argv is
+// fixed. A tool with an egress line is left out: its proxy is the call's
+// own (its caps and audit records are the call's), so its sandbox is made
+// on the call's path.
+func poolTemplates(c *conf.Config, served []status.Tool, helpers []rt.Template) []rt.Template {
+	names := map[string]bool{}
+	for _, t := range served {
+		if t.Kind == "external" {
+			names[t.Name] = true
+		}
+	}
+	var out []rt.Template
+	if c != nil {
+		for _, t := range c.Tools {
+			if t.Class == conf.ClassTest && names[t.Name] && len(t.Egress) == 0 {
+				out = append(out, rt.Template{Name: t.Name, Path: t.ExeResolved, Argv: t.Argv(), Dir: t.DirResolved})
+			}
+		}
+	}
+	return append(out, helpers...)
 }
 
 // sandboxIDs are the host uid and gid sandboxes run as: nobody when the
@@ -85,6 +129,9 @@ func (s *settings) newSandbox(shim string, cg *rt.Cgroups, log *logrus.Logger) (
 			return nil, err
 		}
 		e.Debug("sandbox backend ready")
+		if p := rt.NewPool(b.runner, s.sandbox.pool); p != nil {
+			return p, nil
+		}
 		return b.runner, nil
 	}), nil
 }

@@ -14,6 +14,31 @@ import (
 	"github.com/toolgate/toolgate/runtime/battery"
 )
 
+// runBattery runs cases through r and prints each; false when a
+// guarantee broke.
+func runBattery(stdout io.Writer, name string, r rt.Runner, probe battery.Probe, limits rt.SandboxLimits, cases []battery.Case) bool {
+	env, err := battery.NewEnv(name, r, probe, limits)
+	if err != nil {
+		fmt.Fprintf(stdout, "[BROKEN] %v\n", err)
+		return false
+	}
+	defer env.Close()
+	ok := true
+	for _, c := range cases {
+		o := battery.Run(context.Background(), env, []battery.Case{c})[0]
+		switch o.State {
+		case battery.Held:
+			fmt.Fprintf(stdout, "[held]   %-15s %s\n", o.Case, o.Guarantee)
+		case battery.Skipped:
+			fmt.Fprintf(stdout, "[skip]   %-15s %s\n         %s\n", o.Case, o.Guarantee, o.Detail)
+		default:
+			ok = false
+			fmt.Fprintf(stdout, "[BROKEN] %-15s %s\n         %s\n", o.Case, o.Guarantee, strings.ReplaceAll(o.Detail, "\n", "\n         "))
+		}
+	}
+	return ok
+}
+
 // selftest runs the sandbox escape battery against the configured backend
 // (or every backend with --all) and prints each guarantee as held or
 // broken. It changes nothing on the host even where a guarantee is broken.
@@ -81,26 +106,18 @@ func selftest(args []string, stdout, stderr io.Writer) int {
 			failed = true
 			continue
 		}
-		env, err := battery.NewEnv(name, r.runner, probe, s.sandbox.limits)
-		if err != nil {
-			fmt.Fprintf(stdout, "[BROKEN] %v\n", err)
-			r.release()
+		// The backend as configured, then with the pool on: every call in
+		// a sandbox prepared ahead of it (what serve runs by default).
+		if !runBattery(stdout, name, r.runner, probe, s.sandbox.limits, cases) {
 			failed = true
-			continue
 		}
-		for _, c := range cases {
-			o := battery.Run(context.Background(), env, []battery.Case{c})[0]
-			switch o.State {
-			case battery.Held:
-				fmt.Fprintf(stdout, "[held]   %-15s %s\n", o.Case, o.Guarantee)
-			case battery.Skipped:
-				fmt.Fprintf(stdout, "[skip]   %-15s %s\n         %s\n", o.Case, o.Guarantee, o.Detail)
-			default:
+		if pool := rt.NewPool(r.runner, s.sandbox.pool); pool != nil {
+			fmt.Fprintf(stdout, "== %s, pool on (--sandbox-pool %d)\n", name, s.sandbox.pool.Depth)
+			if !runBattery(stdout, name+"/pool", pool, probe, s.sandbox.limits, cases) {
 				failed = true
-				fmt.Fprintf(stdout, "[BROKEN] %-15s %s\n         %s\n", o.Case, o.Guarantee, strings.ReplaceAll(o.Detail, "\n", "\n         "))
 			}
+			_ = pool.Close() // its prepared sandboxes
 		}
-		env.Close()
 		r.release()
 	}
 	if failed {

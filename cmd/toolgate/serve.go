@@ -64,6 +64,9 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	a.opts.MaxRequestBytes = *maxRequest
 	a.opts.KeepEscapes = keep
 	srv := server.New(a.opts)
+	// Prepared sandboxes for every served test-class tool (and the
+	// built-ins' fixed helper runs), once the backend is ready.
+	a.opts.Sandbox.Keep(poolTemplates(a.conf, srv.Served(), a.helperTemplates))
 	// Serving starts at once: the sandbox backend's self-test and the
 	// downstream servers' listing run beside it (a sandboxed call waits
 	// for the self-test, tools/list for the listing).

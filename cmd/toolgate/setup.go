@@ -98,6 +98,9 @@ type app struct {
 	conf      *conf.Config
 	cgroups   *rt.Cgroups
 	opts      server.Options
+	// helperTemplates are the built-ins' helper runs the sandbox pool
+	// can prepare for (poolTemplates).
+	helperTemplates []rt.Template
 }
 
 // build loads the conf and sets up the backends. live is false for check,
@@ -109,6 +112,9 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 	}
 	if _, err := rt.ParseBackend(s.backend); err != nil {
 		return nil, fmt.Errorf("--backend: %w", err)
+	}
+	if err := s.sandbox.check(); err != nil {
+		return nil, err
 	}
 	// The shim binary is needed to run anything; check (not live) only
 	// reports.
@@ -139,7 +145,7 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 			helperSandbox = sandbox
 		}
 	}
-	builtins, err := s.builtins.tools(s.root, helperSandbox, log)
+	builtins, helperTemplates, err := s.builtins.tools(s.root, helperSandbox, log)
 	if err != nil {
 		_ = sandbox.Close()
 		a.cgroups.Close()
@@ -151,6 +157,7 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 		auditConf(a.opts.Audit, a.conf)
 	}
 
+	a.helperTemplates = helperTemplates
 	a.opts = server.Options{
 		Audit:         a.opts.Audit,
 		Version:       version,
