@@ -364,7 +364,9 @@ func (p *Pool) discard(sb *Standby) {
 }
 
 // take returns a sandbox of s to release now: a ready one, else one being
-// prepared (waited for within ctx), else nil. It asks for a replacement.
+// prepared (waited for within ctx), else nil. The caller asks for the
+// replacement (refill) once its call is over: a sandbox being prepared
+// beside a call would take CPU from it.
 func (p *Pool) take(ctx context.Context, s *slot) *Standby {
 	p.mu.Lock()
 	s.used = time.Now()
@@ -379,7 +381,6 @@ func (p *Pool) take(ctx context.Context, s *slot) *Standby {
 		}
 		if sb.IsReady() {
 			s.held = slices.Delete(s.held, i, i+1)
-			p.refillLocked(s)
 			p.mu.Unlock()
 			p.counters.hits.Add(1)
 			return sb
@@ -401,7 +402,6 @@ func (p *Pool) take(ctx context.Context, s *slot) *Standby {
 		i := slices.Index(s.held, waitFor)
 		s.held = slices.Delete(s.held, i, i+1)
 	}
-	p.refillLocked(s)
 	p.mu.Unlock()
 	if waitFor == nil {
 		return nil
@@ -431,6 +431,7 @@ func (p *Pool) Run(ctx context.Context, inv Invocation) (Result, error) {
 	if s == nil {
 		return p.backend.Run(ctx, inv)
 	}
+	defer p.refill(s)
 	for range 3 {
 		sb := p.take(ctx, s)
 		if sb == nil {
@@ -446,6 +447,15 @@ func (p *Pool) Run(ctx context.Context, inv Invocation) (Result, error) {
 	}
 	p.counters.misses.Add(1)
 	return p.backend.Run(ctx, inv)
+}
+
+// refill asks for the preparations s lacks.
+func (p *Pool) refill(s *slot) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.slots[s.key] == s {
+		p.refillLocked(s)
+	}
 }
 
 // StartService starts svc in a sandbox prepared for it when there is one,
@@ -468,6 +478,7 @@ func (p *Pool) StartService(ctx context.Context, svc Service) (*Process, error) 
 	}
 	p.mu.Unlock()
 	if s != nil {
+		defer p.refill(s)
 		for range 3 {
 			sb := p.take(ctx, s)
 			if sb == nil {

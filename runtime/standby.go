@@ -72,6 +72,9 @@ const (
 	StreamsAtPrepare
 )
 
+// discardGrace is how long a discarded sandbox gets to end on its own.
+const discardGrace = time.Second
+
 // ReleaseFD is the descriptor number of the release channel in a process
 // started with extra ExtraFiles.
 func ReleaseFD(extra int) int { return 3 + extra }
@@ -432,9 +435,18 @@ func (s *Standby) kill() {
 	case <-s.notReady:
 	case <-time.After(prepareTimeout):
 	}
+	// The shim sees its release channel close and exits without running
+	// anything (a bwrap sandbox's init then exits through bwrap, which
+	// reaps it; the hold shim kills and reaps the container's init): no
+	// process is left for the host's init to reap. What does not end
+	// within discardGrace is killed.
 	s.ctl.Close()
 	if s.pipes != nil {
 		s.pipes.closeParent()
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(discardGrace):
 	}
 	if s.stop != nil {
 		s.stop(s.pid)
