@@ -113,12 +113,32 @@ func (c *common) serverArgv(conf string, extra ...string) []string {
 	return append([]string{c.toolgate, "serve", "--conf", conf}, extra...)
 }
 
-// backendFlags are the serve flags of a sandbox path ("bwrap", "oci/runc").
+// poolSuffix marks a sandbox path run with the pool of prepared
+// sandboxes on ("bwrap+pool", "oci/runc+pool"); without it a path runs
+// with the pool off, so that each row says which it measures.
+const poolSuffix = "+pool"
+
+// backendFlags are the serve flags of a sandbox path ("bwrap", "oci/runc",
+// "bwrap+pool").
 func backendFlags(path string) []string {
-	if rtName, ok := strings.CutPrefix(path, "oci/"); ok {
-		return []string{"--backend", "oci", "--oci-runtime", rtName}
+	base, pooled := strings.CutSuffix(path, poolSuffix)
+	f := []string{"--backend", "bwrap"}
+	if rtName, ok := strings.CutPrefix(base, "oci/"); ok {
+		f = []string{"--backend", "oci", "--oci-runtime", rtName}
 	}
-	return []string{"--backend", "bwrap"}
+	if pooled {
+		return append(f, "--sandbox-pool", "1")
+	}
+	return append(f, "--sandbox-pool", "0")
+}
+
+// pathName is how the tables name a sandbox path: "bwrap", "bwrap, pool
+// on".
+func pathName(path string) string {
+	if base, pooled := strings.CutSuffix(path, poolSuffix); pooled {
+		return base + ", pool on"
+	}
+	return path
 }
 
 func splitList(s string) []string {

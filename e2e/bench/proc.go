@@ -113,6 +113,25 @@ func cgroupDirs(pid int) int {
 	return n
 }
 
+// processesInCgroups counts the live processes in a cgroup of server pid
+// (a path with toolgate-<pid> in /proc/*/cgroup).
+func processesInCgroups(pid int) int {
+	name := "/toolgate-" + strconv.Itoa(pid)
+	entries, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cgroup")
+		if err != nil || !strings.Contains(string(b), name+"/") && !strings.Contains(string(b), name+"\n") && !strings.Contains(string(b), name+".") {
+			continue
+		}
+		n++
+	}
+	return n
+}
+
 // cpuTime returns the user+system CPU time pid has used.
 func cpuTime(pid int) time.Duration {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")

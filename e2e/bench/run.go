@@ -59,6 +59,7 @@ type Results struct {
 	Seconds    float64           `json:"seconds"`
 	Rows       []Row             `json:"per_call"`
 	Throughput []Throughput      `json:"throughput"`
+	Pool       []PoolCost        `json:"pool_idle_cost"`
 	Startup    []Startup         `json:"startup"`
 	Flood      []Flood           `json:"flood"`
 	RSS        []RSS             `json:"rss"`
@@ -76,7 +77,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&b.floodCalls, "flood-calls", 20, "1 GB flood calls per path")
 	fs.IntVar(&b.rssCalls, "rss-calls", 5000, "calls of the RSS run")
 	var sections, runtimes string
-	fs.StringVar(&sections, "only", "", "comma list of sections to run: floors,toolgate,peers,throughput,startup,flood,rss (default all)")
+	fs.StringVar(&sections, "only", "", "comma list of sections to run: floors,toolgate,peers,throughput,pool,startup,flood,rss (default all)")
 	fs.StringVar(&runtimes, "oci-runtimes", "runc,crun,runsc", "OCI runtimes to measure through toolgate")
 	fs.StringVar(&b.out, "out", "", "directory for bench.md and bench.json (default CACHE/results)")
 	fs.StringVar(&b.srt, "srt", "", "srt (@anthropic-ai/sandbox-runtime); empty skips it")
@@ -119,6 +120,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}{
 		{"percall", b.perCall},
 		{"throughput", b.throughput},
+		{"pool", b.poolCost},
 		{"startup", b.startup},
 		{"flood", b.flood},
 		{"rss", b.rss},
@@ -211,6 +213,10 @@ type path struct {
 	err               error
 	// files, when set, gives an execPath's process its ExtraFiles.
 	files func() (*os.File, error)
+	// settle, when set, runs after each call, untimed: a pool-on path
+	// waits there until its server has prepared the next sandbox, so
+	// that the preparation does not fall on the next path's call.
+	settle func()
 }
 
 // perCall measures every per-call path in rounds, one call of each per
@@ -238,18 +244,23 @@ func (b *bench) perCall(conf string) {
 		add(b.runcOwnBundlePath(conf))
 	}
 	if want(b.sections, "toolgate") {
+		const g = "toolgate (MCP stdio)"
 		s, err := b.sessionFor(conf, "bwrap")
-		add(b.mcpPath(s, "toolgate (MCP stdio)", "direct (read tool)", "per-call cgroup2 group (CLONE_INTO_CGROUP, cgroup.kill)", "rd", nil), err)
-		add(b.mcpPath(s, "toolgate (MCP stdio)", "bwrap", "the full bwrap policy; uid 65534; enter shim only to join v1 pids+memory cgroups (hybrid host); rlimits set inside", "ts", nil), err)
-		add(b.mcpPath(s, "toolgate (MCP stdio)", "bwrap + egress", "the same tool with an egress line: a proxy per call, the shim as PID 1 bridging 127.0.0.1:3128", "tse", nil), err)
-		add(b.mcpPathWant(s, "toolgate (MCP stdio)", egressConnsRow("bwrap"), "the egress tool making 20 CONNECTs in a row through its proxy (each dialled to a server on 127.0.0.1)", "tsg", nil, fmt.Sprintf("200=%d", egressConns)), err)
+		add(b.mcpPath(s, g, "direct (read tool)", "per-call cgroup2 group (CLONE_INTO_CGROUP, cgroup.kill)", "rd", nil), err)
+		add(b.mcpPath(s, g, "bwrap", "pool off: the full bwrap policy made on the call's path; uid 65534; enter shim only to join v1 pids+memory cgroups (hybrid host); rlimits set inside", "ts", nil), err)
+		add(b.mcpPath(s, g, "bwrap + egress", "the same tool with an egress line: a proxy per call, the shim as PID 1 bridging 127.0.0.1:3128", "tse", nil), err)
+		add(b.mcpPathWant(s, g, egressConnsRow("bwrap"), "the egress tool making 20 CONNECTs in a row through its proxy (each dialled to a server on 127.0.0.1)", "tsg", nil, fmt.Sprintf("200=%d", egressConns)), err)
+		s, err = b.sessionFor(conf, "bwrap"+poolSuffix)
+		add(pooled(b.mcpPath(s, g, pathName("bwrap"+poolSuffix), "--sandbox-pool 1: the same sandbox prepared ahead of the call (cgroups joined, standby shim waiting); the call passes its pipe and the shim execs the tool; the next is prepared after the call", "ts", nil), s), err)
 		for _, name := range b.ociRuntimes {
 			s, err := b.sessionFor(conf, "oci/"+name)
-			add(b.mcpPath(s, "toolgate (MCP stdio)", "oci/"+name, "generated spec: seccomp, pids+memory cgroup, rlimits, uid 65534, masked paths", "ts", nil), err)
+			add(b.mcpPath(s, g, "oci/"+name, "pool off: generated spec: seccomp, pids+memory cgroup, rlimits, uid 65534, masked paths; `"+name+" run`", "ts", nil), err)
 			if name == "runc" {
-				add(b.mcpPath(s, "toolgate (MCP stdio)", "oci/runc + egress", "the same tool with an egress line", "tse", nil), err)
-				add(b.mcpPathWant(s, "toolgate (MCP stdio)", egressConnsRow("oci/runc"), "20 CONNECTs through the proxy", "tsg", nil, fmt.Sprintf("200=%d", egressConns)), err)
+				add(b.mcpPath(s, g, "oci/runc + egress", "the same tool with an egress line", "tse", nil), err)
+				add(b.mcpPathWant(s, g, egressConnsRow("oci/runc"), "20 CONNECTs through the proxy", "tsg", nil, fmt.Sprintf("200=%d", egressConns)), err)
 			}
+			s, err = b.sessionFor(conf, "oci/"+name+poolSuffix)
+			add(pooled(b.mcpPath(s, g, pathName("oci/"+name+poolSuffix), "--sandbox-pool 1: the same spec, `"+name+" create` ahead of the call; the call runs `"+name+" start`", "ts", nil), s), err)
 		}
 		b.builtinPaths(conf, add)
 		b.httpPaths(conf, add)
@@ -287,6 +298,9 @@ func (b *bench) perCall(conf string) {
 			if i >= b.warm {
 				p.d = append(p.d, el)
 			}
+			if p.settle != nil {
+				p.settle()
+			}
 		}
 		if (i+1)%50 == 0 {
 			logf(b.stderr, "per-call: %d/%d rounds", i+1, b.warm+b.calls)
@@ -298,6 +312,15 @@ func (b *bench) perCall(conf string) {
 		}
 		b.addSample(p.group, p.name, p.note, p.d, p.err)
 	}
+}
+
+// pooled makes p wait, after each call and untimed, until s's pool has
+// prepared the next sandbox.
+func pooled(p *path, s *session) *path {
+	if s != nil {
+		p.settle = func() { _ = waitPoolReady(s, 1, 60*time.Second) }
+	}
+	return p
 }
 
 func rtEnv() []string { return append([]string(nil), rt.Env...) }
@@ -372,8 +395,8 @@ func (b *bench) builtinPaths(conf string, add func(*path, error)) {
 	ws, err := b.builtinWorkspace()
 	calls := []struct{ name, note, tool string }{
 		{"built-in repo_chunks", "no helper: reads the workspace itself", "repo_chunks"},
-		{"built-in git_diff_input", "3 git runs (2 rev-parse, diff), each in the bwrap sandbox", "git_diff_input"},
-		{"built-in outline", "one ctags run in the bwrap sandbox, the file on stdin", "outline"},
+		{"built-in git_diff_input", "3 git runs (2 rev-parse, diff), each in the bwrap sandbox made on its path (git's argv depends on the call: no prepared sandbox)", "git_diff_input"},
+		{"built-in outline", "one ctags run in the bwrap sandbox, the file on stdin; pool on (the default): its sandbox is prepared ahead of the call (its argv is fixed)", "outline"},
 	}
 	args := map[string]map[string]any{
 		"repo_chunks":    {"index": 1},
@@ -480,15 +503,26 @@ func (b *bench) peerPaths(add func(*path, error)) {
 func peerEnv() []string { return os.Environ() }
 
 func (b *bench) throughput(conf string) {
-	for _, p := range []struct{ name, tool, backend string }{{"direct", "rd", "bwrap"}, {"bwrap", "ts", "bwrap"}} {
+	type tp struct{ name, tool, backend string }
+	paths := []tp{{"direct", "rd", "bwrap"}, {"bwrap", "ts", "bwrap"}, {pathName("bwrap" + poolSuffix), "ts", "bwrap" + poolSuffix}}
+	for _, name := range b.ociRuntimes {
+		paths = append(paths, tp{"oci/" + name, "ts", "oci/" + name}, tp{pathName("oci/" + name + poolSuffix), "ts", "oci/" + name + poolSuffix})
+	}
+	for _, p := range paths {
 		s, err := b.sessionFor(conf, p.backend)
 		if err != nil {
 			b.res.Throughput = append(b.res.Throughput, Throughput{Path: p.name, Skipped: firstLine(err.Error())})
 			continue
 		}
+		pooled := strings.HasSuffix(p.backend, poolSuffix)
+		if pooled {
+			// Start from a full pool, as a server does once it is up.
+			_ = waitPoolReady(s, 1, 60*time.Second)
+		}
 		for _, conc := range []int{1, 8, 32} {
 			t := Throughput{Path: p.name, Concurrency: conc}
 			total := max(b.calls, conc*25)
+			before, _ := poolCounters(s)
 			d, el, err := concurrentCalls(s, p.tool, conc, total)
 			if err != nil {
 				t.Skipped = firstLine(err.Error())
@@ -497,9 +531,15 @@ func (b *bench) throughput(conf string) {
 				t.CallsPerSec = float64(len(d)) / el.Seconds()
 				t.MedianMS, t.P99MS = ms(d.median()), ms(d.p99())
 				_, t.PeakRSSKiB = rss(s.pid())
+				if after, ok := poolCounters(s); ok && pooled {
+					t.Pool = &PoolCounts{Hits: after.Hits - before.Hits, Waits: after.Waits - before.Waits, Misses: after.Misses - before.Misses}
+				}
 				logf(b.stderr, "throughput %s x%d: %.0f calls/s, median %s ms, p99 %s ms", p.name, conc, t.CallsPerSec, fmtMS(t.MedianMS), fmtMS(t.P99MS))
 			}
 			b.res.Throughput = append(b.res.Throughput, t)
+			if pooled {
+				_ = waitPoolReady(s, 1, 60*time.Second)
+			}
 		}
 		s.close()
 	}
@@ -728,8 +768,8 @@ func callStructured(s *session, tool string) (*toolResult, error) {
 }
 
 func (b *bench) rss(conf string) {
-	r := RSS{Path: "direct and bwrap, alternating"}
-	s, err := b.sessionFor(conf, "bwrap")
+	r := RSS{Path: "direct and bwrap (pool on), alternating"}
+	s, err := b.sessionFor(conf, "bwrap"+poolSuffix)
 	if err == nil {
 		time.Sleep(200 * time.Millisecond)
 		r.IdleKiB, _ = rss(s.pid())

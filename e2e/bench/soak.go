@@ -14,7 +14,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	rt "github.com/toolgate/toolgate/runtime"
 )
 
 // kind is one kind of soak call: which tool, and what answer it must get.
@@ -80,6 +83,12 @@ func soakKinds(sandbox string) []kind {
 	)
 }
 
+// soakTestTools is how many distinct sandboxes soakConf's test-class tools
+// need (sok, sfail, sflood, and sslow with ssleep, whose argv and dir are
+// the same: one template): with the pool on, one prepared sandbox each at
+// rest.
+const soakTestTools = 4
+
 func (c *common) soakConf() string {
 	return fmt.Sprintf(`# toolgate soak
 tool ok %[1]s read 30 65536 off %[2]s -- echo hello
@@ -118,12 +127,18 @@ type Phase struct {
 	Before   snapshot       `json:"before"`
 	After    snapshot       `json:"after"`
 	Problems []string       `json:"problems,omitempty"`
+	// Pool is the pool's state at the end of the calls (pool on).
+	Pool *rt.PoolStatus `json:"pool,omitempty"`
+	// Exit lists what was left of the server after it exited.
+	Exit []string `json:"left_after_exit,omitempty"`
 }
 
 type soaker struct {
 	common
+	sess        *session // the phase's server
 	calls, conc int
 	ociRuntime  string
+	pool        int
 	stderr      io.Writer
 	log         io.WriteCloser
 }
@@ -137,6 +152,7 @@ func runSoak(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&s.calls, "calls", 10000, "mixed calls in all (SOAK_CALLS in scripts/soak.sh)")
 	fs.IntVar(&s.conc, "concurrency", 8, "calls in flight")
 	fs.StringVar(&s.ociRuntime, "oci-runtime", "runc", "runtime of the OCI server; empty skips it")
+	fs.IntVar(&s.pool, "pool", 1, "--sandbox-pool of the servers (SOAK_POOL; 0: the pool off)")
 	fs.StringVar(&out, "out", "", "directory for soak.md and soak.json (default CACHE/results)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -159,6 +175,11 @@ func runSoak(args []string, stdout, stderr io.Writer) int {
 	if s.ociRuntime != "" {
 		backends = append(backends, "oci/"+s.ociRuntime)
 	}
+	if s.pool > 0 {
+		for i := range backends {
+			backends[i] += poolSuffix
+		}
+	}
 	var phases []Phase
 	ok := true
 	done := 0
@@ -172,7 +193,7 @@ func runSoak(args []string, stdout, stderr io.Writer) int {
 		}
 		done += n
 		p := s.phase(conf, b, n)
-		if len(p.Failures) > 0 || len(p.Problems) > 0 {
+		if len(p.Failures) > 0 || len(p.Problems) > 0 || len(p.Exit) > 0 {
 			ok = false
 		}
 		phases = append(phases, p)
@@ -194,16 +215,26 @@ func runSoak(args []string, stdout, stderr io.Writer) int {
 
 // phase soaks one server with n mixed calls.
 func (s *soaker) phase(conf, backend string, n int) Phase {
-	p := Phase{Backend: backend, ByKind: map[string]int{}}
-	sandbox := backend
-	logf(s.stderr, "soak %s: %d calls, %d in flight", backend, n, s.conc)
-	sess, err := dial(s.serverArgv(conf, backendFlags(backend)...), os.Environ(), s.log)
+	p := Phase{Backend: pathName(backend), ByKind: map[string]int{}}
+	sandbox := pathName(backend)
+	logf(s.stderr, "soak %s: %d calls, %d in flight", p.Backend, n, s.conc)
+	flags := backendFlags(backend)
+	if s.pool > 0 {
+		flags = append(flags, "--sandbox-pool", strconv.Itoa(s.pool)) // the last one counts
+	}
+	sess, err := dial(s.serverArgv(conf, flags...), os.Environ(), s.log)
 	if err != nil {
 		p.Failures = append(p.Failures, "start: "+err.Error())
 		return p
 	}
-	defer sess.close()
 	pid := sess.pid()
+	closed := false
+	defer func() {
+		if !closed {
+			sess.close()
+		}
+	}()
+	s.sess = sess
 	kinds := soakKinds(sandbox)
 	// Warm-up: every kind a few times, so that what the server keeps for
 	// good (Go runtime threads, buffers) exists before the first snapshot.
@@ -237,8 +268,53 @@ func (s *soaker) phase(conf, backend string, n int) Phase {
 	p.Calls = len(seq)
 	p.After = s.snap(pid, backend, true)
 	p.Problems = compare(p.Before, p.After)
-	logf(s.stderr, "soak %s: %d calls in %.0f s, %d wrong answers, %d problems", backend, p.Calls, p.Seconds, len(p.Failures), len(p.Problems))
+	if s.pool > 0 {
+		if st, ok := poolStatus(sess); ok {
+			p.Pool = &st
+			p.Pool.Entries = nil
+		}
+	}
+	// Then the server is stopped as a client stops it (stdin closed):
+	// nothing of it may be left, prepared sandboxes included.
+	sess.close()
+	closed = true
+	p.Exit = leftAfterExit(sess, pid, backend)
+	logf(s.stderr, "soak %s: %d calls in %.0f s, %d wrong answers, %d problems, %d left after exit", p.Backend, p.Calls, p.Seconds, len(p.Failures), len(p.Problems), len(p.Exit))
 	return p
+}
+
+// leftAfterExit lists what of the server is still on the host after its
+// session closed its stdin and reaped it: processes in its cgroups, its
+// cgroup directories, its oci run dir; and a server that had to be
+// signalled instead of exiting on its own.
+func leftAfterExit(sess *session, pid int, backend string) []string {
+	var left []string
+	if st := sess.cmd.ProcessState; st == nil {
+		left = append(left, "the server was not reaped")
+	} else if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		left = append(left, fmt.Sprintf("the server did not exit on its own when its stdin closed (%s)", ws.Signal()))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var now []string
+		if n := processesInCgroups(pid); n > 0 {
+			now = append(now, fmt.Sprintf("%d processes in the server's cgroups", n))
+		}
+		if n := cgroupDirs(pid); n > 0 {
+			now = append(now, fmt.Sprintf("%d cgroup directories of the server", n))
+		}
+		if strings.HasPrefix(backend, "oci/") {
+			if _, err := os.Stat(filepath.Join("/run/toolgate", strconv.Itoa(pid))); err == nil {
+				now = append(now, "its oci run dir /run/toolgate/"+strconv.Itoa(pid))
+			}
+		}
+		// Processes killed at the exit may wait a moment for the host's
+		// init to reap them.
+		if len(now) == 0 || time.Now().After(deadline) {
+			return append(left, now...)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // run makes the calls of seq from s.conc workers.
@@ -299,7 +375,21 @@ func (s *soaker) one(sess *session, k kind) error {
 // processes of its last calls to be gone.
 func (s *soaker) snap(pid int, backend string, settle bool) snapshot {
 	deadline := time.Now().Add(5 * time.Second)
-	for settle && time.Now().Before(deadline) {
+	if settle && s.pool > 0 {
+		// At rest a server holds its prepared sandboxes: one per
+		// test-class tool at each depth, none being prepared; every
+		// other process of a call is gone.
+		_ = waitPoolReady(s.sess, soakTestTools*s.pool, 60*time.Second)
+		deadline = time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			a, _ := descendants(pid)
+			time.Sleep(200 * time.Millisecond)
+			if b, _ := descendants(pid); a == b {
+				break
+			}
+		}
+	}
+	for settle && s.pool == 0 && time.Now().Before(deadline) {
 		if c, _ := descendants(pid); c == 0 {
 			break
 		}
@@ -311,7 +401,7 @@ func (s *soaker) snap(pid int, backend string, settle bool) snapshot {
 	sn.RSSKiB, _ = rss(pid)
 	sn.Children, sn.Zombies = descendants(pid)
 	sn.Cgroups = cgroupDirs(pid)
-	if rtName, ok := strings.CutPrefix(backend, "oci/"); ok {
+	if rtName, ok := strings.CutPrefix(strings.TrimSuffix(backend, poolSuffix), "oci/"); ok {
 		dir := filepath.Join("/run/toolgate", strconv.Itoa(pid))
 		if e, err := os.ReadDir(filepath.Join(dir, "bundles")); err == nil {
 			sn.Bundles = len(e)
@@ -383,12 +473,15 @@ func soakMarkdown(phases []Phase, conc int) string {
 		}{{"before", p.Before}, {"after", p.After}} {
 			fmt.Fprintf(&w, "| %s | %d | %d | %.1f MB | %d | %d | %d | %d | %d |\n", r.name, r.s.FDs, r.s.Threads, mb(r.s.RSSKiB), r.s.Children, r.s.Zombies, r.s.Containers, r.s.Bundles, r.s.Cgroups)
 		}
-		if len(p.Problems) == 0 && len(p.Failures) == 0 {
-			w.WriteString("\nAll back to their start values (threads within 4, RSS within 10% or 4 MiB).\n\n")
+		if p.Pool != nil {
+			fmt.Fprintf(&w, "\nPool at the end: %s.\n", p.Pool)
+		}
+		if len(p.Problems) == 0 && len(p.Failures) == 0 && len(p.Exit) == 0 {
+			w.WriteString("\nAll back to their start values (threads within 4, RSS within 10% or 4 MiB); after the server exited (stdin closed), nothing of it was left: no process in its cgroups, no cgroup directory, no run dir.\n\n")
 			continue
 		}
 		w.WriteString("\n")
-		for _, x := range append(p.Failures, p.Problems...) {
+		for _, x := range append(append(p.Failures, p.Problems...), p.Exit...) {
 			fmt.Fprintf(&w, "- FAIL: %s\n", x)
 		}
 		w.WriteString("\n")

@@ -77,8 +77,36 @@ type Throughput struct {
 	MedianMS    float64 `json:"median_ms"`
 	P99MS       float64 `json:"p99_ms"`
 	// PeakRSSKiB is the server's peak RSS (VmHWM) when the row ended.
-	PeakRSSKiB int64  `json:"server_peak_rss_kib,omitempty"`
-	Skipped    string `json:"skipped,omitempty"`
+	PeakRSSKiB int64 `json:"server_peak_rss_kib,omitempty"`
+	// Pool is how the calls of a pool-on row got their sandbox.
+	Pool    *PoolCounts `json:"pool,omitempty"`
+	Skipped string      `json:"skipped,omitempty"`
+}
+
+// PoolCounts are the calls that released a ready prepared sandbox (Hits),
+// waited for one being prepared (Waits), or prepared their own on their
+// path because the pool had none (Misses), from checkpoint_status.
+type PoolCounts struct {
+	Hits   int64 `json:"hits"`
+	Waits  int64 `json:"waits"`
+	Misses int64 `json:"misses"`
+}
+
+// PoolCost is what a server's prepared sandboxes hold at rest, per
+// prepared sandbox (rt.DescendantsCost of the server divided by Prepared).
+type PoolCost struct {
+	Backend     string  `json:"backend"`
+	Prepared    int     `json:"prepared"`
+	Processes   float64 `json:"processes_per_sandbox"`
+	RSSKiB      float64 `json:"rss_kib_per_sandbox"`
+	PSSKiB      float64 `json:"pss_kib_per_sandbox"`
+	Cgroups     float64 `json:"cgroups_per_sandbox"`
+	ServerOnKiB int64   `json:"server_rss_pool_on_kib"`
+	// ServerOffKiB is the same server's RSS with the pool off, whose
+	// descendants at rest are DescendantsOff (0: nothing is held).
+	ServerOffKiB   int64  `json:"server_rss_pool_off_kib"`
+	DescendantsOff int    `json:"descendants_pool_off"`
+	Skipped        string `json:"skipped,omitempty"`
 }
 
 // Startup is the time from exec to the initialize answer (MedianMS,
