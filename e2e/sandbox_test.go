@@ -138,11 +138,18 @@ func TestStdinCloseStops(t *testing.T) {
 	if image != "" && !containerGone(t, srv.name) {
 		t.Errorf("container %s still listed by podman ps -a after stdin closed", srv.name)
 	}
+	if image == "" {
+		// Nothing of the server is left, the sandboxes it kept prepared
+		// for the next calls (--sandbox-pool, on by default) included:
+		// their cgroups are removed once every process in them is gone.
+		waitFor(t, 5*time.Second, func() bool { return len(serverCgroups(cmd.Process.Pid)) == 0 })
+	}
 }
 
 // TestServerKilledMidCall: SIGKILL of the server in the middle of a
-// sandboxed call and of a direct call leaves nothing that the next start
-// does not sweep.
+// sandboxed call and of a direct call, with sandboxes prepared for the
+// next calls (the pool is on by default), leaves nothing that the next
+// start does not sweep.
 func TestServerKilledMidCall(t *testing.T) {
 	onlyBinary(t)
 	b := startBusy(t)
@@ -238,6 +245,10 @@ func TestSIGTERMStops(t *testing.T) {
 		t.Errorf("server took %s to stop after SIGTERM, want under 2 s", d)
 	}
 	waitFor(t, 5*time.Second, func() bool { return len(probes(probe)) == 0 })
+	if image == "" {
+		// The prepared sandboxes are gone too (see TestStdinCloseStops).
+		waitFor(t, 5*time.Second, func() bool { return len(serverCgroups(cmd.Process.Pid)) == 0 })
+	}
 }
 
 // busy is a server in the middle of two calls that ignore SIGTERM and have
