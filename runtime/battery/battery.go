@@ -405,7 +405,7 @@ func casePreparedApart(ctx context.Context, e *Env) error {
 		return fmt.Errorf("tool B's call sees more than itself: %w", err)
 	}
 	if !a.IsReady() {
-		return fmt.Errorf("the prepared sandbox of tool A ended while tool B ran (%v):\n%s", a.Stale(), clip(res.Output))
+		return fmt.Errorf("the prepared sandbox of tool A ended while tool B ran (%w):\n%s", a.Stale(), clip(res.Output))
 	}
 	resA, err := a.Release(ctx, rt.Call{Timeout: 20 * time.Second, MaxBytes: 4096})
 	if err != nil {
