@@ -154,7 +154,7 @@ type slot struct {
 	svc     Service
 	depth   int
 	held    []*Standby // prepared, ready or not yet
-	pending int        // preparations asked for, not yet started
+	pending int        // preparations asked for whose sandbox is not in held yet
 	used    time.Time
 	kept    bool      // Keep names it (a service slot is kept once started)
 	backoff time.Time // no preparation before this, after a failure
@@ -225,7 +225,7 @@ func (p *Pool) dropLocked(s *slot) {
 	for _, sb := range s.held {
 		p.discard(sb)
 	}
-	s.held, s.pending = nil, 0
+	s.held = nil
 }
 
 // heldLocked counts the sandboxes held or asked for.
@@ -278,9 +278,11 @@ func (p *Pool) evictLocked(s *slot) bool {
 // slot of the semaphore is held until the sandbox is ready or failed.
 func (p *Pool) prepare(s *slot) {
 	p.sem <- struct{}{}
+	// The preparation counts as pending until its sandbox is in held, so
+	// that no other refill sees room for it meanwhile.
 	p.mu.Lock()
-	s.pending--
-	if p.closed || p.slots[s.key] != s || len(s.held) >= s.depth {
+	if p.closed || p.slots[s.key] != s || len(s.held)+s.pending > s.depth {
+		s.pending--
 		p.mu.Unlock()
 		<-p.sem
 		return
@@ -293,12 +295,14 @@ func (p *Pool) prepare(s *slot) {
 	} else {
 		sb, err = p.backend.Prepare(s.t)
 	}
+	p.mu.Lock()
+	s.pending--
 	if err != nil {
+		p.mu.Unlock()
 		<-p.sem
 		p.failed(s, err)
 		return
 	}
-	p.mu.Lock()
 	if p.closed || p.slots[s.key] != s {
 		p.mu.Unlock()
 		<-p.sem
@@ -438,7 +442,7 @@ func (p *Pool) Run(ctx context.Context, inv Invocation) (Result, error) {
 			break
 		}
 		res, err := sb.Release(ctx, CallOf(inv))
-		p.bg.Go(sb.Cleanup)
+		p.afterCall(sb.Cleanup)
 		if errors.Is(err, ErrStandbyStale) || errors.Is(err, ErrStandbyUsed) {
 			p.counters.stale.Add(1)
 			continue
@@ -449,13 +453,31 @@ func (p *Pool) Run(ctx context.Context, inv Invocation) (Result, error) {
 	return p.backend.Run(ctx, inv)
 }
 
-// refill asks for the preparations s lacks.
+// afterCallDelay is how long after a call's result its sandbox's cleanup
+// and its replacement's preparation begin: long enough for the server to
+// send the answer first (on two vCPUs the preparation's fork and cgroup
+// writes, and the cleanup's unmounts and cgroup removal, would otherwise
+// compete with it), short beside a preparation (10-20 ms here).
+const afterCallDelay = 3 * time.Millisecond
+
+// afterCall runs f off the call's path, afterCallDelay from now.
+func (p *Pool) afterCall(f func()) {
+	p.bg.Add(1)
+	time.AfterFunc(afterCallDelay, func() {
+		defer p.bg.Done()
+		f()
+	})
+}
+
+// refill asks, after the call, for the preparations s lacks.
 func (p *Pool) refill(s *slot) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.slots[s.key] == s {
-		p.refillLocked(s)
-	}
+	p.afterCall(func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.slots[s.key] == s {
+			p.refillLocked(s)
+		}
+	})
 }
 
 // StartService starts svc in a sandbox prepared for it when there is one,
@@ -488,7 +510,7 @@ func (p *Pool) StartService(ctx context.Context, svc Service) (*Process, error) 
 			if err == nil {
 				return proc, nil
 			}
-			p.bg.Go(sb.Cleanup)
+			p.afterCall(sb.Cleanup)
 			if !errors.Is(err, ErrStandbyStale) && !errors.Is(err, ErrStandbyUsed) {
 				return nil, err
 			}

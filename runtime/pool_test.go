@@ -242,8 +242,14 @@ func TestPoolMaxEvictsLeastRecentlyUsed(t *testing.T) {
 		}
 		return false
 	})
+	time.Sleep(100 * time.Millisecond)
 	if st := p.Status(); st.Ready+st.Preparing > 2 || st.Evicted == 0 {
 		t.Errorf("status %+v: want at most 2 held and an eviction", st)
+	}
+	for _, e := range p.Status().Entries {
+		if e.Ready+e.Preparing > 1 {
+			t.Errorf("%s holds %d, over its depth of 1", e.Name, e.Ready+e.Preparing)
+		}
 	}
 }
 
