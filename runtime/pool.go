@@ -118,9 +118,8 @@ const DefaultPoolMaxAge = 10 * time.Minute
 // releases one that is ready: for each template it is told to keep
 // (Keep), Depth single-use sandboxes, each started by the backend with the
 // full policy and waiting on its release channel. A call of a kept
-// template takes a ready one (or one being prepared, which is ready
-// sooner than a new one would be), and a replacement is prepared off the
-// call's path. A sandbox is used once and never returned. When none is
+// template takes a ready one, and a replacement is prepared off the call's
+// path, after it. A sandbox is used once and never returned. When none is
 // there (a burst beyond the pool) the call runs through the backend's
 // own Run, which prepares its sandbox on the call's path: never
 // unsandboxed. A stale one (it ended, a path it bound changed, it is
@@ -147,23 +146,24 @@ type Pool struct {
 
 // slot is one template's (or service's) prepared sandboxes.
 type slot struct {
-	key     string
-	name    string
-	kind    string // "tool" or "service"
-	t       Template
-	svc     Service
-	depth   int
-	held    []*Standby // prepared, ready or not yet
-	pending int        // preparations asked for whose sandbox is not in held yet
-	used    time.Time
-	kept    bool      // Keep names it (a service slot is kept once started)
-	backoff time.Time // no preparation before this, after a failure
-	fails   int
-	lastErr string
+	key      string
+	name     string
+	kind     string // "tool" or "service"
+	t        Template
+	svc      Service
+	depth    int
+	held     []*Standby // prepared, ready or not yet
+	pending  int        // preparations asked for whose sandbox is not in held yet
+	inflight int        // calls of it running now
+	used     time.Time
+	kept     bool      // Keep names it (a service slot is kept once started)
+	backoff  time.Time // no preparation before this, after a failure
+	fails    int
+	lastErr  string
 }
 
 type poolCounters struct {
-	hits, waits, misses, stale, expired, prepared, failed, evicted atomic.Int64
+	hits, misses, stale, expired, prepared, failed, evicted atomic.Int64
 }
 
 // NewPool returns a pool over backend. With a depth of 0 (or a backend
@@ -241,6 +241,15 @@ func (p *Pool) heldLocked() int {
 // template called more recently than another takes the other's place.
 func (p *Pool) refillLocked(s *slot) {
 	if s == nil || p.closed || !s.kept || time.Now().Before(s.backoff) {
+		return
+	}
+	// In a burst beyond the pool (more calls of s in flight than its
+	// depth), the calls prepare their own sandboxes and the pool steps
+	// aside: the CPU is the bound then, and a prepared sandbox costs a
+	// little more than one made on the call's path (an OCI runtime's
+	// create and start are two processes and the hold shim a third, where
+	// run is one). The refill comes when the burst is over.
+	if s.inflight > s.depth {
 		return
 	}
 	for len(s.held)+s.pending < s.depth {
@@ -367,14 +376,17 @@ func (p *Pool) discard(sb *Standby) {
 	})
 }
 
-// take returns a sandbox of s to release now: a ready one, else one being
-// prepared (waited for within ctx), else nil. The caller asks for the
-// replacement (refill) once its call is over: a sandbox being prepared
-// beside a call would take CPU from it.
-func (p *Pool) take(ctx context.Context, s *slot) *Standby {
+// take returns a ready sandbox of s to release now, or nil. A call never
+// waits for one still being prepared: it prepares its own on its path
+// (the backend's Run), and the one being prepared serves a later call.
+// (Waiting would cost a call the rest of a preparation that began only
+// after the previous call, which for an OCI runtime's create and start is
+// longer than its run.) The caller asks for the replacement once its call
+// is over (refill).
+func (p *Pool) take(s *slot) *Standby {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	s.used = time.Now()
-	var waitFor *Standby
 	for i := 0; i < len(s.held); {
 		sb := s.held[i]
 		if p.cfg.MaxAge > 0 && time.Since(sb.Born()) > p.cfg.MaxAge {
@@ -385,7 +397,6 @@ func (p *Pool) take(ctx context.Context, s *slot) *Standby {
 		}
 		if sb.IsReady() {
 			s.held = slices.Delete(s.held, i, i+1)
-			p.mu.Unlock()
 			p.counters.hits.Add(1)
 			return sb
 		}
@@ -397,25 +408,24 @@ func (p *Pool) take(ctx context.Context, s *slot) *Standby {
 			continue
 		default:
 		}
-		if waitFor == nil {
-			waitFor = sb
-		}
 		i++
 	}
-	if waitFor != nil {
-		i := slices.Index(s.held, waitFor)
-		s.held = slices.Delete(s.held, i, i+1)
-	}
+	return nil
+}
+
+// begin counts a call of s in flight; end ends it and asks for the
+// replacement.
+func (p *Pool) begin(s *slot) {
+	p.mu.Lock()
+	s.inflight++
 	p.mu.Unlock()
-	if waitFor == nil {
-		return nil
-	}
-	if err := waitFor.WaitReady(ctx); err != nil {
-		p.discard(waitFor)
-		return nil
-	}
-	p.counters.waits.Add(1)
-	return waitFor
+}
+
+func (p *Pool) end(s *slot) {
+	p.mu.Lock()
+	s.inflight--
+	p.mu.Unlock()
+	p.refill(s)
 }
 
 // slotOf returns the slot kept for t, or nil.
@@ -435,9 +445,10 @@ func (p *Pool) Run(ctx context.Context, inv Invocation) (Result, error) {
 	if s == nil {
 		return p.backend.Run(ctx, inv)
 	}
-	defer p.refill(s)
+	p.begin(s)
+	defer p.end(s)
 	for range 3 {
-		sb := p.take(ctx, s)
+		sb := p.take(s)
 		if sb == nil {
 			break
 		}
@@ -500,9 +511,10 @@ func (p *Pool) StartService(ctx context.Context, svc Service) (*Process, error) 
 	}
 	p.mu.Unlock()
 	if s != nil {
-		defer p.refill(s)
+		p.begin(s)
+		defer p.end(s)
 		for range 3 {
-			sb := p.take(ctx, s)
+			sb := p.take(s)
 			if sb == nil {
 				break
 			}
@@ -569,11 +581,10 @@ type PoolStatus struct {
 	// release, or still being set up.
 	Ready     int `json:"ready"`
 	Preparing int `json:"preparing"`
-	// Hits are calls that released a ready sandbox; Waits, calls that
-	// waited for one being prepared; Misses, calls that prepared their
-	// own on their path (a burst beyond the pool).
+	// Hits are calls that released a ready sandbox; Misses, calls that
+	// prepared their own on their path (a burst beyond the pool, or a call
+	// that came before the next sandbox was ready).
 	Hits     int64 `json:"hits"`
-	Waits    int64 `json:"waits"`
 	Misses   int64 `json:"misses"`
 	Prepared int64 `json:"prepared"`
 	Failed   int64 `json:"failed"`
@@ -598,7 +609,7 @@ type PoolEntryStatus struct {
 // Status reports what the pool holds now.
 func (p *Pool) Status() PoolStatus {
 	st := PoolStatus{Depth: p.cfg.Depth, Max: p.cfg.Max, MaxAge: p.cfg.MaxAge.String(),
-		Hits: p.counters.hits.Load(), Waits: p.counters.waits.Load(), Misses: p.counters.misses.Load(),
+		Hits: p.counters.hits.Load(), Misses: p.counters.misses.Load(),
 		Prepared: p.counters.prepared.Load(), Failed: p.counters.failed.Load(),
 		Stale: p.counters.stale.Load(), Expired: p.counters.expired.Load(), Evicted: p.counters.evicted.Load()}
 	p.mu.Lock()
@@ -629,8 +640,8 @@ func (p *Pool) Status() PoolStatus {
 // String summarises the status in one line.
 func (st PoolStatus) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "depth %d per tool (at most %d held, replaced after %s): %d ready, %d preparing; %d calls released a ready sandbox, %d waited for one, %d prepared their own",
-		st.Depth, st.Max, st.MaxAge, st.Ready, st.Preparing, st.Hits, st.Waits, st.Misses)
+	fmt.Fprintf(&b, "depth %d per tool (at most %d held, replaced after %s): %d ready, %d preparing; %d calls released a ready sandbox, %d prepared their own",
+		st.Depth, st.Max, st.MaxAge, st.Ready, st.Preparing, st.Hits, st.Misses)
 	if st.Failed > 0 {
 		fmt.Fprintf(&b, "; %d preparations failed", st.Failed)
 	}

@@ -36,7 +36,7 @@ func poolStatus(s *session) (rt.PoolStatus, bool) {
 // poolCounters are the pool's hits, waits and misses so far.
 func poolCounters(s *session) (PoolCounts, bool) {
 	st, ok := poolStatus(s)
-	return PoolCounts{Hits: st.Hits, Waits: st.Waits, Misses: st.Misses}, ok
+	return PoolCounts{Hits: st.Hits, Misses: st.Misses}, ok
 }
 
 // waitPoolReady waits until the pool holds n ready sandboxes and prepares

@@ -231,7 +231,7 @@ func (b *bench) markdown() string {
 	}
 
 	if len(b.res.Throughput) > 0 {
-		w.WriteString("\n| throughput (one server; stdio: one session, N calls in flight; HTTP: N clients, a session and connections each) | calls/s | median ms | p99 ms | calls | server peak RSS | pool: released ready / waited / prepared on the call's path |\n|---|---:|---:|---:|---:|---:|---|\n")
+		w.WriteString("\n| throughput (one server; stdio: one session, N calls in flight; HTTP: N clients, a session and connections each) | calls/s | median ms | p99 ms | calls | server peak RSS | pool: released a ready one / prepared on the call's path |\n|---|---:|---:|---:|---:|---:|---|\n")
 		for _, t := range b.res.Throughput {
 			if t.Skipped != "" {
 				fmt.Fprintf(&w, "| %s ×%d | skipped: %s | | | | | |\n", t.Path, t.Concurrency, mdEscape(t.Skipped))
@@ -239,7 +239,7 @@ func (b *bench) markdown() string {
 			}
 			pool := ""
 			if t.Pool != nil {
-				pool = fmt.Sprintf("%d / %d / %d", t.Pool.Hits, t.Pool.Waits, t.Pool.Misses)
+				pool = fmt.Sprintf("%d / %d", t.Pool.Hits, t.Pool.Misses)
 			}
 			fmt.Fprintf(&w, "| %s, %d concurrent | %.0f | %s | %s | %d | %.1f MB | %s |\n", t.Path, t.Concurrency, t.CallsPerSec, fmtMS(t.MedianMS), fmtMS(t.P99MS), t.Calls, float64(t.PeakRSSKiB)*1024/1e6, pool)
 		}

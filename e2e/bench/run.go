@@ -532,7 +532,7 @@ func (b *bench) throughput(conf string) {
 				t.MedianMS, t.P99MS = ms(d.median()), ms(d.p99())
 				_, t.PeakRSSKiB = rss(s.pid())
 				if after, ok := poolCounters(s); ok && pooled {
-					t.Pool = &PoolCounts{Hits: after.Hits - before.Hits, Waits: after.Waits - before.Waits, Misses: after.Misses - before.Misses}
+					t.Pool = &PoolCounts{Hits: after.Hits - before.Hits, Misses: after.Misses - before.Misses}
 				}
 				logf(b.stderr, "throughput %s x%d: %.0f calls/s, median %s ms, p99 %s ms", p.name, conc, t.CallsPerSec, fmtMS(t.MedianMS), fmtMS(t.P99MS))
 			}

@@ -83,12 +83,11 @@ type Throughput struct {
 	Skipped string      `json:"skipped,omitempty"`
 }
 
-// PoolCounts are the calls that released a ready prepared sandbox (Hits),
-// waited for one being prepared (Waits), or prepared their own on their
-// path because the pool had none (Misses), from checkpoint_status.
+// PoolCounts are the calls that released a ready prepared sandbox (Hits)
+// or prepared their own on their path because the pool had none ready
+// (Misses), from checkpoint_status.
 type PoolCounts struct {
 	Hits   int64 `json:"hits"`
-	Waits  int64 `json:"waits"`
 	Misses int64 `json:"misses"`
 }
 
