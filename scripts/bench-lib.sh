@@ -23,6 +23,8 @@ bench_build() {
 	CGO_ENABLED=1 go build -tags seccomp -ldflags "-X main.version=$version" -o "$bench_dir/bin/toolgate" ./cmd/toolgate
 	CGO_ENABLED=0 go build -o "$bench_dir/bin/toolgate-shim" ./cmd/toolgate-shim
 	CGO_ENABLED=0 go build -o "$bench_dir/bin/probe" ./internal/probe
-	go build -o "$bench_dir/bin/bench" ./e2e/bench
+	# cgo and the seccomp tag: the raw bwrap floors load the backend's own
+	# compiled filter.
+	CGO_ENABLED=1 go build -tags seccomp -o "$bench_dir/bin/bench" ./e2e/bench
 	chmod 0755 "$bench_dir/bin"/*
 }

@@ -111,7 +111,14 @@ func (b *bench) poolCostOf(conf, backend string, c *PoolCost) error {
 	}
 	time.Sleep(500 * time.Millisecond)
 	cost := rt.DescendantsCost(on.pid())
-	n := float64(poolTools)
+	// Every prepared sandbox the server holds: the tools', and outline's
+	// helper run when ctags is installed.
+	st, ok := poolStatus(on)
+	if !ok || st.Ready == 0 {
+		return fmt.Errorf("no pool status")
+	}
+	c.Prepared = st.Ready
+	n := float64(st.Ready)
 	c.Processes, c.RSSKiB, c.PSSKiB, c.Cgroups = float64(cost.Processes)/n, float64(cost.RSSKiB)/n, float64(cost.PSSKiB)/n, float64(cost.Cgroups)/n
 	c.ServerOnKiB, _ = rss(on.pid())
 	return nil

@@ -245,13 +245,13 @@ func (b *bench) markdown() string {
 		}
 	}
 	if len(b.res.Pool) > 0 {
-		fmt.Fprintf(&w, "\n| idle cost of one prepared sandbox (a server of %d test-class tools, --sandbox-pool 1, all ready) | processes | RSS | PSS | cgroups | server RSS, pool on / off |\n|---|---:|---:|---:|---:|---:|\n", poolTools)
+		fmt.Fprintf(&w, "\n| idle cost of one prepared sandbox (a server of %d test-class tools, --sandbox-pool 1, all ready; divided by the sandboxes it holds) | prepared | processes | RSS | PSS | cgroups | server RSS, pool on / off |\n|---|---:|---:|---:|---:|---:|---:|\n", poolTools)
 		for _, c := range b.res.Pool {
 			if c.Skipped != "" {
-				fmt.Fprintf(&w, "| %s | skipped: %s | | | | |\n", c.Backend, mdEscape(c.Skipped))
+				fmt.Fprintf(&w, "| %s | skipped: %s | | | | | |\n", c.Backend, mdEscape(c.Skipped))
 				continue
 			}
-			fmt.Fprintf(&w, "| %s | %.1f | %.1f MB | %.1f MB | %.1f | %.1f / %.1f MB |\n", c.Backend, c.Processes, c.RSSKiB*1024/1e6, c.PSSKiB*1024/1e6, c.Cgroups,
+			fmt.Fprintf(&w, "| %s | %d | %.1f | %.1f MB | %.1f MB | %.1f | %.1f / %.1f MB |\n", c.Backend, c.Prepared, c.Processes, c.RSSKiB*1024/1e6, c.PSSKiB*1024/1e6, c.Cgroups,
 				float64(c.ServerOnKiB)*1024/1e6, float64(c.ServerOffKiB)*1024/1e6)
 		}
 	}
