@@ -223,7 +223,7 @@ func (p *Pool) Keep(ts []Template) {
 func (p *Pool) dropLocked(s *slot) {
 	delete(p.slots, s.key)
 	for _, sb := range s.held {
-		p.discard(sb)
+		p.discardLocked(sb)
 	}
 	s.held = nil
 }
@@ -279,7 +279,7 @@ func (p *Pool) evictLocked(s *slot) bool {
 	sb := victim.held[len(victim.held)-1]
 	victim.held = victim.held[:len(victim.held)-1]
 	p.counters.evicted.Add(1)
-	p.discard(sb)
+	p.discardLocked(sb)
 	return true
 }
 
@@ -370,6 +370,14 @@ func (p *Pool) failed(s *slot, err error) {
 
 // discard ends an unused sandbox off the caller's path.
 func (p *Pool) discard(sb *Standby) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.discardLocked(sb)
+}
+
+// discardLocked is discard with p.mu held: every goroutine Close waits for
+// is added under p.mu, before Close marks the pool closed and waits.
+func (p *Pool) discardLocked(sb *Standby) {
 	p.bg.Go(func() {
 		sb.Discard()
 		sb.Cleanup()
@@ -392,7 +400,7 @@ func (p *Pool) take(s *slot) *Standby {
 		if p.cfg.MaxAge > 0 && time.Since(sb.Born()) > p.cfg.MaxAge {
 			s.held = slices.Delete(s.held, i, i+1)
 			p.counters.expired.Add(1)
-			p.discard(sb)
+			p.discardLocked(sb)
 			continue
 		}
 		if sb.IsReady() {
@@ -404,7 +412,7 @@ func (p *Pool) take(s *slot) *Standby {
 		case <-sb.exited:
 			s.held = slices.Delete(s.held, i, i+1)
 			p.counters.stale.Add(1)
-			p.discard(sb)
+			p.discardLocked(sb)
 			continue
 		default:
 		}
@@ -471,8 +479,15 @@ func (p *Pool) Run(ctx context.Context, inv Invocation) (Result, error) {
 // compete with it), short beside a preparation (10-20 ms here).
 const afterCallDelay = 3 * time.Millisecond
 
-// afterCall runs f off the call's path, afterCallDelay from now.
+// afterCall runs f off the call's path, afterCallDelay from now (at once,
+// when the pool is closing: Close is not waiting for it any more).
 func (p *Pool) afterCall(f func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		go f()
+		return
+	}
 	p.bg.Add(1)
 	time.AfterFunc(afterCallDelay, func() {
 		defer p.bg.Done()
@@ -545,6 +560,10 @@ func (p *Pool) sweepLoop() {
 		case <-tick.C:
 		}
 		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return
+		}
 		for _, s := range p.slots {
 			kept := s.held[:0]
 			for _, sb := range s.held {
@@ -557,10 +576,10 @@ func (p *Pool) sweepLoop() {
 				switch {
 				case ended:
 					p.counters.stale.Add(1)
-					p.discard(sb)
+					p.discardLocked(sb)
 				case time.Since(sb.Born()) > p.cfg.MaxAge:
 					p.counters.expired.Add(1)
-					p.discard(sb)
+					p.discardLocked(sb)
 				default:
 					kept = append(kept, sb)
 				}

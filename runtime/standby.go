@@ -75,6 +75,11 @@ const (
 // discardGrace is how long a discarded sandbox gets to end on its own.
 const discardGrace = time.Second
 
+// settleBeforeKill bounds the wait for a sandbox's setup to finish before
+// it is killed unused (a create takes milliseconds; one stuck longer is
+// killed anyway).
+const settleBeforeKill = 10 * time.Second
+
 // ReleaseFD is the descriptor number of the release channel in a process
 // started with extra ExtraFiles.
 func ReleaseFD(extra int) int { return 3 + extra }
@@ -332,8 +337,9 @@ func CallOf(inv Invocation) Call {
 // (or checks the ones made at preparation are untouched), lets the shim go
 // and supervises the sandbox as Exec does a process it started; the
 // timeout and Elapsed count from here. The error is ErrStandbyStale or
-// ErrStandbyUsed when the call did not run (the sandbox is then discarded),
-// or another error when it could not start; a call that ran is a Result.
+// ErrStandbyUsed when the call did not run (the sandbox is then killed, off
+// the call's path), or another error when it could not start; a call that
+// ran is a Result.
 // The caller runs Cleanup afterwards, off the call's path.
 func (s *Standby) Release(ctx context.Context, c Call) (Result, error) {
 	if c.MaxBytes <= 0 || c.Timeout <= 0 {
@@ -343,16 +349,16 @@ func (s *Standby) Release(ctx context.Context, c Call) (Result, error) {
 		return Result{}, ErrStandbyUsed
 	}
 	if err := s.Stale(); err != nil {
-		s.kill()
+		go s.kill() // off the call's path; Cleanup waits for it
 		return Result{}, err
 	}
 	if s.pipes != nil && (s.split != (c.StderrMax > 0) || s.stdin != (c.Stdin != nil)) {
-		s.kill()
+		go s.kill() // off the call's path; Cleanup waits for it
 		return Result{}, fmt.Errorf("release: the call's streams (split stderr %v, stdin %v) are not those the sandbox was prepared with (%v, %v)",
 			c.StderrMax > 0, c.Stdin != nil, s.split, s.stdin)
 	}
 	if err := ctx.Err(); err != nil {
-		s.kill()
+		go s.kill() // off the call's path; Cleanup waits for it
 		return Result{Limit: LimitCancelled, ExitCode: -1}, nil
 	}
 	sv := supervised{
@@ -365,7 +371,7 @@ func (s *Standby) Release(ctx context.Context, c Call) (Result, error) {
 	if s.pipes != nil {
 		for _, f := range []*os.File{s.pipes.outR, s.pipes.errR} {
 			if n, err := pending(f); err != nil || n != 0 {
-				s.kill()
+				go s.kill() // off the call's path; Cleanup waits for it
 				return Result{}, fmt.Errorf("%w: %d bytes were written to its streams before its release", ErrStandbyStale, n)
 			}
 		}
@@ -373,14 +379,14 @@ func (s *Standby) Release(ctx context.Context, c Call) (Result, error) {
 	} else {
 		p, err := newCallPipes(c.StderrMax > 0, c.Stdin != nil)
 		if err != nil {
-			s.kill()
+			go s.kill() // off the call's path; Cleanup waits for it
 			return Result{}, fmt.Errorf("release: %w", err)
 		}
 		in := p.inR
 		if in == nil {
 			if in, err = os.Open(os.DevNull); err != nil {
 				p.close()
-				s.kill()
+				go s.kill() // off the call's path; Cleanup waits for it
 				return Result{}, fmt.Errorf("release: %w", err)
 			}
 			closeAfter = append(closeAfter, in)
@@ -408,7 +414,7 @@ func (s *Standby) Release(ctx context.Context, c Call) (Result, error) {
 		if sv.stdin != nil {
 			sv.stdin.Close()
 		}
-		s.kill()
+		go s.kill() // off the call's path; Cleanup waits for it
 		return Result{}, fmt.Errorf("%w: %w", ErrStandbyStale, err)
 	}
 	res := supervise(ctx, sv)
@@ -426,14 +432,14 @@ func (s *Standby) Discard() {
 }
 
 // kill ends the sandbox without running its call. A sandbox still being
-// set up is left to finish first (bounded by prepareTimeout): killing an
+// set up is left to finish first (bounded by settleBeforeKill): killing an
 // OCI runtime's create half way leaves state that its delete cannot be
 // trusted with.
 func (s *Standby) kill() {
 	select {
 	case <-s.ready:
 	case <-s.notReady:
-	case <-time.After(prepareTimeout):
+	case <-time.After(settleBeforeKill):
 	}
 	// The shim sees its release channel close and exits without running
 	// anything (a bwrap sandbox's init then exits through bwrap, which
