@@ -449,6 +449,12 @@ func (p *Pool) slotOf(key string) *slot {
 // Run runs inv in a sandbox prepared for it when the pool keeps its
 // template, else (or when none can be had) through the backend's Run.
 func (p *Pool) Run(ctx context.Context, inv Invocation) (Result, error) {
+	// A call with an egress allowlist gets a proxy of its own, bound into
+	// its sandbox when the sandbox is made (StartEgress): never a prepared
+	// one.
+	if len(inv.Egress) > 0 {
+		return p.backend.Run(ctx, inv)
+	}
 	s := p.slotOf(TemplateOf(inv).key())
 	if s == nil {
 		return p.backend.Run(ctx, inv)
@@ -516,6 +522,11 @@ func (p *Pool) StartService(ctx context.Context, svc Service) (*Process, error) 
 			return nil, fmt.Errorf("%w: the backend runs tools, not long-lived servers", ErrNoServices)
 		}
 		return st.StartService(ctx, svc)
+	}
+	// A service with an egress allowlist has a proxy for its life, made
+	// with its sandbox: it starts on its path.
+	if len(svc.Egress) > 0 {
+		return p.services.StartService(ctx, svc)
 	}
 	key := serviceKey(svc)
 	p.mu.Lock()

@@ -24,6 +24,11 @@ func standbyExec(s ShimSpec) {
 	if s.ReleaseFD < 3 {
 		shimFail(125, "standby: no release channel")
 	}
+	if s.Egress != "" {
+		// An egress proxy is a call's own: a sandbox with one is never
+		// prepared ahead (rt.Pool), and this shim does not bridge it.
+		shimFail(125, "standby: a sandbox with an egress proxy is not prepared ahead of its call")
+	}
 	setRlimits(s.Rlimits)
 	if err := signalReady(s.ReleaseFD, 0); err != nil {
 		shimFail(125, "standby: ready: %v", err)
