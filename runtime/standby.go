@@ -97,11 +97,13 @@ type Standby struct {
 	split   bool
 	stdin   bool
 	diag    *capture // StreamsAtRelease: what the sandbox wrote before release
-	stop    func(pid int)
-	finish  func()
-	cleanup func()
-	fixed   []fixedFile
-	born    time.Time
+	// diagDone is closed when diag has read its pipe to the end.
+	diagDone chan struct{}
+	stop     func(pid int)
+	finish   func()
+	cleanup  func()
+	fixed    []fixedFile
+	born     time.Time
 	// ns holds the sandbox's mount namespace from its ready message
 	// until Cleanup (release.go says why).
 	ns *os.File
@@ -200,8 +202,9 @@ func StartStandby(c StandbyCmd) (*Standby, error) {
 	}
 	s.cmd, s.pid, s.ctl = cmd, cmd.Process.Pid, ctl
 	if diagR != nil {
-		s.diag = newCapture(4<<10, nil)
+		s.diag, s.diagDone = newCapture(4<<10, nil), make(chan struct{})
 		go func() {
+			defer close(s.diagDone)
 			s.diag.readFrom(diagR)
 			diagR.Close()
 		}()
@@ -274,6 +277,12 @@ func (s *Standby) said() string {
 	var b []byte
 	switch {
 	case s.diag != nil:
+		// A sandbox that ended has said all it will once its pipe is
+		// read to the end (bounded: something else may hold the pipe).
+		select {
+		case <-s.diagDone:
+		case <-time.After(200 * time.Millisecond):
+		}
 		b, _, _ = s.diag.result()
 	case s.pipes != nil:
 		// The call's own pipes, made at preparation: what is there now,
