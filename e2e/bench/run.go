@@ -503,47 +503,102 @@ func (b *bench) peerPaths(add func(*path, error)) {
 func peerEnv() []string { return os.Environ() }
 
 func (b *bench) throughput(conf string) {
-	type tp struct{ name, tool, backend string }
-	paths := []tp{{"direct", "rd", "bwrap"}, {"bwrap", "ts", "bwrap"}, {pathName("bwrap" + poolSuffix), "ts", "bwrap" + poolSuffix}}
+	// direct alone; then each sandbox path with the pool off and on, as a
+	// pair: both servers are up at once and each concurrency level runs
+	// off, on, off, on in quarters of its calls, so that the load of a
+	// shared machine, which drifts over seconds, falls on both alike.
+	b.throughputRows("direct", "rd", []string{"bwrap"}, conf)
+	sandboxes := []string{"bwrap"}
 	for _, name := range b.ociRuntimes {
-		paths = append(paths, tp{"oci/" + name, "ts", "oci/" + name}, tp{pathName("oci/" + name + poolSuffix), "ts", "oci/" + name + poolSuffix})
+		sandboxes = append(sandboxes, "oci/"+name)
 	}
-	for _, p := range paths {
-		s, err := b.sessionFor(conf, p.backend)
+	for _, sb := range sandboxes {
+		b.throughputRows(sb, "ts", []string{sb, sb + poolSuffix}, conf)
+	}
+	b.httpThroughputRows(conf)
+}
+
+// throughputRows measures tool through one server per backend path (one
+// path, or the pool-off and pool-on paths of one sandbox), interleaved in
+// quarters at each concurrency level, and adds a row per path and level.
+func (b *bench) throughputRows(label, tool string, backends []string, conf string) {
+	sessions := make([]*session, len(backends))
+	names := make([]string, len(backends))
+	for i, be := range backends {
+		names[i] = pathName(be)
+		if len(backends) == 1 {
+			names[i] = label
+		}
+		s, err := b.sessionFor(conf, be)
 		if err != nil {
-			b.res.Throughput = append(b.res.Throughput, Throughput{Path: p.name, Skipped: firstLine(err.Error())})
-			continue
-		}
-		pooled := strings.HasSuffix(p.backend, poolSuffix)
-		if pooled {
-			// Start from a full pool, as a server does once it is up.
-			_ = waitPoolReady(s, 1, 60*time.Second)
-		}
-		for _, conc := range []int{1, 8, 32} {
-			t := Throughput{Path: p.name, Concurrency: conc}
-			total := max(b.calls, conc*25)
-			before, _ := poolCounters(s)
-			d, el, err := concurrentCalls(s, p.tool, conc, total)
-			if err != nil {
-				t.Skipped = firstLine(err.Error())
-			} else {
-				t.Calls = len(d)
-				t.CallsPerSec = float64(len(d)) / el.Seconds()
-				t.MedianMS, t.P99MS = ms(d.median()), ms(d.p99())
-				_, t.PeakRSSKiB = rss(s.pid())
-				if after, ok := poolCounters(s); ok && pooled {
-					t.Pool = &PoolCounts{Hits: after.Hits - before.Hits, Misses: after.Misses - before.Misses}
-				}
-				logf(b.stderr, "throughput %s x%d: %.0f calls/s, median %s ms, p99 %s ms", p.name, conc, t.CallsPerSec, fmtMS(t.MedianMS), fmtMS(t.P99MS))
+			for _, o := range sessions[:i] {
+				o.close()
 			}
-			b.res.Throughput = append(b.res.Throughput, t)
-			if pooled {
+			for _, n := range names {
+				b.res.Throughput = append(b.res.Throughput, Throughput{Path: n, Skipped: firstLine(err.Error())})
+			}
+			return
+		}
+		sessions[i] = s
+	}
+	defer func() {
+		for _, s := range sessions {
+			s.close()
+		}
+	}()
+	pooled := func(i int) bool { return strings.HasSuffix(backends[i], poolSuffix) }
+	settle := func() {
+		for i, s := range sessions {
+			if pooled(i) {
+				// From a full pool, as a server is once it is up.
 				_ = waitPoolReady(s, 1, 60*time.Second)
 			}
 		}
-		s.close()
 	}
-	b.httpThroughputRows(conf)
+	for _, conc := range []int{1, 8, 32} {
+		total := max(b.calls, conc*25)
+		rounds := 1
+		if len(sessions) > 1 {
+			rounds = 2
+		}
+		rows := make([]Throughput, len(sessions))
+		samples := make([]sample, len(sessions))
+		elapsed := make([]time.Duration, len(sessions))
+		var befores []PoolCounts
+		for _, s := range sessions {
+			c, _ := poolCounters(s)
+			befores = append(befores, c)
+		}
+		for i := range rows {
+			rows[i] = Throughput{Path: names[i], Concurrency: conc}
+		}
+		for range rounds {
+			for i, s := range sessions {
+				settle()
+				d, el, err := concurrentCalls(s, tool, conc, total/rounds)
+				if err != nil && rows[i].Skipped == "" {
+					rows[i].Skipped = firstLine(err.Error())
+				}
+				samples[i] = append(samples[i], d...)
+				elapsed[i] += el
+			}
+		}
+		for i, s := range sessions {
+			t := rows[i]
+			if t.Skipped == "" {
+				d := samples[i]
+				t.Calls = len(d)
+				t.CallsPerSec = float64(len(d)) / elapsed[i].Seconds()
+				t.MedianMS, t.P99MS = ms(d.median()), ms(d.p99())
+				_, t.PeakRSSKiB = rss(s.pid())
+				if after, ok := poolCounters(s); ok && pooled(i) {
+					t.Pool = &PoolCounts{Hits: after.Hits - befores[i].Hits, Misses: after.Misses - befores[i].Misses}
+				}
+				logf(b.stderr, "throughput %s x%d: %.0f calls/s, median %s ms, p99 %s ms", t.Path, conc, t.CallsPerSec, fmtMS(t.MedianMS), fmtMS(t.P99MS))
+			}
+			b.res.Throughput = append(b.res.Throughput, t)
+		}
+	}
 }
 
 // concurrentCalls makes total calls of tool from conc concurrent callers
