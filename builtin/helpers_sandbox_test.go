@@ -24,7 +24,7 @@ func sandboxRunner(t *testing.T) rt.Runner {
 	if _, err := bwrap.Find(); err != nil {
 		testbin.Missing(t, "%v; this test needs the real sandbox", err)
 	}
-	cg := rt.DetectCgroups()
+	cg := rt.SetupCgroups()
 	t.Cleanup(cg.Close)
 	limits := rt.DefaultSandboxLimits()
 	limits.Pids, limits.Memory = 0, 0

@@ -166,21 +166,95 @@ func ownCgroups() (map[string]string, error) {
 	return out, nil
 }
 
-// DetectCgroups finds the cgroup support usable by this process and creates
-// its server directories (GroupPrefix + pid) in each usable hierarchy. It
-// never fails: what is unusable is recorded in Notes. Call Close at exit.
-func DetectCgroups() *Cgroups {
-	c := &Cgroups{V1: map[string]string{}}
-	mounts, err := Mounts()
-	if err != nil {
-		c.Notes = append(c.Notes, "read mountinfo: "+err.Error())
+// CgroupHost is this host's cgroup layout as this process sees it: the
+// mounted hierarchies and this process's cgroup in each. ReadCgroupHost
+// only reads (/proc/self/mountinfo, /proc/self/cgroup, the hierarchies'
+// files); it is the one detector of both backends: SetupCgroups creates the
+// server's directories from it, the OCI backend reads from it what a
+// runtime making its cgroups from the roots can use (RootCgroups).
+type CgroupHost struct {
+	Mounts []Mount
+	// own maps "0" to this process's cgroup2 path, a v1 controller to its
+	// path in that hierarchy (as /proc/self/cgroup names them).
+	own map[string]string
+	// Notes say what could not be read.
+	Notes []string
+}
+
+// ReadCgroupHost reads the host's cgroup layout. It changes nothing.
+func ReadCgroupHost() CgroupHost {
+	var h CgroupHost
+	var err error
+	if h.Mounts, err = Mounts(); err != nil {
+		h.Notes = append(h.Notes, "read mountinfo: "+err.Error())
+		return h
+	}
+	if h.own, err = ownCgroups(); err != nil {
+		h.Notes = append(h.Notes, "read /proc/self/cgroup: "+err.Error())
+	}
+	return h
+}
+
+// RootCgroups is what the hierarchies offer at their roots, where an OCI
+// runtime creates its containers' cgroups.
+type RootCgroups struct {
+	Pids, Memory bool
+	// Swap: memory+swap can be capped (v1 memsw accounting).
+	Swap bool
+	// HybridControllers: /sys/fs/cgroup is not cgroup2 but a cgroup2
+	// hierarchy at /sys/fs/cgroup/unified lists controllers (crun 1.8
+	// refuses to start then).
+	HybridControllers bool
+}
+
+// UnifiedControllers is the file crun 1.8 checks on a hybrid host.
+const UnifiedControllers = "/sys/fs/cgroup/unified/cgroup.controllers"
+
+// Roots reads what the hierarchies offer at their roots. It changes
+// nothing.
+func (h CgroupHost) Roots() RootCgroups {
+	var c RootCgroups
+	for _, m := range h.Mounts {
+		switch m.FSType {
+		case "cgroup":
+			if slices.Contains(m.Super, "pids") {
+				c.Pids = true
+			}
+			if slices.Contains(m.Super, "memory") {
+				c.Memory = true
+				if _, err := os.Stat(filepath.Join(m.Point, "memory.memsw.limit_in_bytes")); err == nil {
+					c.Swap = true
+				}
+			}
+		case "cgroup2":
+			if m.Point == "/sys/fs/cgroup" {
+				ctls := ReadWords(filepath.Join(m.Point, "cgroup.controllers"))
+				c.Pids = c.Pids || slices.Contains(ctls, "pids")
+				c.Memory = c.Memory || slices.Contains(ctls, "memory")
+			}
+		}
+	}
+	var root, unified unix.Statfs_t
+	if unix.Statfs("/sys/fs/cgroup", &root) == nil && root.Type != unix.CGROUP2_SUPER_MAGIC &&
+		unix.Statfs("/sys/fs/cgroup/unified", &unified) == nil && unified.Type == unix.CGROUP2_SUPER_MAGIC {
+		c.HybridControllers = len(ReadWords(UnifiedControllers)) > 0
+	}
+	return c
+}
+
+// SetupCgroups reads the host (ReadCgroupHost) and creates the server's
+// directories (GroupPrefix + pid) in each usable hierarchy; see Setup.
+func SetupCgroups() *Cgroups { return ReadCgroupHost().Setup() }
+
+// Setup creates the server's directories (GroupPrefix + pid) in each
+// usable hierarchy of h and returns the cgroup support they give. It never
+// fails: what is unusable is recorded in Notes. Call Close at exit.
+func (h CgroupHost) Setup() *Cgroups {
+	c := &Cgroups{V1: map[string]string{}, Notes: slices.Clone(h.Notes)}
+	if h.own == nil {
 		return c
 	}
-	own, err := ownCgroups()
-	if err != nil {
-		c.Notes = append(c.Notes, "read /proc/self/cgroup: "+err.Error())
-		return c
-	}
+	mounts, own := h.Mounts, h.own
 	name := GroupPrefix + strconv.Itoa(os.Getpid())
 	for _, m := range mounts {
 		if m.FSType == "cgroup2" && c.V2 == "" {
@@ -193,7 +267,7 @@ func DetectCgroups() *Cgroups {
 				c.Notes = append(c.Notes, fmt.Sprintf("cgroup2: own cgroup %s is outside the mounted subtree %s", p, m.Root))
 				continue
 			}
-			c.detectV2(base, name)
+			c.setupV2(base, name)
 		}
 	}
 	if c.V2 == "" && !slices.ContainsFunc(mounts, func(m Mount) bool { return m.FSType == "cgroup2" }) {
@@ -238,9 +312,9 @@ func DetectCgroups() *Cgroups {
 	return c
 }
 
-// detectV2 sets up the server directory under base, the cgroup2 directory
+// setupV2 sets up the server directory under base, the cgroup2 directory
 // of this process, and the controllers it can hand to call groups.
-func (c *Cgroups) detectV2(base, name string) {
+func (c *Cgroups) setupV2(base, name string) {
 	dir := filepath.Join(base, name)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		c.Notes = append(c.Notes, fmt.Sprintf("cgroup2 %s: %v", base, err))

@@ -82,26 +82,12 @@ func Exec(ctx context.Context, c Cmd) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("exec: %w", err)
 	}
-	cmd := &exec.Cmd{
-		Path:       c.Path,
-		Args:       c.Args,
-		Env:        c.Env,
-		Dir:        c.Dir,
-		Stdout:     p.outW,
-		Stderr:     p.errW,
-		ExtraFiles: c.ExtraFiles,
-	}
-	if p.inR != nil {
-		cmd.Stdin = p.inR
-	}
-	cmd.SysProcAttr = processAttr(c.SysProcAttr, c.Group)
-
 	start := time.Now()
-	err = startTracked(cmd)
+	cmd, err := proc{c.Path, c.Args, c.Env, c.Dir, c.SysProcAttr, c.ExtraFiles, c.Group}.start(p.inR, p.outW, p.errW)
 	p.closeChild()
 	if err != nil {
 		p.closeParent()
-		return Result{}, fmt.Errorf("start %s: %w", c.Path, err)
+		return Result{}, err
 	}
 	pid := cmd.Process.Pid
 	defer untrack(pid)
@@ -245,7 +231,47 @@ wait:
 	return res
 }
 
-// processAttr is how every process of a call starts: the given
+// proc is what every process toolgate starts is made of, whatever it
+// serves: a call (Cmd), a service (ServiceCmd), a prepared sandbox
+// (StandbyCmd). start is the one place where one becomes a process.
+type proc struct {
+	path  string
+	args  []string
+	env   []string
+	dir   string
+	sys   *syscall.SysProcAttr
+	extra []*os.File
+	group *Group
+}
+
+// start starts p with the given streams (a nil stdin is /dev/null) and
+// extra as fds 3 and up: exactly p's environment, the attributes of
+// processAttr, tracked for the PID 1 reaper. The caller closes the child's
+// ends once it returns.
+func (p proc) start(stdin, stdout, stderr *os.File) (*exec.Cmd, error) {
+	if p.env == nil {
+		return nil, errors.New("nil environment would inherit the server's")
+	}
+	cmd := &exec.Cmd{
+		Path:       p.path,
+		Args:       p.args,
+		Env:        p.env,
+		Dir:        p.dir,
+		Stdout:     stdout,
+		Stderr:     stderr,
+		ExtraFiles: p.extra,
+	}
+	if stdin != nil {
+		cmd.Stdin = stdin
+	}
+	cmd.SysProcAttr = processAttr(p.sys, p.group)
+	if err := startTracked(cmd); err != nil {
+		return nil, fmt.Errorf("start %s: %w", p.path, err)
+	}
+	return cmd, nil
+}
+
+// processAttr is how every process toolgate starts begins: the given
 // attributes, in a process group of its own, SIGKILLed when the server's
 // thread that started it dies (unless asked otherwise), and in g's
 // cgroup2 group when there is one.

@@ -142,68 +142,20 @@ func StartProcess(c ServiceCmd) (*Process, error) {
 	if !filepath.IsAbs(c.Path) {
 		return nil, fmt.Errorf("start service: path %q is not absolute", c.Path)
 	}
-	var opened []*os.File
-	closeAll := func() {
-		for _, f := range opened {
-			f.Close()
-		}
-	}
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
-		if err == nil {
-			opened = append(opened, r, w)
-		}
-		return r, w, err
-	}
-	inR, inW, err := pipe()
+	pp, err := newCallPipes(true, true)
 	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("start service: stdin pipe: %w", err)
+		return nil, fmt.Errorf("start service: %w", err)
 	}
-	outR, outW, err := pipe()
-	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("start service: stdout pipe: %w", err)
-	}
-	errR, errW, err := pipe()
-	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("start service: stderr pipe: %w", err)
-	}
-	cmd := &exec.Cmd{
-		Path:       c.Path,
-		Args:       c.Args,
-		Env:        c.Env,
-		Dir:        c.Dir,
-		Stdin:      inR,
-		Stdout:     outW,
-		Stderr:     errW,
-		ExtraFiles: c.ExtraFiles,
-	}
-	attr := &syscall.SysProcAttr{}
-	if c.SysProcAttr != nil {
-		*attr = *c.SysProcAttr
-	}
-	attr.Setpgid, attr.Pgid, attr.Pdeathsig = true, 0, syscall.SIGKILL
-	if c.Group != nil && c.Group.fd >= 0 {
-		attr.UseCgroupFD = true
-		attr.CgroupFD = c.Group.fd
-	}
-	cmd.SysProcAttr = attr
-	err = startTracked(cmd)
+	cmd, err := proc{c.Path, c.Args, c.Env, c.Dir, c.SysProcAttr, c.ExtraFiles, c.Group}.start(pp.inR, pp.outW, pp.errW)
 	// The child holds its ends now; the parent keeps only its own.
-	inR.Close()
-	outW.Close()
-	errW.Close()
+	pp.closeChild()
 	if err != nil {
-		inW.Close()
-		outR.Close()
-		errR.Close()
-		return nil, fmt.Errorf("start %s: %w", c.Path, err)
+		pp.closeParent()
+		return nil, err
 	}
 	p := &Process{
-		stdin:  inW,
-		stdout: outR,
+		stdin:  pp.inW,
+		stdout: pp.outR,
 		pid:    cmd.Process.Pid,
 		group:  c.Group,
 		egress: c.Egress,
@@ -214,9 +166,9 @@ func StartProcess(c ServiceCmd) (*Process, error) {
 	stderrDone := make(chan struct{})
 	go func() {
 		defer close(stderrDone)
-		forwardLines(errR, c.Stderr)
+		forwardLines(pp.errR, c.Stderr)
 	}()
-	go p.watch(errR, stderrDone)
+	go p.watch(pp.errR, stderrDone)
 	return p, nil
 }
 

@@ -123,7 +123,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 func directServices(t *testing.T) map[string]*DirectServices {
 	t.Helper()
 	out := map[string]*DirectServices{"reap": {Shim: self(t)}}
-	cg := DetectCgroups()
+	cg := SetupCgroups()
 	t.Cleanup(cg.Close)
 	if cg.V2 != "" {
 		out["cgroup2"] = &DirectServices{Cgroups: cg, Shim: self(t)}

@@ -154,7 +154,7 @@ func StartStandby(c StandbyCmd) (*Standby, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := &exec.Cmd{Path: c.Path, Args: c.Args, Env: c.Env, Dir: c.Dir, ExtraFiles: append(append([]*os.File(nil), c.ExtraFiles...), peer)}
+	var stdin, stdout, stderr *os.File
 	var childEnds []*os.File
 	var diagR *os.File
 	switch c.Streams {
@@ -166,10 +166,7 @@ func StartStandby(c StandbyCmd) (*Standby, error) {
 			return nil, fmt.Errorf("standby: %w", err)
 		}
 		s.pipes = p
-		cmd.Stdout, cmd.Stderr = p.outW, p.errW
-		if p.inR != nil {
-			cmd.Stdin = p.inR
-		}
+		stdin, stdout, stderr = p.inR, p.outW, p.errW
 	default:
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -178,11 +175,11 @@ func StartStandby(c StandbyCmd) (*Standby, error) {
 			return nil, fmt.Errorf("standby: diagnostics pipe: %w", err)
 		}
 		diagR = r
-		cmd.Stdout, cmd.Stderr = w, w
+		stdout, stderr = w, w
 		childEnds = append(childEnds, w)
 	}
-	cmd.SysProcAttr = processAttr(c.SysProcAttr, c.Group)
-	err = startTracked(cmd)
+	extra := append(append([]*os.File(nil), c.ExtraFiles...), peer)
+	cmd, err := proc{c.Path, c.Args, c.Env, c.Dir, c.SysProcAttr, extra, c.Group}.start(stdin, stdout, stderr)
 	peer.Close()
 	for _, f := range childEnds {
 		f.Close()
@@ -198,7 +195,7 @@ func StartStandby(c StandbyCmd) (*Standby, error) {
 		if s.pipes != nil {
 			s.pipes.closeParent()
 		}
-		return nil, fmt.Errorf("start %s: %w", c.Path, err)
+		return nil, err
 	}
 	s.cmd, s.pid, s.ctl = cmd, cmd.Process.Pid, ctl
 	if diagR != nil {

@@ -99,7 +99,7 @@ func TestDownstreamSandboxLimits(t *testing.T) {
 	if _, err := bwrap.Find(); err != nil {
 		testbin.Missing(t, "%v", err)
 	}
-	cg := rt.DetectCgroups()
+	cg := rt.SetupCgroups()
 	t.Cleanup(cg.Close)
 	limits := rt.DefaultSandboxLimits()
 	limits.Pids, limits.NoFile, limits.FSize, limits.Core = 24, 77, 12345678, 0

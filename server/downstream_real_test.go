@@ -63,7 +63,7 @@ func bwrapServices(t *testing.T) *bwrap.Runner {
 	if _, err := bwrap.Find(); err != nil {
 		missing(t, "%v", err)
 	}
-	cg := rt.DetectCgroups()
+	cg := rt.SetupCgroups()
 	t.Cleanup(cg.Close)
 	r, err := bwrap.New(context.Background(), bwrap.Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: rt.DefaultSandboxLimits()})
 	if errors.Is(err, bundle.ErrNoSeccomp) {

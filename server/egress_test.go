@@ -47,7 +47,7 @@ func TestEgressCall(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	addr := l.Addr().String()
 
-	cg := rt.DetectCgroups()
+	cg := rt.SetupCgroups()
 	t.Cleanup(cg.Close)
 	limits := rt.DefaultSandboxLimits()
 	limits.EgressConns = 3

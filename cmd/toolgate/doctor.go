@@ -40,7 +40,7 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 		d.line("user: uid %d (not root); sandboxes run as this uid, mapped to 65534 inside", os.Geteuid())
 	}
 
-	cg := rt.DetectCgroups()
+	cg := rt.SetupCgroups()
 	defer cg.Close()
 	d.line("cgroups: %s", cg)
 	for _, n := range cg.Notes {

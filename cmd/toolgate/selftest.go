@@ -71,7 +71,7 @@ func selftest(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "toolgate selftest: %v\n", err)
 		return 2
 	}
-	cg := rt.DetectCgroups()
+	cg := rt.SetupCgroups()
 	defer cg.Close()
 
 	backends := []rt.Backend{rt.Backend(s.backend)}

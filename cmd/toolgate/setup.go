@@ -132,7 +132,7 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 		if err != nil {
 			return nil, err
 		}
-		a.cgroups = rt.DetectCgroups()
+		a.cgroups = rt.SetupCgroups()
 		for _, d := range a.cgroups.Sweep() {
 			log.WithField("dir", d).Info("removed the cgroup of a server that did not exit cleanly")
 		}

@@ -219,7 +219,7 @@ func (b *bench) enterPath(bwrapArgv []string, withGroup bool) (*path, error) {
 		p.name = "bwrap through the enter shim, no cgroup (by hand)"
 		p.note = "toolgate-shim enter (rlimits, uid 65534, no_new_privs), bwrap: what the extra exec costs"
 	}
-	cg := rt.DetectCgroups()
+	cg := rt.SetupCgroups()
 	lim := rt.DefaultSandboxLimits()
 	uid, gid := -1, -1
 	if os.Geteuid() == 0 {

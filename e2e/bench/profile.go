@@ -50,7 +50,7 @@ func runProfile(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench profile: %v\n", err)
 		return 2
 	}
-	cg := rt.DetectCgroups()
+	cg := rt.SetupCgroups()
 	defer cg.Close()
 	cfg := conf.Load(path, conf.Options{Builtins: builtin.Names()})
 	if cfg.State != conf.StateLoaded {

@@ -55,7 +55,7 @@ func unavailable(name, format string, a ...any) backend {
 // with the reason.
 func backends(t *testing.T) []backend {
 	t.Helper()
-	cg := rt.DetectCgroups()
+	cg := rt.SetupCgroups()
 	t.Cleanup(cg.Close)
 	var out []backend
 	if b, err := bwrap.New(context.Background(), bwrap.Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: testLimits()}); err != nil {
@@ -135,7 +135,7 @@ func TestBrokenSandboxIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg := rt.DetectCgroups()
+	cg := rt.SetupCgroups()
 	t.Cleanup(cg.Close)
 	env, err := NewEnv("direct", &directRunner{cg: cg, shim: self}, Probe{Path: testbin.Probe(t)}, testLimits())
 	if err != nil {

@@ -24,7 +24,7 @@ func newRunner(t *testing.T) *Runner {
 	if _, err := Find(); err != nil {
 		testbin.Missing(t, "%v", err)
 	}
-	cg := rt.DetectCgroups()
+	cg := rt.SetupCgroups()
 	t.Cleanup(cg.Close)
 	r, err := New(context.Background(), Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: rt.DefaultSandboxLimits()})
 	if errors.Is(err, bundle.ErrNoSeccomp) {

@@ -34,7 +34,7 @@ func runners(t *testing.T) map[string]*Runner {
 		t.Fatal(err)
 	}
 	out := map[string]*Runner{"reap": {Shim: self}}
-	cg := rt.DetectCgroups()
+	cg := rt.SetupCgroups()
 	t.Cleanup(cg.Close)
 	out["cgroup2"] = nil
 	if cg.V2 != "" {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,56 +15,6 @@ import (
 	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
 )
-
-// unifiedControllers is the file crun 1.8 checks on a hybrid host.
-const unifiedControllers = "/sys/fs/cgroup/unified/cgroup.controllers"
-
-// controllers is which cgroup limits the host can apply to containers.
-type controllers struct {
-	pids, memory bool
-	// swap: memory+swap can be capped (v1 memsw accounting).
-	swap bool
-	// hybridControllers: /sys/fs/cgroup is not cgroup2 but a cgroup2
-	// hierarchy at /sys/fs/cgroup/unified lists controllers (crun 1.8
-	// refuses to start then).
-	hybridControllers bool
-}
-
-// detectControllers reads /proc/self/mountinfo and the cgroup roots. It
-// changes nothing.
-func detectControllers() controllers {
-	var c controllers
-	mounts, err := rt.Mounts()
-	if err != nil {
-		return c
-	}
-	for _, m := range mounts {
-		switch m.FSType {
-		case "cgroup":
-			if slices.Contains(m.Super, "pids") {
-				c.pids = true
-			}
-			if slices.Contains(m.Super, "memory") {
-				c.memory = true
-				if _, err := os.Stat(filepath.Join(m.Point, "memory.memsw.limit_in_bytes")); err == nil {
-					c.swap = true
-				}
-			}
-		case "cgroup2":
-			ctls := rt.ReadWords(filepath.Join(m.Point, "cgroup.controllers"))
-			if m.Point == "/sys/fs/cgroup" {
-				c.pids = c.pids || slices.Contains(ctls, "pids")
-				c.memory = c.memory || slices.Contains(ctls, "memory")
-			}
-		}
-	}
-	var root, unified unix.Statfs_t
-	if unix.Statfs("/sys/fs/cgroup", &root) == nil && root.Type != unix.CGROUP2_SUPER_MAGIC &&
-		unix.Statfs("/sys/fs/cgroup/unified", &unified) == nil && unified.Type == unix.CGROUP2_SUPER_MAGIC {
-		c.hybridControllers = len(rt.ReadWords(unifiedControllers)) > 0
-	}
-	return c
-}
 
 // prepare lays out the server directory once: RunDir/<pid> (0700) with the
 // skeleton rootfs, the runtime state dir and the bundles dir; it first
@@ -184,7 +133,7 @@ func (r *Runner) sibling(name Name) (*Runner, error) {
 	}
 	p := *r.plan
 	p.cfg.Runtime, p.fl, p.bin = name, fl, bin
-	if name == Crun && detectControllers().hybridControllers {
+	if name == Crun && rt.ReadCgroupHost().Roots().HybridControllers {
 		p.mask = filepath.Join(r.dir, "empty-cgroup.controllers")
 		_ = os.WriteFile(p.mask, nil, 0o444)
 	}
@@ -284,7 +233,7 @@ func (r *Runner) probe(ctx context.Context) error {
 // did could not be given back; ending it would send the parent-death
 // signal to every process it had started, prepared sandboxes included).
 func masked(shim, mask string, c rt.Cmd) rt.Cmd {
-	spec := rt.ShimSpec{Mode: rt.ShimMask, UID: -1, GID: -1, Mask: mask + "=" + unifiedControllers, Path: c.Path, Argv: c.Args}
+	spec := rt.ShimSpec{Mode: rt.ShimMask, UID: -1, GID: -1, Mask: mask + "=" + rt.UnifiedControllers, Path: c.Path, Argv: c.Args}
 	c.Path = shim
 	c.Args = append([]string{shim}, spec.Args()...)
 	return c

@@ -168,9 +168,9 @@ func newPlan(cfg Config) (*plan, error) {
 	// The cgroup limits the host can enforce; the rest are notes for
 	// doctor.
 	p.policy.Pids, p.policy.Memory = 0, 0
-	cg := detectControllers()
+	cg := rt.ReadCgroupHost().Roots()
 	if cfg.Limits.Pids > 0 {
-		if cg.pids {
+		if cg.Pids {
 			p.policy.Pids = max(cfg.Limits.Pids, fl.pidsFloor)
 			if fl.pidsFloor > cfg.Limits.Pids {
 				p.notes = append(p.notes, fmt.Sprintf("%s: pids cgroup limit raised to %d (it counts the sandbox kernel's own tasks); processes are bounded by RLIMIT_NPROC %d", cfg.Runtime, fl.pidsFloor, cfg.Limits.NProc))
@@ -180,16 +180,16 @@ func newPlan(cfg Config) (*plan, error) {
 		}
 	}
 	if cfg.Limits.Memory > 0 {
-		if cg.memory {
+		if cg.Memory {
 			p.policy.Memory = cfg.Limits.Memory
-			p.policy.MemorySwap = cg.swap
+			p.policy.MemorySwap = cg.Swap
 		} else {
 			p.notes = append(p.notes, "no memory cgroup controller: per-call memory is not limited")
 		}
 	}
-	if cfg.Runtime == Crun && cg.hybridControllers {
+	if cfg.Runtime == Crun && cg.HybridControllers {
 		p.mask = filepath.Join(p.dir, "empty-cgroup.controllers")
-		p.notes = append(p.notes, "crun: hybrid cgroups with controllers in the unified hierarchy; crun is run in a private mount namespace where "+unifiedControllers+" reads empty")
+		p.notes = append(p.notes, "crun: hybrid cgroups with controllers in the unified hierarchy; crun is run in a private mount namespace where "+rt.UnifiedControllers+" reads empty")
 	}
 	return p, nil
 }
@@ -488,7 +488,7 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 		Argv:      r.fl.createArgv(r.bin, r.state, b, filepath.Join(b, "pid"), id),
 	}
 	if r.mask != "" {
-		hold.Mask = r.mask + "=" + unifiedControllers
+		hold.Mask = r.mask + "=" + rt.UnifiedControllers
 	}
 	dirs := []string{t.Path}
 	if t.Dir != "" {
