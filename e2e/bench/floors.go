@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -127,40 +128,43 @@ func (b *bench) runcPath() (*path, error) {
 	return p, nil
 }
 
-// runcOwnBundlePath runs `runc run` of the bundle toolgate generates for the
-// test tool (`toolgate spec --backend oci`: seccomp, pids and memory
-// cgroup, rlimits, masked paths, the init shim), on a skeleton rootfs laid
-// out as the oci backend lays out its own: what runc itself costs with
-// toolgate's policy, without toolgate.
-func (b *bench) runcOwnBundlePath(conf string) (*path, error) {
-	p := &path{group: "floor", name: "runc run, toolgate's own bundle", note: "`toolgate spec --backend oci` of the same tool, run by hand: runc's cost of the full policy"}
+// ownBundle is the bundle toolgate generates for the test tool (`toolgate
+// spec --backend oci`: seccomp, pids and memory cgroup, rlimits, masked
+// paths, the init shim), on a skeleton rootfs laid out as the oci backend
+// lays out its own, for runc by hand.
+type ownBundle struct {
+	runc, dir, state, cgParent string
+}
+
+func (b *bench) newOwnBundle(conf, name string) (*ownBundle, error) {
 	runc, err := exec.LookPath("runc")
 	if err != nil {
-		return p, err
+		return nil, err
 	}
 	out, err := exec.Command(b.toolgate, "spec", "--conf", conf, "--backend", "oci", "ts").Output()
 	if err != nil {
-		return p, fmt.Errorf("toolgate spec: %w", err)
+		return nil, fmt.Errorf("toolgate spec: %w", err)
 	}
 	var s specs.Spec
 	if err := json.Unmarshal(out, &s); err != nil {
-		return p, fmt.Errorf("toolgate spec: %w", err)
+		return nil, fmt.Errorf("toolgate spec: %w", err)
 	}
-	dir := filepath.Join(b.cache, "runc-own")
-	_ = os.RemoveAll(dir)
-	root := filepath.Join(dir, "rootfs")
+	o := &ownBundle{runc: runc, dir: filepath.Join(b.cache, name), cgParent: "toolgate-bench-" + strconv.Itoa(os.Getpid())}
+	o.state = filepath.Join(o.dir, "state")
+	_ = os.RemoveAll(o.dir)
+	root := filepath.Join(o.dir, "rootfs")
 	for _, d := range []string{"usr", "etc", "proc", "dev", "tmp", ".toolgate"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			return p, err
+			return nil, err
 		}
 	}
 	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
-		return p, err
+		return nil, err
 	}
 	for _, m := range s.Mounts {
 		if strings.HasPrefix(m.Destination, "/.toolgate/") {
 			if err := os.WriteFile(filepath.Join(root, m.Destination), nil, 0o755); err != nil {
-				return p, err
+				return nil, err
 			}
 		}
 	}
@@ -170,40 +174,120 @@ func (b *bench) runcOwnBundlePath(conf string) (*path, error) {
 		}
 	}
 	s.Root.Path = root
-	cgParent := "toolgate-bench-" + strconv.Itoa(os.Getpid())
-	s.Linux.CgroupsPath = cgParent + "/own"
+	s.Linux.CgroupsPath = o.cgParent + "/" + name
 	data, err := json.Marshal(&s)
+	if err != nil {
+		return nil, err
+	}
+	return o, os.WriteFile(filepath.Join(o.dir, "config.json"), data, 0o600)
+}
+
+// runc runs runc with args on the bundle's state, with out as its stdout
+// and stderr.
+func (o *ownBundle) cmd(out *os.File, args ...string) *exec.Cmd {
+	c := &exec.Cmd{Path: o.runc, Args: append([]string{o.runc, "--root", o.state}, args...), Env: rt.Env, Dir: o.dir}
+	if out != nil {
+		c.Stdout, c.Stderr = out, out
+	}
+	return c
+}
+
+func (o *ownBundle) close(name string) {
+	_ = os.RemoveAll(o.dir)
+	// runc leaves the parent of a relative cgroupsPath in every
+	// hierarchy.
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == o.cgParent {
+			_ = os.Remove(filepath.Join(path, name))
+			_ = os.Remove(path)
+			return filepath.SkipDir
+		}
+		return nil
+	})
+}
+
+// runcOwnBundlePath runs `runc run` of toolgate's own bundle by hand: what
+// runc itself costs with toolgate's policy, without toolgate.
+func (b *bench) runcOwnBundlePath(conf string) (*path, error) {
+	p := &path{group: "floor", name: "runc run, toolgate's own bundle", note: "`toolgate spec --backend oci` of the same tool, run by hand: runc's cost of the full policy"}
+	o, err := b.newOwnBundle(conf, "runc-own")
 	if err != nil {
 		return p, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o600); err != nil {
-		return p, err
-	}
-	state := filepath.Join(dir, "state")
 	i := 0
 	p.call = func() error {
 		i++
 		id := "toolgate-bench-own-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(i)
 		var out bytes.Buffer
-		cmd := &exec.Cmd{Path: runc, Args: []string{runc, "--root", state, "run", "--bundle", dir, id}, Env: rt.Env, Dir: dir, Stdout: &out, Stderr: &out}
+		cmd := o.cmd(nil, "run", "--bundle", o.dir, id)
+		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil || !strings.Contains(out.String(), "hello") {
-			_ = exec.Command(runc, "--root", state, "delete", "--force", id).Run()
+			_ = o.cmd(nil, "delete", "--force", id).Run()
 			return fmt.Errorf("runc run: %w: %s", err, firstLine(out.String()))
 		}
 		return nil
 	}
+	p.close = func() { o.close("runc-own") }
+	return p, nil
+}
+
+// runcStartPath runs `runc start` of a container of toolgate's own bundle
+// that `runc create` made before the call, untimed, by hand: the least a
+// prepared runc container costs a call (the pool's create and start,
+// without the hold shim and toolgate). The call is the start and the wait
+// for the container's output to end; the delete and the next create are
+// untimed.
+func (b *bench) runcStartPath(conf string) (*path, error) {
+	p := &path{group: "floor", name: "runc start of a created container, toolgate's own bundle", note: "`runc create` untimed before the call, then timed: `runc start` and the tool's output to its end"}
+	o, err := b.newOwnBundle(conf, "runc-start")
+	if err != nil {
+		return p, err
+	}
+	i := 0
+	var id string
+	var r *os.File
+	create := func() error {
+		i++
+		id = "toolgate-bench-start-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(i)
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		err = o.cmd(pw, "create", "--bundle", o.dir, id).Run()
+		pw.Close()
+		if err != nil {
+			pr.Close()
+			return fmt.Errorf("runc create: %w", err)
+		}
+		r = pr
+		return nil
+	}
+	p.settle = func() {
+		_ = o.cmd(nil, "delete", "--force", id).Run()
+		if err := create(); err != nil {
+			p.err = err
+		}
+	}
+	if err := create(); err != nil {
+		return p, err
+	}
+	p.call = func() error {
+		if r == nil {
+			return fmt.Errorf("no created container")
+		}
+		defer func() { r.Close(); r = nil }()
+		if out, err := o.cmd(nil, "start", id).CombinedOutput(); err != nil {
+			return fmt.Errorf("runc start: %w: %s", err, firstLine(string(out)))
+		}
+		out, err := io.ReadAll(r)
+		if err != nil || !strings.Contains(string(out), "hello") {
+			return fmt.Errorf("runc start: output %q: %v", out, err)
+		}
+		return nil
+	}
 	p.close = func() {
-		_ = os.RemoveAll(dir)
-		// runc leaves the parent of a relative cgroupsPath in every
-		// hierarchy.
-		_ = filepath.WalkDir("/sys/fs/cgroup", func(path string, d fs.DirEntry, err error) error {
-			if err == nil && d.IsDir() && d.Name() == cgParent {
-				_ = os.Remove(filepath.Join(path, "own"))
-				_ = os.Remove(path)
-				return filepath.SkipDir
-			}
-			return nil
-		})
+		_ = o.cmd(nil, "delete", "--force", id).Run()
+		o.close("runc-start")
 	}
 	return p, nil
 }

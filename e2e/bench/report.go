@@ -158,6 +158,23 @@ func (b *bench) poolTargets() []Target {
 	}
 	out = append(out, t)
 	below("oci/runc, pool on ≤ 10 ms", "oci/runc, pool on", 10)
+	// What a machine's speed does not change: what the pool leaves on a
+	// call's path over the floor beneath it.
+	over := func(name, row, floor string, limit float64) {
+		t := Target{Name: name, Want: fmt.Sprintf("median(%s) − median(%s) ≤ %s ms", row, floor, fmtMS(limit))}
+		r, ok1 := b.row(row)
+		f, ok2 := b.row(floor)
+		if ok1 && ok2 {
+			add := r.MedianMS - f.MedianMS
+			t.Measured = fmt.Sprintf("%s − %s = %.2f ms", fmtMS(r.MedianMS), fmtMS(f.MedianMS), add)
+			t.Held = add <= limit
+		} else {
+			t.Unmeasured = "a path was not measured"
+		}
+		out = append(out, t)
+	}
+	over("(info) bwrap, pool on, adds ≤ 1.5 ms over an unsandboxed direct call", "bwrap, pool on", "direct (read tool)", 1.5)
+	over("(info) oci/runc, pool on, adds ≤ 5 ms over runc start by hand", "oci/runc, pool on", "runc start of a created container, toolgate's own bundle", 5)
 	// Throughput: the pool must cost nothing under load. 5% is the
 	// run-to-run noise of these rows on a shared 2-vCPU VM.
 	tp := map[string]Throughput{}

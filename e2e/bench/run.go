@@ -242,6 +242,7 @@ func (b *bench) perCall(conf string) {
 		}
 		add(b.runcPath())
 		add(b.runcOwnBundlePath(conf))
+		add(b.runcStartPath(conf))
 	}
 	if want(b.sections, "toolgate") {
 		const g = "toolgate (MCP stdio)"
