@@ -163,7 +163,9 @@ func taggedProcs(tag string) []string {
 // TestDownstreamKilledWhenToolgateStops: a sandboxed stdio downstream
 // server, started by a call, is gone with everything it started once
 // toolgate's stdin closes, and once toolgate is killed (SIGKILL: it dies
-// with its parent).
+// with its parent). The server does not end when its stdin closes (stay),
+// so only toolgate's kill, or the parent-death signal of its sandbox,
+// ends it.
 func TestDownstreamKilledWhenToolgateStops(t *testing.T) {
 	onlyBinary(t) // the downstream server is the host's probe
 	for _, how := range []string{"stdin closed", "SIGKILL"} {
@@ -174,7 +176,7 @@ func TestDownstreamKilledWhenToolgateStops(t *testing.T) {
 [tool_mcp_servers.probe]
 transport = "stdio"
 command = %q
-args = ["mcp", %q]
+args = ["mcp", %q, "stay"]
 enabled_tools = ["pid", "forks"]
 default_tools_approval_mode = "auto"
 startup_timeout_sec = 30
@@ -207,7 +209,9 @@ startup_timeout_sec = 30
 				stdin.Close()
 			}
 			go io.Copy(io.Discard, out)
+			t0 := time.Now()
 			cmd.Wait()
+			t.Logf("toolgate exited %s after %s", time.Since(t0).Round(time.Millisecond), how)
 			waitFor(t, 5*time.Second, func() bool { return len(taggedProcs(tag)) == 0 })
 		})
 	}

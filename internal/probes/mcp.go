@@ -28,6 +28,8 @@ import (
 //     an inputSchema of about B bytes each, P tools per tools/list page.
 //   - big=B: the tool "big" has an inputSchema of about B bytes.
 //   - dup: it lists "echo" twice.
+//   - stay: it keeps running once its stdin closes, as a server that does
+//     not watch its stdin: only a kill ends it.
 //   - slowstart=S: it reads nothing for S seconds after it starts.
 //
 // Its tools: echo (answers "echo: N bytes of arguments"), pid (its pid),
@@ -50,6 +52,7 @@ func mcpServer(args []string) {
 	}
 	_, deaf := opt["deaf"]
 	_, dup := opt["dup"]
+	_, stay := opt["stay"]
 	tools := mcpTools(num("tools"), num("schema"), num("big"), dup)
 	time.Sleep(time.Duration(num("slowstart")) * time.Second)
 	page := num("page")
@@ -60,7 +63,10 @@ func mcpServer(args []string) {
 	out := bufio.NewWriter(os.Stdout)
 	for {
 		if _, err := in.Peek(1); err != nil {
-			return // stdin closed
+			for stay { // stdin closed, and it does not care
+				time.Sleep(time.Hour)
+			}
+			return
 		}
 		// The head of the next message: up to its newline or the
 		// buffer's 4 KiB, however the writer split it into pieces.
