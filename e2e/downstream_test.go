@@ -137,7 +137,9 @@ tool_timeout_sec = 600
 			if took > 2*time.Second {
 				t.Errorf("toolgate took %s to exit after %s, want under 2 s", took, how)
 			}
-			waitFor(t, 5*time.Second, func() bool { return len(taggedProcs(tag)) == 0 })
+			if !waitUntil(5*time.Second, func() bool { return len(taggedProcs(tag)) == 0 }) {
+				t.Errorf("left after %s: %s", how, describeProcs(taggedProcs(tag)))
+			}
 		})
 	}
 }
@@ -158,6 +160,19 @@ func taggedProcs(tag string) []string {
 		out = append(out, f)
 	}
 	return out
+}
+
+// describeProcs names each /proc/PID/cmdline of procs with its state and
+// parent.
+func describeProcs(procs []string) string {
+	var out []string
+	for _, f := range procs {
+		dir := strings.TrimSuffix(f, "cmdline")
+		cmd, _ := os.ReadFile(f)
+		stat, _ := os.ReadFile(dir + "stat")
+		out = append(out, fmt.Sprintf("%s [%s] %q", filepath.Base(dir), strings.Join(strings.Fields(string(stat))[2:4], " ppid "), strings.ReplaceAll(string(cmd), "\x00", " ")))
+	}
+	return strings.Join(out, "; ")
 }
 
 // TestDownstreamKilledWhenToolgateStops: a sandboxed stdio downstream
@@ -212,7 +227,9 @@ startup_timeout_sec = 30
 			t0 := time.Now()
 			cmd.Wait()
 			t.Logf("toolgate exited %s after %s", time.Since(t0).Round(time.Millisecond), how)
-			waitFor(t, 5*time.Second, func() bool { return len(taggedProcs(tag)) == 0 })
+			if !waitUntil(5*time.Second, func() bool { return len(taggedProcs(tag)) == 0 }) {
+				t.Errorf("left after %s: %s", how, describeProcs(taggedProcs(tag)))
+			}
 		})
 	}
 }

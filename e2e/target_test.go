@@ -312,11 +312,19 @@ func listenInNetns(t *testing.T, pid int, addr string) net.Listener {
 // waitFor polls cond every 50 ms until it holds or d passed.
 func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 	t.Helper()
+	if !waitUntil(d, cond) {
+		t.Fatalf("condition not met within %s", d)
+	}
+}
+
+// waitUntil polls cond every 50 ms until it holds (true) or d passed.
+func waitUntil(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
+			return false
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return true
 }

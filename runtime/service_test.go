@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -287,5 +288,28 @@ func TestCheckServiceBind(t *testing.T) {
 		if (tc.wantErr == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("CheckServiceBind(%q) = %v, want %q", tc.path, err, tc.wantErr)
 		}
+	}
+}
+
+// TestShimEnterKeepsParentDeathSignal: changing credentials clears the
+// parent-death signal toolgate gives every process it starts, so the
+// enter shim, which drops to the sandbox uid before it execs bwrap, arms
+// it again: a server killed while a sandbox is being set up (a pool's
+// preparation right after a call) must not leave it running.
+func TestShimEnterKeepsParentDeathSignal(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testbin.Missing(t, "the enter shim drops privileges only when toolgate is root")
+	}
+	probe := testbin.Probe(t)
+	spec := ShimSpec{Mode: ShimEnter, UID: SandboxUID, GID: SandboxGID, Path: probe, Argv: []string{probe, "pdeathsig"}}
+	cmd := exec.Command(self(t), spec.Args()...)
+	cmd.Env = Env
+	cmd.SysProcAttr = processAttr(nil, nil)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("enter shim: %v: %s", err, out)
+	}
+	if got, want := strings.TrimSpace(string(out)), fmt.Sprintf("pdeathsig=%d ok", syscall.SIGKILL); got != want {
+		t.Errorf("the tool the enter shim execs as uid %d: %q, want %q", SandboxUID, got, want)
 	}
 }

@@ -257,6 +257,7 @@ func shimFail(code int, format string, a ...any) {
 // execs. Every step is required: a failure ends the call, it never runs
 // with less than asked.
 func enter(s ShimSpec) {
+	parent := os.Getppid()
 	self := []byte(strconv.Itoa(os.Getpid()))
 	for _, j := range s.Joins {
 		if err := os.WriteFile(j, self, 0); err != nil {
@@ -273,6 +274,17 @@ func enter(s ShimSpec) {
 		}
 		if err := syscall.Setresuid(s.UID, s.UID, s.UID); err != nil {
 			shimFail(126, "sandbox: setresuid %d: %v", s.UID, err)
+		}
+		// A change of credentials clears the parent-death signal
+		// toolgate started this process with (prctl(2)); bwrap's
+		// --die-with-parent comes only once bwrap runs. Arm it again,
+		// and give up if toolgate died in between: a sandbox is never
+		// left running without its server.
+		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+			shimFail(126, "sandbox: parent-death signal: %v", err)
+		}
+		if os.Getppid() != parent {
+			os.Exit(126)
 		}
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {

@@ -165,6 +165,16 @@ func Main(pre, args []string) {
 		fmt.Println("kill -1:", result(syscall.Kill(-1, syscall.SIGKILL)))
 	case "pid":
 		fmt.Printf("pid=%d ppid=%d\n", os.Getpid(), os.Getppid())
+	case "pdeathsig":
+		// The signal this process gets when its parent dies (0: none).
+		var sig int32
+		const prGetPdeathsig = 2
+		_, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prGetPdeathsig, uintptr(unsafe.Pointer(&sig)), 0)
+		var err error
+		if errno != 0 {
+			err = errno
+		}
+		fmt.Printf("pdeathsig=%d %s\n", sig, result(err))
 	case "fill":
 		requireSandbox()
 		fill(arg(args, 0), atoi(arg(args, 1)))
