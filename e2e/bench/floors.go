@@ -281,7 +281,7 @@ func (b *bench) runcStartPath(conf string) (*path, error) {
 		}
 		out, err := io.ReadAll(r)
 		if err != nil || !strings.Contains(string(out), "hello") {
-			return fmt.Errorf("runc start: output %q: %v", out, err)
+			return fmt.Errorf("runc start: output %q: %w", out, err)
 		}
 		return nil
 	}
