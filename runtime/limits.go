@@ -42,6 +42,10 @@ type SandboxLimits struct {
 	// means no bound. Defaults 256 and 256 MiB.
 	EgressConns int
 	EgressBytes int64
+	// UID and GID are the ids sandboxes run tools as, never 0. Default
+	// 65534 (nobody); a uid no account uses keeps the sandboxes apart from
+	// every service that runs as nobody.
+	UID, GID uint32
 }
 
 // The default sandbox limits.
@@ -71,6 +75,9 @@ func DefaultSandboxLimits() SandboxLimits {
 
 		EgressConns: DefaultEgressConns,
 		EgressBytes: DefaultEgressBytes,
+
+		UID: SandboxUID,
+		GID: SandboxGID,
 	}
 }
 
@@ -95,6 +102,10 @@ func (l SandboxLimits) Validate() error {
 		return fmt.Errorf("sandbox limit egress connections %d: want 0 (no limit) or more", l.EgressConns)
 	case l.EgressBytes < 0:
 		return fmt.Errorf("sandbox limit egress bytes %d: want 0 (no limit) or more", l.EgressBytes)
+	case l.UID == 0 || l.GID == 0:
+		return fmt.Errorf("sandbox uid %d gid %d: a sandbox never runs as root (0)", l.UID, l.GID)
+	case l.UID == ^uint32(0) || l.GID == ^uint32(0):
+		return fmt.Errorf("sandbox uid %d gid %d: 4294967295 is no id", l.UID, l.GID)
 	}
 	return nil
 }
@@ -104,8 +115,8 @@ func (l SandboxLimits) Validate() error {
 func (l SandboxLimits) Policy(host bundle.Host, shim string) bundle.Policy {
 	return bundle.Policy{
 		Host: host,
-		UID:  SandboxUID,
-		GID:  SandboxGID,
+		UID:  l.UID,
+		GID:  l.GID,
 		Rlimits: bundle.Rlimits{
 			NoFile: l.NoFile, NProc: l.NProc, Core: l.Core, FSize: l.FSize,
 		},

@@ -18,6 +18,8 @@ type builtinFlags struct {
 	caps              string
 	lockedDown        bool
 	git, tokei, ctags string
+	// ids are the host ids the sandbox runs helpers as (sandboxFlags.ids).
+	ids func() (int, int)
 }
 
 func (f *builtinFlags) register(fs *flag.FlagSet) {
@@ -41,7 +43,7 @@ func (f *builtinFlags) config(root string, sandbox rt.Runner) (builtin.Config, e
 	if err != nil {
 		return builtin.Config{}, fmt.Errorf("--caps: %w", err)
 	}
-	uid, gid := sandboxIDs()
+	uid, gid := f.ids()
 	return builtin.Config{
 		Root: root, Caps: caps, LockedDown: f.lockedDown,
 		Git: f.git, Tokei: f.tokei, Ctags: f.ctags,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,11 +34,11 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		d.item("shim", true, shim, nil)
 	}
-	uid, gid := sandboxIDs()
+	uid, gid := s.sandbox.ids()
 	if uid >= 0 {
-		d.line("user: root; sandboxes run as uid %d gid %d", uid, gid)
+		d.line("user: root; sandboxes run as uid %d gid %d%s", uid, gid, accountNote(uid))
 	} else {
-		d.line("user: uid %d (not root); sandboxes run as this uid, mapped to 65534 inside", os.Geteuid())
+		d.line("user: uid %d (not root); sandboxes run as this uid, mapped to %d inside", os.Geteuid(), s.sandbox.limits.UID)
 	}
 
 	cg := rt.SetupCgroups()
@@ -75,7 +76,7 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	c := conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: sandboxToolCheck()})
+	c := conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: sandboxToolCheck(s.sandbox.ids())})
 	writePool(d, &s.sandbox, c, chosenBackend.runner)
 	switch c.State {
 	case conf.StateRefused:
@@ -172,4 +173,23 @@ func (d *doctorReport) item(what string, ok bool, detail string, err error) {
 		return
 	}
 	d.line("[FAIL] %s: %s", what, strings.ReplaceAll(err.Error(), "; ", ";\n         "))
+}
+
+// accountNote says which account of /etc/passwd has uid, if any: the
+// processes of that account on the host can signal the sandboxes'
+// processes and connect to a call's egress socket (owned by the sandbox
+// uid; its path is in the sandbox's mountinfo), so a uid no account uses
+// is better.
+func accountNote(uid int) string {
+	b, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Split(l, ":")
+		if len(f) > 2 && f[2] == strconv.Itoa(uid) {
+			return fmt.Sprintf(" (the account %q has it: its processes on this host can signal the sandboxes' and connect to their egress proxies; --sandbox-uid with a uid no account uses keeps them apart)", f[0])
+		}
+	}
+	return " (no account in /etc/passwd has it)"
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/server"
 )
@@ -124,5 +125,47 @@ func TestDownstreamMaxBytesDefault(t *testing.T) {
 	a := &app{opts: server.Options{Sandbox: rt.FailedSandbox("bwrap", errors.New("not in this test"))}}
 	if got := f.options(a, "bwrap").MaxBytes; got != 1048576 {
 		t.Errorf("--downstream-max-bytes default = %d, want 1048576 (1 MiB)", got)
+	}
+}
+
+// TestSandboxUIDFlag: --sandbox-uid 0 is refused at start; the chosen uid
+// is the one the load-time check judges a test-class tool's dir by (a dir
+// only uid 65534 can enter is accepted by default and refused for another
+// uid).
+func TestSandboxUIDFlag(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"check", "--sandbox-uid", "0"}, strings.NewReader(""), &stdout, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "--sandbox-uid 0 --sandbox-gid 65534: a sandbox never runs as root (0)") {
+		t.Errorf("check --sandbox-uid 0: exit %d, stdout %q, stderr %q; want exit 2 and the reason", code, stdout.String(), stderr.String())
+	}
+	stderr.Reset()
+	if code := run([]string{"check", "--sandbox-uid", "x"}, strings.NewReader(""), &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), `invalid value "x" for flag -sandbox-uid`) {
+		t.Errorf("check --sandbox-uid x: exit %d, stderr %q", code, stderr.String())
+	}
+	if os.Geteuid() != 0 {
+		testbin.Missing(t, "the sandbox uid is chosen only when toolgate is root")
+	}
+	p, _ := checkFixture(t, "tool lint EXE test 10 4096 on DIR/own --\n")
+	own := filepath.Join(filepath.Dir(p), "own")
+	if err := os.Mkdir(own, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(own, rt.SandboxUID, rt.SandboxGID); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 0, "loaded"},
+		{[]string{"--sandbox-uid", "64123", "--sandbox-gid", "64123"}, 1, "uid 64123"},
+	} {
+		stdout.Reset()
+		stderr.Reset()
+		code := run(append([]string{"check", "--conf", p}, tc.args...), strings.NewReader(""), &stdout, &stderr)
+		if code != tc.code || !strings.Contains(stdout.String()+stderr.String(), tc.want) {
+			t.Errorf("check %v: exit %d, want %d and %q:\n%s%s", tc.args, code, tc.code, tc.want, stdout.String(), stderr.String())
+		}
 	}
 }

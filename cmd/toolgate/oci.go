@@ -36,7 +36,7 @@ func (s *settings) ociConfig(shim string) (oci.Config, error) {
 	}
 	cfg := oci.Config{Runtime: name, Shim: shim, RunDir: s.oci.runDir, Limits: s.sandbox.limits}
 	if os.Geteuid() == 0 {
-		cfg.UID, cfg.GID = rt.SandboxUID, rt.SandboxGID
+		cfg.UID, cfg.GID = s.sandbox.limits.UID, s.sandbox.limits.GID
 	}
 	return cfg, nil
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -33,6 +34,8 @@ func (f *sandboxFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.limits.TmpSize, "sandbox-tmp", f.limits.TmpSize, "size of a sandbox's private /tmp in bytes")
 	fs.IntVar(&f.limits.EgressConns, "sandbox-egress-connections", f.limits.EgressConns, "connections one call of a tool with an egress allowlist may ask its proxy for, allowed or refused (0 = no limit)")
 	fs.Int64Var(&f.limits.EgressBytes, "sandbox-egress-bytes", f.limits.EgressBytes, "bytes one call of a tool with an egress allowlist may move through its proxy, both ways (0 = no limit)")
+	fs.Func("sandbox-uid", "uid sandboxes run tools as when toolgate is root, never 0 (default 65534, nobody; a uid no account uses keeps them apart from every service that runs as nobody)", idFlag(&f.limits.UID))
+	fs.Func("sandbox-gid", "gid sandboxes run tools as when toolgate is root, never 0 (default 65534)", idFlag(&f.limits.GID))
 	f.pool = rt.PoolConfig{Depth: rt.DefaultPoolDepth, Max: rt.DefaultPoolMax, MaxAge: rt.DefaultPoolMaxAge}
 	fs.IntVar(&f.pool.Depth, "sandbox-pool", f.pool.Depth, "sandboxes kept prepared ahead of their calls for each test-class tool (and one for each sandboxed stdio downstream server); 0 turns the pool off")
 	fs.IntVar(&f.pool.Max, "sandbox-pool-max", f.pool.Max, "prepared sandboxes held at once, in all; beyond it the least recently called tool's are given up (0: no bound)")
@@ -48,6 +51,8 @@ func (f *sandboxFlags) check() error {
 		return fmt.Errorf("--sandbox-pool-max %d: want 0 (no bound) or more", f.pool.Max)
 	case f.pool.MaxAge <= 0:
 		return fmt.Errorf("--sandbox-pool-max-age %s: want more than 0", f.pool.MaxAge)
+	case f.limits.UID == 0 || f.limits.GID == 0:
+		return fmt.Errorf("--sandbox-uid %d --sandbox-gid %d: a sandbox never runs as root (0)", f.limits.UID, f.limits.GID)
 	}
 	return nil
 }
@@ -76,11 +81,24 @@ func poolTemplates(c *conf.Config, served []status.Tool, helpers []rt.Template) 
 	return append(out, helpers...)
 }
 
-// sandboxIDs are the host uid and gid sandboxes run as: nobody when the
-// server is root, the server's own ids otherwise (-1).
-func sandboxIDs() (int, int) {
+// idFlag parses a uid or gid into id.
+func idFlag(id *uint32) func(string) error {
+	return func(v string) error {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return fmt.Errorf("want a number: %w", err)
+		}
+		*id = uint32(n)
+		return nil
+	}
+}
+
+// ids are the host uid and gid sandboxes run as: --sandbox-uid and
+// --sandbox-gid when the server is root, the server's own ids otherwise
+// (-1).
+func (f *sandboxFlags) ids() (int, int) {
 	if os.Geteuid() == 0 {
-		return rt.SandboxUID, rt.SandboxGID
+		return int(f.limits.UID), int(f.limits.GID)
 	}
 	return -1, -1
 }
@@ -88,8 +106,7 @@ func sandboxIDs() (int, int) {
 // sandboxToolCheck returns the conf load hook: a test-class tool whose dir
 // or exe the sandbox cannot use safely refuses the line. Answers are
 // remembered per (dir, exe): a conf names the same ones on many lines.
-func sandboxToolCheck() func(conf.Tool) error {
-	uid, gid := sandboxIDs()
+func sandboxToolCheck(uid, gid int) func(conf.Tool) error {
 	seen := map[[2]string]error{}
 	return func(t conf.Tool) error {
 		if t.Class != conf.ClassTest {

@@ -99,7 +99,7 @@ func selftest(args []string, stdout, stderr io.Writer) int {
 			failed = true
 			continue
 		}
-		uid, gid := sandboxIDs()
+		uid, gid := s.sandbox.ids()
 		if err := rt.CanExecute(self, uid, gid); err != nil {
 			fmt.Fprintf(stdout, "[BROKEN] the probe (this binary) cannot run in the sandbox: %v\n", err)
 			r.release()

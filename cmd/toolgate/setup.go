@@ -44,6 +44,7 @@ func (s *settings) register(fs *flag.FlagSet) {
 	s.sandbox.register(fs)
 	s.oci.register(fs)
 	s.builtins.register(fs)
+	s.builtins.ids = s.sandbox.ids
 }
 
 // knownBackendNames lists rt.KnownBackends for --backend's help.
@@ -151,7 +152,7 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 		a.cgroups.Close()
 		return nil, err
 	}
-	a.conf = conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: sandboxToolCheck()})
+	a.conf = conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: sandboxToolCheck(s.sandbox.ids())})
 	logConf(log, a.conf)
 	if live {
 		auditConf(a.opts.Audit, a.conf)

@@ -46,7 +46,7 @@ func specCmd(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	c := conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: sandboxToolCheck()})
+	c := conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: sandboxToolCheck(s.sandbox.ids())})
 	switch c.State {
 	case conf.StateRefused:
 		fmt.Fprintf(stderr, "toolgate spec: tools.conf %s is refused (run `toolgate check`): %v\n", c.Path, c.Err())

@@ -106,7 +106,7 @@ func Prepare(cfg Config) (*Runner, error) {
 		r.bwrap = p
 	}
 	if os.Geteuid() == 0 {
-		r.uid, r.gid = rt.SandboxUID, rt.SandboxGID
+		r.uid, r.gid = int(cfg.Limits.UID), int(cfg.Limits.GID)
 	}
 	if r.limits.Pids > 0 && !r.cg.Has("pids") {
 		return nil, fmt.Errorf("no usable pids cgroup controller for the per-call process limit (%s); run toolgate where one is delegated to it, or set --sandbox-pids 0 to rely on RLIMIT_NPROC alone", r.cg)
@@ -193,7 +193,7 @@ func Hint(msg string) string {
 	case strings.Contains(msg, "Unexpected capabilities but not setuid"):
 		return "; bwrap refuses to run as a non-root user that holds capabilities: inside a container drop the --cap-add (as its default non-root user the image needs none)"
 	case strings.Contains(msg, "sandbox: setgroups") || strings.Contains(msg, "sandbox: setresgid") || strings.Contains(msg, "sandbox: setresuid"):
-		return "; as root, toolgate starts each sandbox as uid 65534, which needs CAP_SETUID and CAP_SETGID: inside a container keep them (no --cap-drop ALL), or run the container as its default non-root user"
+		return "; as root, toolgate starts each sandbox as the sandbox uid (--sandbox-uid, 65534 by default), which needs CAP_SETUID and CAP_SETGID: inside a container keep them (no --cap-drop ALL), or run the container as its default non-root user"
 	case strings.Contains(msg, "sandbox: set rlimit"):
 		return "; an rlimit cannot be raised above the hard limit toolgate got: lower the matching --sandbox-nofile/--sandbox-nproc/--sandbox-core/--sandbox-fsize, or raise the hard limit (podman --ulimit)"
 	case strings.Contains(msg, "sandbox: join cgroup"):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -96,5 +97,57 @@ func TestRunHelperStreams(t *testing.T) {
 	}
 	if !strings.Contains(string(res.Output), "/nonexistent") || len(res.Stderr) != 0 {
 		t.Errorf("tool call: output %q, stderr %q; want one stream and stdin /dev/null", res.Output, res.Stderr)
+	}
+}
+
+// TestSandboxUID: --sandbox-uid reaches the sandbox: a root server runs
+// the tool as the chosen uid and gid, inside the sandbox and on the host.
+func TestSandboxUID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testbin.Missing(t, "the sandbox uid is chosen only when toolgate is root")
+	}
+	if _, err := Find(); err != nil {
+		testbin.Missing(t, "%v", err)
+	}
+	cg := rt.SetupCgroups()
+	t.Cleanup(cg.Close)
+	limits := rt.DefaultSandboxLimits()
+	limits.UID, limits.GID = 64123, 64124
+	r, err := New(context.Background(), Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: limits})
+	if errors.Is(err, bundle.ErrNoSeccomp) {
+		testbin.Missing(t, "this test binary was built without -tags seccomp (go test -tags seccomp): %v", err)
+	}
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	probe, dir := testbin.Probe(t), testbin.Dir(t)
+	res, err := r.Run(context.Background(), rt.Invocation{ID: "uid", Path: probe, Argv: []string{probe, "id"}, Dir: dir, Timeout: 10 * time.Second, MaxBytes: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "uid=64123 gid=64124 euid=64123"; res.ExitCode != 0 || !strings.Contains(string(res.Output), want) {
+		t.Errorf("inside: exit %d, %q; want %q", res.ExitCode, res.Output, want)
+	}
+	// On the host: the kernel ids of the tool's process, as the host's
+	// /proc shows them.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = r.Run(context.Background(), rt.Invocation{ID: "uid-host", Path: probe, Argv: []string{probe, "sleep", "2"}, Dir: dir, Timeout: 10 * time.Second, MaxBytes: 1 << 16})
+	}()
+	want := probe + "\x00sleep\x002\x00"
+	var status string
+	for deadline := time.Now().Add(5 * time.Second); status == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		files, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, f := range files {
+			if b, _ := os.ReadFile(f); string(b) == want {
+				st, _ := os.ReadFile(strings.TrimSuffix(f, "cmdline") + "status")
+				status = string(st)
+			}
+		}
+	}
+	<-done
+	if !strings.Contains(status, "\nUid:\t64123\t64123\t64123\t64123\n") || !strings.Contains(status, "\nGid:\t64124\t64124\t64124\t64124\n") {
+		t.Errorf("on the host, the tool's status:\n%s\nwant uid 64123 and gid 64124", status)
 	}
 }

@@ -53,7 +53,7 @@ type Config struct {
 	RunDir string
 	// Limits are the per-call limits.
 	Limits rt.SandboxLimits
-	// UID and GID run the tool; 0 means 65534 (nobody).
+	// UID and GID run the tool; 0 means Limits.UID and Limits.GID.
 	UID, GID uint32
 	// Probe is the executable of the start-up probe container; empty
 	// means /usr/bin/true. "-" skips the probe.
@@ -132,10 +132,10 @@ func newPlan(cfg Config) (*plan, error) {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	if cfg.UID == 0 {
-		cfg.UID = bundle.SandboxUID
+		cfg.UID = cfg.Limits.UID
 	}
 	if cfg.GID == 0 {
-		cfg.GID = bundle.SandboxGID
+		cfg.GID = cfg.Limits.GID
 	}
 	if cfg.RunDir == "" {
 		cfg.RunDir = DefaultRunDir()
