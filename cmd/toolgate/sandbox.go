@@ -141,6 +141,14 @@ func (s *settings) newSandbox(shim string, cg *rt.Cgroups, log *logrus.Logger) (
 		t := time.Now()
 		b, err := start(ctx)
 		e := log.WithFields(logrus.Fields{"backend": s.backend, "ms": time.Since(t).Milliseconds()})
+		if err != nil && ctx.Err() != nil {
+			// The server is stopping (stdin closed, a signal) before the
+			// self-test ended: nothing is wrong with the backend, and a
+			// client such as Claude Code files every stderr line as an
+			// error.
+			e.WithError(err).Debug("sandbox self-test cancelled: the server is stopping")
+			return nil, err
+		}
 		if err != nil {
 			e.WithError(err).Error("sandbox backend unavailable: its self-test failed; test-class tools and the built-ins' helpers will answer isError, never run unsandboxed")
 			return nil, err

@@ -1,0 +1,80 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/testbin"
+)
+
+// TestQuietStderr: at the default log level a server that starts, serves
+// a call and is stopped writes nothing to stderr but what is wrong, since
+// Claude Code files every line a server writes there as an error; SIGTERM
+// with nothing in flight is not "in-flight calls killed", and with a call
+// in flight it is, with the count. (The audit goes to a file here: its
+// records are stderr's by default.)
+func TestQuietStderr(t *testing.T) {
+	onlyBinary(t) // the image's entrypoint is the same binary; its podman adds its own lines
+	probe, dir := testbin.Probe(t), testbin.Dir(t)
+	conf := writeConf(t, fmt.Sprintf("tool hello %[1]s read 20 4096 off %[2]s -- echo hello\ntool nap %[1]s read 60 4096 off %[2]s -- sleep 30\n", probe, dir))
+	for _, tc := range []struct {
+		name, call string
+		want       []string // in stderr; nil: stderr empty
+	}{
+		{"idle", "hello", nil},
+		{"a call in flight", "nap", []string{"level=warning", "signal: in-flight calls killed, exiting", "calls=1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := serveCmd(t, conf, "--audit-log", t.TempDir()+"/audit.jsonl")
+			cmd := exec.Command(srv.argv[0], srv.argv[1:]...)
+			stdin, _ := cmd.StdinPipe()
+			stdout, _ := cmd.StdoutPipe()
+			var stderr lockedBuffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill() })
+			out := bufio.NewReader(stdout)
+			fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"quiet","version":"1"}}}`)
+			if l, err := out.ReadString('\n'); err != nil || !strings.Contains(l, `"id":1,"result"`) {
+				t.Fatalf("initialize: %v %q", err, l)
+			}
+			fmt.Fprintln(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+			fmt.Fprintf(stdin, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":%q}}`+"\n", tc.call)
+			if tc.call == "hello" {
+				if l, err := out.ReadString('\n'); err != nil || !strings.Contains(l, `"id":2,"result"`) {
+					t.Fatalf("call: %v %q", err, l)
+				}
+			} else {
+				time.Sleep(500 * time.Millisecond) // the call is running
+			}
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("toolgate still running 10 s after SIGTERM")
+			}
+			got := stderr.String()
+			if tc.want == nil && got != "" {
+				t.Errorf("stderr at the default level, nothing wrong: %q, want nothing", got)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("stderr %q lacks %q", got, w)
+				}
+			}
+		})
+	}
+}
