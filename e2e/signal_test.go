@@ -78,3 +78,44 @@ func TestQuietStderr(t *testing.T) {
 		})
 	}
 }
+
+// TestStdoutClosed: a client that closes its end of toolgate's stdout
+// (and keeps stdin open) stops the server as the end of stdin does: the
+// next answer fails with EPIPE, and toolgate exits 0 after its cleanup,
+// never killed by SIGPIPE (which skipped the cleanup: the soak found an
+// OCI server's containers and cgroup directories left behind).
+func TestStdoutClosed(t *testing.T) {
+	onlyBinary(t) // podman, not toolgate, holds the pipe in the image pass
+	probe, dir := testbin.Probe(t), testbin.Dir(t)
+	srv := serveCmd(t, writeConf(t, fmt.Sprintf("tool hello %[1]s read 20 4096 off %[2]s -- echo hello\n", probe, dir)), "--audit-log", t.TempDir()+"/audit.jsonl")
+	cmd := exec.Command(srv.argv[0], srv.argv[1:]...)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	out := bufio.NewReader(stdout)
+	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"gone","version":"1"}}}`)
+	if l, err := out.ReadString('\n'); err != nil || !strings.Contains(l, `"id":1,"result"`) {
+		t.Fatalf("initialize: %v %q", err, l)
+	}
+	stdout.Close()
+	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"hello"}}`)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			t.Fatalf("toolgate was killed by %s when its stdout's reader went away, want an orderly exit", ws.Signal())
+		}
+		if err != nil {
+			t.Errorf("toolgate exited with %v, want 0; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("toolgate still running 10 s after its stdout's reader went away (stdin open)")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"log"
 	"strings"
 	"sync"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -72,8 +73,16 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 		closing.Go(s.Close)
 		calls.stop()
 	})
+	// A client that closed its end of stdout reads no answer any more: the
+	// server stops as if stdin had ended.
+	lctx, gone := context.WithCancel(ctx)
+	defer gone()
+	w.gone = func() {
+		stop()
+		gone()
+	}
 	defer context.AfterFunc(ctx, stop)()
-	err := stdio.Listen(ctx, &requestFilter{r: bufio.NewReaderSize(in, 64<<10), w: w, max: max, calls: calls, atEnd: stop}, w)
+	err := stdio.Listen(lctx, &requestFilter{r: bufio.NewReaderSize(in, 64<<10), w: w, max: max, calls: calls, atEnd: stop}, w)
 	stop()
 	calls.wait()
 	closing.Wait()
@@ -237,7 +246,10 @@ func (f *requestFilter) answer(reason string) {
 type responseFilter struct {
 	mu sync.Mutex
 	w  io.Writer
-	c  *cancelled
+	// gone, when set, is called once a write finds the reader gone
+	// (EPIPE): it stops the server as the end of its input does.
+	gone func()
+	c    *cancelled
 }
 
 func (f *responseFilter) Write(p []byte) (int, error) {
@@ -254,8 +266,12 @@ func (f *responseFilter) Write(p []byte) (int, error) {
 		}
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, err := f.w.Write(p); err != nil {
+	_, err := f.w.Write(p)
+	f.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, syscall.EPIPE) && f.gone != nil {
+			f.gone() // the client closed its end: nobody reads the answers
+		}
 		return 0, err
 	}
 	return n, nil

@@ -94,7 +94,14 @@ run "toolgate serve -h" for the flags
 }
 
 // signalContext is cancelled by SIGTERM, SIGINT or SIGHUP.
+//
+// SIGPIPE gets a handler too: a client that closed its end of stdout then
+// makes a write fail with EPIPE, which stops the server as the end of
+// stdin does, instead of killing toolgate before it ends its sandboxes
+// and removes its cgroups. A handler, not SIG_IGN: tools still start with
+// the default disposition.
 func signalContext() (context.Context, context.CancelFunc) {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	return signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 }
 
