@@ -85,6 +85,10 @@ func hold(s ShimSpec) int {
 	if s.ReleaseFD < 3 || s.PidFile == "" || len(s.Start) == 0 {
 		shimFail(125, "hold: want --release-fd, --pid-file and --start")
 	}
+	// The release channel is this shim's alone: not the runtime's create
+	// nor the container's init waiting in it (a copy there would keep the
+	// server from seeing the channel close when this shim ends).
+	unix.CloseOnExec(s.ReleaseFD)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		shimFail(125, "hold: subreaper: %v", err)
 	}

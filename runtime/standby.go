@@ -349,6 +349,11 @@ func CallOf(inv Invocation) Call {
 // The caller runs Cleanup afterwards, off the call's path.
 func (s *Standby) Release(ctx context.Context, c Call) (Result, error) {
 	if c.MaxBytes <= 0 || c.Timeout <= 0 {
+		// Taken from the pool all the same: it is ended, never left
+		// waiting with nobody to end it.
+		if s.take() {
+			go s.kill() // off the call's path; Cleanup waits for it
+		}
 		return Result{}, fmt.Errorf("release: limits not set (max-bytes %d, timeout %s)", c.MaxBytes, c.Timeout)
 	}
 	if !s.take() {
