@@ -530,6 +530,14 @@ func (p *Pool) StartService(ctx context.Context, svc Service) (*Process, error) 
 	}
 	key := serviceKey(svc)
 	p.mu.Lock()
+	// A start of the same server with another environment (a rotated
+	// token) replaces its earlier one: the sandbox prepared for that
+	// would never be used again, and holds the old values.
+	for k, o := range p.slots {
+		if o.kind == "service" && o.name == svc.Name && k != key {
+			p.dropLocked(o)
+		}
+	}
 	s, ok := p.slots[key]
 	if !ok && !p.closed {
 		s = &slot{key: key, name: svc.Name, kind: "service", svc: svc, depth: 1, kept: true}

@@ -26,7 +26,8 @@ type Service struct {
 	// ID names the service's cgroup: unique per start within the server
 	// process.
 	ID string
-	// Name is the service's name, for logs.
+	// Name is the service's name (a downstream server's id), for logs; a
+	// pool keeps the next start's sandbox of one name only.
 	Name string
 	// Path is the absolute executable to execve: no PATH search.
 	Path string

@@ -123,6 +123,34 @@ func TestPooledService(t *testing.T) {
 	}
 }
 
+// TestPooledServiceNewEnvironment: a server started again with another
+// environment (a rotated token) leaves no sandbox prepared with the old
+// one: the pool holds one prepared sandbox for the server, with the new
+// value.
+func TestPooledServiceNewEnvironment(t *testing.T) {
+	r := newRunner(t)
+	p := rt.NewPool(r, rt.PoolConfig{Depth: 1})
+	t.Cleanup(func() { p.Close() })
+	probe := testbin.Probe(t)
+	base := fmt.Sprintf("svc-rotate-%d-%d", os.Getpid(), time.Now().UnixNano())
+	for i := range 3 {
+		svc := rt.Service{ID: "svc-rotate", Name: "probe", Path: probe, Argv: []string{probe, "env"}, Env: []string{fmt.Sprintf("SVC_TOKEN=%s-%d", base, i)}}
+		proc, err := p.StartService(context.Background(), svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		output(t, proc)
+		<-proc.Done()
+		proc.Close()
+		waitReady(t, p, 1)
+	}
+	time.Sleep(500 * time.Millisecond) // what was dropped is being ended
+	st := p.Status()
+	if st.Ready != 1 || len(st.Entries) != 1 {
+		t.Errorf("after three starts with three tokens: %d ready in %d entries, want one, for the last token: %+v", st.Ready, len(st.Entries), st)
+	}
+}
+
 // waitReady waits until p holds n ready sandboxes.
 func waitReady(t *testing.T, p *rt.Pool, n int) {
 	t.Helper()
