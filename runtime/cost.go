@@ -108,11 +108,27 @@ func cgroupLines(pid int) []string {
 	return strings.Fields(string(b))
 }
 
-// descendants lists every process below pid, from the ppid of each
-// process in /proc.
+// descendants lists every process below pid.
 func descendants(pid int) []int {
+	var out []int
+	for _, d := range Descendants(pid) {
+		out = append(out, d.Pid)
+	}
+	return out
+}
+
+// Proc is a process of /proc/PID/stat: its pid and its state letter ('Z'
+// for a zombie).
+type Proc struct {
+	Pid   int
+	State byte
+}
+
+// Descendants lists every process below pid (pid itself not included),
+// from one scan of the ppid of each process in /proc.
+func Descendants(pid int) []Proc {
 	entries, _ := os.ReadDir("/proc")
-	children := map[int][]int{}
+	children := map[int][]Proc{}
 	for _, e := range entries {
 		p, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -132,16 +148,16 @@ func descendants(pid int) []int {
 			continue
 		}
 		pp, _ := strconv.Atoi(f[1])
-		children[pp] = append(children[pp], p)
+		children[pp] = append(children[pp], Proc{Pid: p, State: f[0][0]})
 	}
-	var out []int
+	var out []Proc
 	queue := []int{pid}
 	for len(queue) > 0 && len(out) < 1<<16 {
 		p := queue[0]
 		queue = queue[1:]
 		for _, c := range children[p] {
 			out = append(out, c)
-			queue = append(queue, c)
+			queue = append(queue, c.Pid)
 		}
 	}
 	return out

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	rt "github.com/toolgate/toolgate/runtime"
 )
 
 // procStatus reads the "Key: value" lines of /proc/PID/status.
@@ -54,43 +56,13 @@ func openFDs(pid int) int {
 	return len(e)
 }
 
-// descendants returns every process below pid (by the ppid in
-// /proc/*/stat), and how many of them are zombies.
+// descendants returns every process below pid, and how many of them are
+// zombies.
 func descendants(pid int) (all, zombies int) {
-	entries, _ := os.ReadDir("/proc")
-	parent := map[int]int{}
-	state := map[int]byte{}
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) S ppid ...: comm may hold spaces and parentheses.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || i+4 > len(b) {
-			continue
-		}
-		fields := strings.Fields(string(b[i+2:]))
-		if len(fields) < 2 {
-			continue
-		}
-		pp, _ := strconv.Atoi(fields[1])
-		parent[p] = pp
-		state[p] = fields[0][0]
-	}
-	for p := range parent {
-		for q, n := parent[p], 0; q > 0 && n < 64; q, n = parent[q], n+1 {
-			if q == pid {
-				all++
-				if state[p] == 'Z' {
-					zombies++
-				}
-				break
-			}
+	for _, d := range rt.Descendants(pid) {
+		all++
+		if d.State == 'Z' {
+			zombies++
 		}
 	}
 	return all, zombies
