@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -32,21 +33,8 @@ func TestQuietStderr(t *testing.T) {
 		{"a call in flight", "nap", []string{"level=warning", "signal: in-flight calls killed, exiting", "calls=1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := serveCmd(t, conf, "--audit-log", t.TempDir()+"/audit.jsonl")
-			cmd := exec.Command(srv.argv[0], srv.argv[1:]...)
-			stdin, _ := cmd.StdinPipe()
-			stdout, _ := cmd.StdoutPipe()
-			var stderr lockedBuffer
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill() })
-			out := bufio.NewReader(stdout)
-			fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"quiet","version":"1"}}}`)
-			if l, err := out.ReadString('\n'); err != nil || !strings.Contains(l, `"id":1,"result"`) {
-				t.Fatalf("initialize: %v %q", err, l)
-			}
+			s := startInitialized(t, conf)
+			cmd, stdin, out, stderr := s.cmd, s.stdin, s.out, s.stderr
 			fmt.Fprintln(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 			fmt.Fprintf(stdin, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":%q}}`+"\n", tc.call)
 			if tc.call == "hello" {
@@ -87,22 +75,9 @@ func TestQuietStderr(t *testing.T) {
 func TestStdoutClosed(t *testing.T) {
 	onlyBinary(t) // podman, not toolgate, holds the pipe in the image pass
 	probe, dir := testbin.Probe(t), testbin.Dir(t)
-	srv := serveCmd(t, writeConf(t, fmt.Sprintf("tool hello %[1]s read 20 4096 off %[2]s -- echo hello\n", probe, dir)), "--audit-log", t.TempDir()+"/audit.jsonl")
-	cmd := exec.Command(srv.argv[0], srv.argv[1:]...)
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	out := bufio.NewReader(stdout)
-	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"gone","version":"1"}}}`)
-	if l, err := out.ReadString('\n'); err != nil || !strings.Contains(l, `"id":1,"result"`) {
-		t.Fatalf("initialize: %v %q", err, l)
-	}
-	stdout.Close()
+	s := startInitialized(t, writeConf(t, fmt.Sprintf("tool hello %[1]s read 20 4096 off %[2]s -- echo hello\n", probe, dir)))
+	cmd, stdin, stderr := s.cmd, s.stdin, s.stderr
+	s.stdout.Close()
 	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	fmt.Fprintln(stdin, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"hello"}}`)
 	done := make(chan error, 1)
@@ -118,4 +93,35 @@ func TestStdoutClosed(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("toolgate still running 10 s after its stdout's reader went away (stdin open)")
 	}
+}
+
+// rawServer is `toolgate serve` driven line by line: its pipes and its
+// stderr.
+type rawServer struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout io.ReadCloser
+	out    *bufio.Reader
+	stderr *lockedBuffer
+}
+
+// startInitialized starts `toolgate serve` with conf (its audit in a file,
+// so that stderr holds only the log) and answers its initialize.
+func startInitialized(t *testing.T, conf string) rawServer {
+	t.Helper()
+	srv := serveCmd(t, conf, "--audit-log", t.TempDir()+"/audit.jsonl")
+	s := rawServer{cmd: exec.Command(srv.argv[0], srv.argv[1:]...), stderr: &lockedBuffer{}}
+	s.stdin, _ = s.cmd.StdinPipe()
+	s.stdout, _ = s.cmd.StdoutPipe()
+	s.cmd.Stderr = s.stderr
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.cmd.Process.Kill() })
+	s.out = bufio.NewReader(s.stdout)
+	fmt.Fprintln(s.stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}`)
+	if l, err := s.out.ReadString('\n'); err != nil || !strings.Contains(l, `"id":1,"result"`) {
+		t.Fatalf("initialize: %v %q", err, l)
+	}
+	return s
 }
