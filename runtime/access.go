@@ -9,8 +9,8 @@ import (
 	"github.com/toolgate/toolgate/bundle"
 )
 
-// SandboxUID and SandboxGID are the unprivileged ids sandboxes run tools as
-// when toolgate runs as root (the sandbox policy's).
+// SandboxUID and SandboxGID are the ids a bwrap sandbox's tool sees inside
+// its user namespace (nobody), whatever host ids the sandbox has.
 const (
 	SandboxUID = bundle.SandboxUID
 	SandboxGID = bundle.SandboxGID
@@ -19,23 +19,20 @@ const (
 // CheckSandboxTool checks that a test-class tool can be sandboxed safely:
 // its canonical dir and exe pass the sandbox policy's rules (bundle.
 // CheckToolDir, bundle.CheckExe: the same every backend's renderer
-// applies), and uid:gid (the host ids the sandbox runs as) can traverse
-// the dir and execute the exe. dir and exe are canonical (symlinks
-// resolved).
-func CheckSandboxTool(dir, exe string, uid, gid int) error {
+// applies), and every sandbox, whatever host ids of ids it has, can
+// traverse the dir and execute the exe (a zero range: toolgate's own ids,
+// not checked). dir and exe are canonical (symlinks resolved).
+func CheckSandboxTool(dir, exe string, ids IDRange) error {
 	if err := bundle.CheckToolDir(dir); err != nil {
 		return err
 	}
 	if err := bundle.CheckExe(exe); err != nil {
 		return err
 	}
-	if uid < 0 {
-		return nil
+	if err := ids.Access(dir, 05); err != nil {
+		return fmt.Errorf("the sandbox runs as %s, which cannot use the dir: %w", ids, err)
 	}
-	if err := canAccess(dir, uid, gid, 05); err != nil {
-		return fmt.Errorf("the sandbox runs as uid %d gid %d, which cannot use the dir: %w", uid, gid, err)
-	}
-	return CanExecute(exe, uid, gid)
+	return CanExecute(exe, ids)
 }
 
 // SelfTestDir makes the tool dir of a backend's self-test: empty, 0755
@@ -53,14 +50,12 @@ func SelfTestDir() (string, error) {
 	return dir, nil
 }
 
-// CanExecute checks that uid:gid (no supplementary groups) can reach and
-// execute p; uid < 0 means the server's own ids, which are not checked.
-func CanExecute(p string, uid, gid int) error {
-	if uid < 0 {
-		return nil
-	}
-	if err := canAccess(p, uid, gid, 05); err != nil {
-		return fmt.Errorf("the sandbox runs as uid %d gid %d, which cannot execute %q: %w", uid, gid, p, err)
+// CanExecute checks that every sandbox, whatever ids of the range it has
+// (no supplementary groups), can reach and execute p; a zero range means
+// the server's own ids, which are not checked.
+func CanExecute(p string, ids IDRange) error {
+	if err := ids.Access(p, 05); err != nil {
+		return fmt.Errorf("the sandbox runs as %s, which cannot execute %q: %w", ids, p, err)
 	}
 	return nil
 }
@@ -69,6 +64,23 @@ func CanExecute(p string, uid, gid int) error {
 // search permission on every ancestor, for uid:gid with no supplementary
 // groups. ACLs are not consulted; uid 0 is not special.
 func canAccess(p string, uid, gid int, want uint32) error {
+	return canAccessBy(p, want, func(st *syscall.Stat_t, perm, need uint32) bool {
+		var bits uint32
+		switch {
+		case int(st.Uid) == uid:
+			bits = perm >> 6
+		case int(st.Gid) == gid:
+			bits = perm >> 3
+		default:
+			bits = perm
+		}
+		return bits&need == need
+	})
+}
+
+// canAccessBy is canAccess with allow judging each path's mode bits
+// (perm) and owner (st) against need.
+func canAccessBy(p string, want uint32, allow func(st *syscall.Stat_t, perm, need uint32) bool) error {
 	p = filepath.Clean(p)
 	var chain []string
 	for d := p; d != "/"; d = filepath.Dir(d) {
@@ -84,30 +96,13 @@ func canAccess(p string, uid, gid int, want uint32) error {
 		if err != nil {
 			return err
 		}
-		if !allowed(fi, uid, gid, need) {
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok || !allow(st, uint32(fi.Mode().Perm()), need) {
 			return fmt.Errorf("%q (mode %04o, owner %s) does not allow it: make it and its parents searchable by others (chmod o+x), or use another dir",
 				chain[i], fi.Mode().Perm(), owner(fi))
 		}
 	}
 	return nil
-}
-
-func allowed(fi os.FileInfo, uid, gid int, need uint32) bool {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return false
-	}
-	perm := uint32(fi.Mode().Perm())
-	var bits uint32
-	switch {
-	case int(st.Uid) == uid:
-		bits = perm >> 6
-	case int(st.Gid) == gid:
-		bits = perm >> 3
-	default:
-		bits = perm
-	}
-	return bits&need == need
 }
 
 func owner(fi os.FileInfo) string {

@@ -42,10 +42,10 @@ type SandboxLimits struct {
 	// means no bound. Defaults 256 and 256 MiB.
 	EgressConns int
 	EgressBytes int64
-	// UID and GID are the ids sandboxes run tools as, never 0. Default
-	// 65534 (nobody); a uid no account uses keeps the sandboxes apart from
-	// every service that runs as nobody.
-	UID, GID uint32
+	// IDs are the host ids sandboxes run tools as when toolgate is root
+	// (never 0): by default a pair of its own for each sandbox, from a
+	// range no account uses (IDRange).
+	IDs IDRange
 }
 
 // The default sandbox limits.
@@ -76,8 +76,7 @@ func DefaultSandboxLimits() SandboxLimits {
 		EgressConns: DefaultEgressConns,
 		EgressBytes: DefaultEgressBytes,
 
-		UID: SandboxUID,
-		GID: SandboxGID,
+		IDs: DefaultIDRange(),
 	}
 }
 
@@ -102,21 +101,23 @@ func (l SandboxLimits) Validate() error {
 		return fmt.Errorf("sandbox limit egress connections %d: want 0 (no limit) or more", l.EgressConns)
 	case l.EgressBytes < 0:
 		return fmt.Errorf("sandbox limit egress bytes %d: want 0 (no limit) or more", l.EgressBytes)
-	case l.UID == 0 || l.GID == 0:
-		return fmt.Errorf("sandbox uid %d gid %d: a sandbox never runs as root (0)", l.UID, l.GID)
-	case l.UID == ^uint32(0) || l.GID == ^uint32(0):
-		return fmt.Errorf("sandbox uid %d gid %d: 4294967295 is no id", l.UID, l.GID)
 	}
-	return nil
+	return l.IDs.Validate()
 }
 
 // Policy is the sandbox policy of these limits on host, with shim bound
-// inside: what every backend renders. Seccomp is always on.
+// inside: what every backend renders. Seccomp is always on. Its ids are
+// those a tool sees: bwrap maps them onto the sandbox's host ids; the OCI
+// backend, which runs the tool as its host ids, sets them per sandbox.
 func (l SandboxLimits) Policy(host bundle.Host, shim string) bundle.Policy {
+	uid, gid := uint32(SandboxUID), uint32(SandboxGID)
+	if l.IDs.Shared {
+		uid, gid = l.IDs.UID, l.IDs.GID
+	}
 	return bundle.Policy{
 		Host: host,
-		UID:  l.UID,
-		GID:  l.GID,
+		UID:  uid,
+		GID:  gid,
 		Rlimits: bundle.Rlimits{
 			NoFile: l.NoFile, NProc: l.NProc, Core: l.Core, FSize: l.FSize,
 		},

@@ -110,6 +110,9 @@ type ServiceCmd struct {
 	// Egress, when set, is the process's egress proxy: the Process owns
 	// it from the start, and closes it once the process has ended.
 	Egress *Egress
+	// IDs are the sandbox's host ids: the Process owns them, and gives
+	// them back once nothing it started can still run.
+	IDs SandboxID
 }
 
 // Process is a running service. Its stdin and stdout are pipes to the
@@ -122,6 +125,7 @@ type Process struct {
 	pid    int
 	group  *Group
 	egress *Egress
+	ids    SandboxID
 	stop   func(pid int)
 	cmd    *exec.Cmd
 
@@ -160,6 +164,7 @@ func StartProcess(c ServiceCmd) (*Process, error) {
 		pid:    cmd.Process.Pid,
 		group:  c.Group,
 		egress: c.Egress,
+		ids:    c.IDs,
 		stop:   c.Stop,
 		cmd:    cmd,
 		done:   make(chan struct{}),
@@ -190,6 +195,7 @@ func (p *Process) watch(stderr *os.File, stderrDone <-chan struct{}) {
 		_ = err // the sweep at the next start removes what is left
 	}
 	p.egress.Close()
+	p.ids.Release()
 	select {
 	case <-stderrDone:
 	case <-time.After(DrainGrace):

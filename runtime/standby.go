@@ -51,6 +51,9 @@ type StandbyCmd struct {
 	// Cleanup runs once the sandbox is done with, used or discarded, off
 	// the call's path: removing the cgroup, deleting a container.
 	Cleanup func()
+	// IDs are the sandbox's host ids: given back after Cleanup, or by
+	// the Process of a released service when it is done.
+	IDs SandboxID
 	// Fixed are host paths the sandbox bound when it was prepared (the
 	// tool's dir, its executable): a release checks each is still the
 	// same file, and a sandbox whose paths changed is stale.
@@ -102,6 +105,7 @@ type Standby struct {
 	stop     func(pid int)
 	finish   func()
 	cleanup  func()
+	ids      SandboxID
 	fixed    []fixedFile
 	born     time.Time
 	// ns holds the sandbox's mount namespace from its ready message
@@ -140,7 +144,7 @@ func StartStandby(c StandbyCmd) (*Standby, error) {
 	}
 	s := &Standby{
 		group: c.Group, streams: c.Streams, split: c.SplitStderr, stdin: c.Stdin,
-		stop: c.Stop, finish: c.Finish, cleanup: c.Cleanup, born: time.Now(),
+		stop: c.Stop, finish: c.Finish, cleanup: c.Cleanup, ids: c.IDs, born: time.Now(),
 		exited: make(chan struct{}), ready: make(chan struct{}), notReady: make(chan struct{}),
 	}
 	for _, p := range c.Fixed {
@@ -502,6 +506,7 @@ func (s *Standby) Cleanup() {
 		if s.group != nil {
 			_ = s.group.Close()
 		}
+		s.ids.Release()
 	})
 }
 
@@ -614,6 +619,7 @@ func (s *Standby) ReleaseService(stderr func(line string)) (*Process, error) {
 		stdout: outR,
 		pid:    s.pid,
 		group:  s.group,
+		ids:    s.ids,
 		stop:   s.stop,
 		cmd:    s.cmd,
 		done:   make(chan struct{}),

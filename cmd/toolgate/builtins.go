@@ -19,7 +19,7 @@ type builtinFlags struct {
 	lockedDown        bool
 	git, tokei, ctags string
 	// ids are the host ids the sandbox runs helpers as (sandboxFlags.ids).
-	ids func() (int, int)
+	ids func() rt.IDRange
 }
 
 func (f *builtinFlags) register(fs *flag.FlagSet) {
@@ -43,14 +43,14 @@ func (f *builtinFlags) config(root string, sandbox rt.Runner) (builtin.Config, e
 	if err != nil {
 		return builtin.Config{}, fmt.Errorf("--caps: %w", err)
 	}
-	uid, gid := f.ids()
+	ids := f.ids()
 	return builtin.Config{
 		Root: root, Caps: caps, LockedDown: f.lockedDown,
 		Git: f.git, Tokei: f.tokei, Ctags: f.ctags,
 		SearchPath: os.Getenv("PATH"), Version: version,
 		Sandbox: sandbox,
 		SandboxCheck: func(dir, exe string) error {
-			return rt.CheckSandboxTool(dir, exe, uid, gid)
+			return rt.CheckSandboxTool(dir, exe, ids)
 		},
 	}, nil
 }

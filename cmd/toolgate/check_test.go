@@ -173,9 +173,9 @@ func TestCheckSandboxDirs(t *testing.T) {
 		{"under /sys", "/sys/kernel", exe, false, `dir "/sys/kernel" is under /sys, which is never bound into a sandbox`},
 		{"under /etc", "/etc/apt", exe, false, `dir "/etc/apt" is under /etc, which is never bound into a sandbox`},
 		{"a dir below a 0700 dir", filepath.Join(private, "project"), exe, true,
-			fmt.Sprintf(`the sandbox runs as uid 65534 gid 65534, which cannot use the dir: %q (mode 0700, owner 0:0) does not allow it`, private)},
+			fmt.Sprintf(`the sandbox runs as uids 2147418112-2147483647, gids 2147418112-2147483647, which cannot use the dir: %q (mode 0700, owner 0:0) does not allow it`, private)},
 		{"an exe below a 0700 dir", root, hidden, true,
-			fmt.Sprintf(`the sandbox runs as uid 65534 gid 65534, which cannot execute %q: %q (mode 0700, owner 0:0) does not allow it`, hidden, private)},
+			fmt.Sprintf(`the sandbox runs as uids 2147418112-2147483647, gids 2147418112-2147483647, which cannot execute %q: %q (mode 0700, owner 0:0) does not allow it`, hidden, private)},
 		{"a project dir", root, exe, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -34,11 +34,13 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		d.item("shim", true, shim, nil)
 	}
-	uid, gid := s.sandbox.ids()
-	if uid >= 0 {
-		d.line("user: root; sandboxes run as uid %d gid %d%s", uid, gid, accountNote(uid))
-	} else {
-		d.line("user: uid %d (not root); sandboxes run as this uid, mapped to %d inside", os.Geteuid(), s.sandbox.limits.UID)
+	switch ids := s.sandbox.ids(); {
+	case ids.Count == 0:
+		d.line("user: uid %d (not root); sandboxes run as this uid, mapped to %d inside: they are only as apart from each other as this account is from them", os.Geteuid(), rt.SandboxUID)
+	case ids.Shared:
+		d.line("user: root; every sandbox runs as uid %d gid %d (--sandbox-uid): they share it%s", ids.UID, ids.GID, accountNote(int(ids.UID)))
+	default:
+		d.line("user: root; each sandbox runs as ids of its own: %s (--sandbox-id-range)", ids)
 	}
 
 	cg := rt.SetupCgroups()
@@ -188,7 +190,7 @@ func accountNote(uid int) string {
 	for _, l := range strings.Split(string(b), "\n") {
 		f := strings.Split(l, ":")
 		if len(f) > 2 && f[2] == strconv.Itoa(uid) {
-			return fmt.Sprintf(" (the account %q has it: its processes on this host can signal the sandboxes' and connect to their egress proxies; --sandbox-uid with a uid no account uses keeps them apart)", f[0])
+			return fmt.Sprintf(" (warning: the account %q has it: its processes on this host can enter, signal and read the sandboxes and connect to their egress proxies; --sandbox-id-range gives each sandbox ids no account uses)", f[0])
 		}
 	}
 	return " (no account in /etc/passwd has it)"

@@ -128,14 +128,15 @@ func TestDownstreamMaxBytesDefault(t *testing.T) {
 	}
 }
 
-// TestSandboxUIDFlag: --sandbox-uid 0 is refused at start; the chosen uid
-// is the one the load-time check judges a test-class tool's dir by (a dir
-// only uid 65534 can enter is accepted by default and refused for another
-// uid).
+// TestSandboxUIDFlag: --sandbox-uid 0 is refused at start; the chosen ids
+// are the ones the load-time check judges a test-class tool's dir by: a
+// dir only uid 65534 can enter is accepted with --sandbox-uid 65534,
+// refused for another uid, and refused by default, where each sandbox has
+// ids of its own from the range (the check holds for any of them).
 func TestSandboxUIDFlag(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"check", "--sandbox-uid", "0"}, strings.NewReader(""), &stdout, &stderr)
-	if code != 2 || !strings.Contains(stderr.String(), "--sandbox-uid 0 --sandbox-gid 65534: a sandbox never runs as root (0)") {
+	if code != 2 || !strings.Contains(stderr.String(), "--sandbox-uid 0 --sandbox-gid 0: sandbox uid 0 gid 0: a sandbox never runs as root (0)") {
 		t.Errorf("check --sandbox-uid 0: exit %d, stdout %q, stderr %q; want exit 2 and the reason", code, stdout.String(), stderr.String())
 	}
 	stderr.Reset()
@@ -158,7 +159,8 @@ func TestSandboxUIDFlag(t *testing.T) {
 		code int
 		want string
 	}{
-		{nil, 0, "loaded"},
+		{nil, 1, "uids 2147418112-2147483647"},
+		{[]string{"--sandbox-uid", "65534"}, 0, "loaded"},
 		{[]string{"--sandbox-uid", "64123", "--sandbox-gid", "64123"}, 1, "uid 64123"},
 	} {
 		stdout.Reset()

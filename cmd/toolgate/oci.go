@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/sirupsen/logrus"
@@ -34,11 +33,7 @@ func (s *settings) ociConfig(shim string) (oci.Config, error) {
 	if err != nil {
 		return oci.Config{}, fmt.Errorf("--oci-runtime: %w", err)
 	}
-	cfg := oci.Config{Runtime: name, Shim: shim, RunDir: s.oci.runDir, Limits: s.sandbox.limits}
-	if os.Geteuid() == 0 {
-		cfg.UID, cfg.GID = s.sandbox.limits.UID, s.sandbox.limits.GID
-	}
-	return cfg, nil
+	return oci.Config{Runtime: name, Shim: shim, RunDir: s.oci.runDir, Limits: s.sandbox.limits}, nil
 }
 
 // prepareOCISandbox checks the oci backend and returns how to start it

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -21,6 +23,8 @@ import (
 type sandboxFlags struct {
 	limits rt.SandboxLimits
 	pool   rt.PoolConfig
+	// which of the id flags were given
+	rangeSet, fixedUID, fixedGID bool
 }
 
 func (f *sandboxFlags) register(fs *flag.FlagSet) {
@@ -34,8 +38,9 @@ func (f *sandboxFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.limits.TmpSize, "sandbox-tmp", f.limits.TmpSize, "size of a sandbox's private /tmp in bytes")
 	fs.IntVar(&f.limits.EgressConns, "sandbox-egress-connections", f.limits.EgressConns, "connections one call of a tool with an egress allowlist may ask its proxy for, allowed or refused (0 = no limit)")
 	fs.Int64Var(&f.limits.EgressBytes, "sandbox-egress-bytes", f.limits.EgressBytes, "bytes one call of a tool with an egress allowlist may move through its proxy, both ways (0 = no limit)")
-	fs.Func("sandbox-uid", "uid sandboxes run tools as when toolgate is root, never 0 (default 65534, nobody; a uid no account uses keeps them apart from every service that runs as nobody)", idFlag(&f.limits.UID))
-	fs.Func("sandbox-gid", "gid sandboxes run tools as when toolgate is root, never 0 (default 65534)", idFlag(&f.limits.GID))
+	fs.Func("sandbox-id-range", fmt.Sprintf("FIRST:COUNT: when toolgate is root, each sandbox (a call's, a prepared one, a helper's, a downstream server's) runs as a uid and gid of its own, FIRST+i, held until nothing of it can run; no account, group or subordinate id range may fall in it (default %d:%d)", rt.DefaultIDFirst, rt.DefaultIDCount), f.rangeFlag)
+	fs.Func("sandbox-uid", "one fixed uid that every sandbox runs as when toolgate is root, instead of --sandbox-id-range, never 0 (sandboxes then share it: prefer the range)", f.fixedFlag(true))
+	fs.Func("sandbox-gid", "the gid of --sandbox-uid (default the same number), never 0", f.fixedFlag(false))
 	f.pool = rt.PoolConfig{Depth: rt.DefaultPoolDepth, Max: rt.DefaultPoolMax, MaxAge: rt.DefaultPoolMaxAge}
 	fs.IntVar(&f.pool.Depth, "sandbox-pool", f.pool.Depth, "sandboxes kept prepared ahead of their calls for each test-class tool (and one for each sandboxed stdio downstream server); 0 turns the pool off")
 	fs.IntVar(&f.pool.Max, "sandbox-pool-max", f.pool.Max, "prepared sandboxes held at once, in all; beyond it the least recently called tool's are given up (0: no bound)")
@@ -51,10 +56,60 @@ func (f *sandboxFlags) check() error {
 		return fmt.Errorf("--sandbox-pool-max %d: want 0 (no bound) or more", f.pool.Max)
 	case f.pool.MaxAge <= 0:
 		return fmt.Errorf("--sandbox-pool-max-age %s: want more than 0", f.pool.MaxAge)
-	case f.limits.UID == 0 || f.limits.GID == 0:
-		return fmt.Errorf("--sandbox-uid %d --sandbox-gid %d: a sandbox never runs as root (0)", f.limits.UID, f.limits.GID)
+	case f.fixedGID && !f.fixedUID:
+		return errors.New("--sandbox-gid goes with --sandbox-uid")
+	case f.fixedUID && f.rangeSet:
+		return errors.New("--sandbox-uid and --sandbox-id-range: give one (a fixed uid, or a range of one uid per sandbox)")
+	}
+	if err := f.limits.IDs.Validate(); err != nil {
+		if f.limits.IDs.Shared {
+			return fmt.Errorf("--sandbox-uid %d --sandbox-gid %d: %w", f.limits.IDs.UID, f.limits.IDs.GID, err)
+		}
+		return fmt.Errorf("--sandbox-id-range: %w", err)
+	}
+	if !f.limits.IDs.Shared {
+		if found := f.limits.IDs.Accounts(); len(found) > 0 {
+			return fmt.Errorf("--sandbox-id-range %s holds ids in use here (%s): a process of that account could reach the sandboxes of its id; choose a range no account, group or subordinate range uses", f.limits.IDs, strings.Join(found, ", "))
+		}
 	}
 	return nil
+}
+
+// rangeFlag parses --sandbox-id-range FIRST:COUNT.
+func (f *sandboxFlags) rangeFlag(v string) error {
+	first, count, ok := strings.Cut(v, ":")
+	a, err1 := strconv.ParseUint(first, 10, 32)
+	n, err2 := strconv.ParseUint(count, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return fmt.Errorf("want FIRST:COUNT (%d:%d)", rt.DefaultIDFirst, rt.DefaultIDCount)
+	}
+	f.limits.IDs = rt.IDRange{UID: uint32(a), GID: uint32(a), Count: uint32(n)}
+	f.rangeSet = true
+	return nil
+}
+
+// fixedFlag parses --sandbox-uid (uid) or --sandbox-gid: one pair that
+// every sandbox shares.
+func (f *sandboxFlags) fixedFlag(uid bool) func(string) error {
+	return func(v string) error {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return fmt.Errorf("want a number: %w", err)
+		}
+		ids := &f.limits.IDs
+		if !f.fixedUID && !f.fixedGID {
+			*ids = rt.IDRange{UID: uint32(n), GID: uint32(n), Count: 1, Shared: true}
+		}
+		if uid {
+			ids.UID, f.fixedUID = uint32(n), true
+			if !f.fixedGID {
+				ids.GID = uint32(n)
+			}
+		} else {
+			ids.GID, f.fixedGID = uint32(n), true
+		}
+		return nil
+	}
 }
 
 // poolTemplates are what the pool keeps sandboxes prepared for: every
@@ -81,32 +136,20 @@ func poolTemplates(c *conf.Config, served []status.Tool, helpers []rt.Template) 
 	return append(out, helpers...)
 }
 
-// idFlag parses a uid or gid into id.
-func idFlag(id *uint32) func(string) error {
-	return func(v string) error {
-		n, err := strconv.ParseUint(v, 10, 32)
-		if err != nil {
-			return fmt.Errorf("want a number: %w", err)
-		}
-		*id = uint32(n)
-		return nil
-	}
-}
-
-// ids are the host uid and gid sandboxes run as: --sandbox-uid and
-// --sandbox-gid when the server is root, the server's own ids otherwise
-// (-1).
-func (f *sandboxFlags) ids() (int, int) {
+// ids are the host ids sandboxes run as, for the access checks at load:
+// the range (or the fixed pair) when the server is root, the server's own
+// ids otherwise (the zero range, not checked).
+func (f *sandboxFlags) ids() rt.IDRange {
 	if os.Geteuid() == 0 {
-		return int(f.limits.UID), int(f.limits.GID)
+		return f.limits.IDs
 	}
-	return -1, -1
+	return rt.IDRange{}
 }
 
 // sandboxToolCheck returns the conf load hook: a test-class tool whose dir
 // or exe the sandbox cannot use safely refuses the line. Answers are
 // remembered per (dir, exe): a conf names the same ones on many lines.
-func sandboxToolCheck(uid, gid int) func(conf.Tool) error {
+func sandboxToolCheck(ids rt.IDRange) func(conf.Tool) error {
 	seen := map[[2]string]error{}
 	return func(t conf.Tool) error {
 		if t.Class != conf.ClassTest {
@@ -115,7 +158,7 @@ func sandboxToolCheck(uid, gid int) func(conf.Tool) error {
 		key := [2]string{t.DirResolved, t.ExeResolved}
 		err, ok := seen[key]
 		if !ok {
-			err = rt.CheckSandboxTool(t.DirResolved, t.ExeResolved, uid, gid)
+			err = rt.CheckSandboxTool(t.DirResolved, t.ExeResolved, ids)
 			seen[key] = err
 		}
 		return err

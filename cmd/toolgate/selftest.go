@@ -99,8 +99,7 @@ func selftest(args []string, stdout, stderr io.Writer) int {
 			failed = true
 			continue
 		}
-		uid, gid := s.sandbox.ids()
-		if err := rt.CanExecute(self, uid, gid); err != nil {
+		if err := rt.CanExecute(self, s.sandbox.ids()); err != nil {
 			fmt.Fprintf(stdout, "[BROKEN] the probe (this binary) cannot run in the sandbox: %v\n", err)
 			r.release()
 			failed = true

@@ -192,6 +192,8 @@ func Main(pre, args []string) {
 	case "intrude":
 		requireSandbox()
 		intrude()
+	case "reach":
+		reach(atoi(arg(args, 0)))
 	case "add_key":
 		// A syscall the seccomp profile refuses and an unprivileged user
 		// may otherwise make: it adds a key to the process's keyring.
@@ -498,6 +500,28 @@ func intrude() {
 		fmt.Printf("write %s: %s\n", f, result(os.WriteFile(f, []byte("intruder\n"), 0o644)))
 	}
 	fmt.Println("kill -1:", result(syscall.Kill(-1, syscall.SIGKILL)))
+}
+
+// reach reports what this process can do to process pid: signal it, read
+// its environment, open its namespaces (the first step of entering them).
+// The battery runs it on the host as an unprivileged uid (never root: it
+// refuses), to show that another sandbox's uid reaches nothing; even where
+// it succeeds it changes nothing (signal 0, reads, descriptors closed).
+func reach(pid int) {
+	if os.Geteuid() == 0 || pid <= 1 {
+		fmt.Fprintln(os.Stderr, "probe: reach: refusing as root or without a pid")
+		os.Exit(99)
+	}
+	fmt.Println("signal:", result(syscall.Kill(pid, 0)))
+	_, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	fmt.Println("environ:", result(err))
+	for _, ns := range []string{"mnt", "user", "pid"} {
+		fd, err := syscall.Open(fmt.Sprintf("/proc/%d/ns/%s", pid, ns), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err == nil {
+			syscall.Close(fd)
+		}
+		fmt.Printf("ns/%s: %s\n", ns, result(err))
+	}
 }
 
 func requireSandbox() {

@@ -322,6 +322,7 @@ func Cases() []Case {
 		{Name: "seccomp", Guarantee: "a seccomp filter (containers/common's default profile) is loaded: a syscall it refuses fails", Run: caseSeccomp},
 		{Name: "fresh", Guarantee: "a call sees nothing an earlier call of the same tool left: no file in /tmp or /dev/shm, no process, exactly the four variables", Run: caseFresh},
 		{Name: "own-sandbox", Guarantee: "two calls never share a sandbox: calls in flight at once each have namespaces of their own", Run: caseOwnSandbox},
+		{Name: "ids-apart", Guarantee: "each sandbox runs as host ids of its own, from a range no account uses: a host process with the previous call's uid can neither signal, read nor enter the next call", Run: caseIDsApart},
 		{Name: "prepared-apart", Guarantee: "a sandbox prepared for one tool is out of reach of another tool's call (no process, descriptor or file of it), and runs its own tool only", Run: casePreparedApart},
 	}
 }

@@ -50,9 +50,10 @@ type Runner struct {
 	limits rt.SandboxLimits
 	// policy is the sandbox of every call, rendered by Args.
 	policy bundle.Policy
-	// uid and gid are the host ids bwrap runs as, or -1 to keep the
-	// server's (when it is not root).
-	uid, gid int
+	// ids hands out each sandbox's host ids (nil: the server's own, when
+	// it is not root); rng is their range, for the access checks.
+	ids *rt.IDs
+	rng rt.IDRange
 	// seccomp is the compiled filter of every sandbox: the OCI backend's
 	// profile (bundle.DefaultSeccompBPF).
 	seccomp []byte
@@ -97,7 +98,7 @@ func Prepare(cfg Config) (*Runner, error) {
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Runner{bwrap: cfg.Bwrap, shim: cfg.Shim, cg: cfg.Cgroups, limits: cfg.Limits, uid: -1, gid: -1}
+	r := &Runner{bwrap: cfg.Bwrap, shim: cfg.Shim, cg: cfg.Cgroups, limits: cfg.Limits}
 	if r.bwrap == "" {
 		p, err := Find()
 		if err != nil {
@@ -105,16 +106,18 @@ func Prepare(cfg Config) (*Runner, error) {
 		}
 		r.bwrap = p
 	}
-	if os.Geteuid() == 0 {
-		r.uid, r.gid = int(cfg.Limits.UID), int(cfg.Limits.GID)
+	ids, err := rt.NewIDs(cfg.Limits.IDs)
+	if err != nil {
+		return nil, err
 	}
+	r.ids, r.rng = ids, ids.Range()
 	if r.limits.Pids > 0 && !r.cg.Has("pids") {
 		return nil, fmt.Errorf("no usable pids cgroup controller for the per-call process limit (%s); run toolgate where one is delegated to it, or set --sandbox-pids 0 to rely on RLIMIT_NPROC alone", r.cg)
 	}
 	if r.limits.Memory > 0 && !r.cg.Has("memory") {
 		return nil, fmt.Errorf("no usable memory cgroup controller for the per-call memory limit (%s); run toolgate where one is delegated to it, or set --sandbox-memory 0 to run without a memory limit", r.cg)
 	}
-	if err := rt.CanExecute(r.shim, r.uid, r.gid); err != nil {
+	if err := rt.CanExecute(r.shim, r.rng); err != nil {
 		return nil, fmt.Errorf("%s runs inside every sandbox: %w", rt.ShimName, err)
 	}
 	// The same filter as the OCI backend's, never none: a build without
@@ -132,16 +135,10 @@ func Prepare(cfg Config) (*Runner, error) {
 	return r, nil
 }
 
-// Path returns the bwrap binary in use.
-func (r *Runner) Path() string { return r.bwrap }
-
-// UID returns the host uid sandboxes run as (-1: the server's own).
-func (r *Runner) UID() (int, int) { return r.uid, r.gid }
-
 // Check reports whether a tool with this canonical dir and exe can be
 // sandboxed: see rt.CheckSandboxTool.
 func (r *Runner) Check(dir, exe string) error {
-	return rt.CheckSandboxTool(dir, exe, r.uid, r.gid)
+	return rt.CheckSandboxTool(dir, exe, r.rng)
 }
 
 // SelfTest runs /usr/bin/true (or /bin/true) in a sandbox with the full
@@ -193,7 +190,7 @@ func Hint(msg string) string {
 	case strings.Contains(msg, "Unexpected capabilities but not setuid"):
 		return "; bwrap refuses to run as a non-root user that holds capabilities: inside a container drop the --cap-add (as its default non-root user the image needs none)"
 	case strings.Contains(msg, "sandbox: setgroups") || strings.Contains(msg, "sandbox: setresgid") || strings.Contains(msg, "sandbox: setresuid"):
-		return "; as root, toolgate starts each sandbox as the sandbox uid (--sandbox-uid, 65534 by default), which needs CAP_SETUID and CAP_SETGID: inside a container keep them (no --cap-drop ALL), or run the container as its default non-root user"
+		return "; as root, toolgate starts each sandbox as host ids of its own (--sandbox-id-range, or --sandbox-uid), which needs CAP_SETUID and CAP_SETGID: inside a container keep them (no --cap-drop ALL), or run the container as its default non-root user"
 	case strings.Contains(msg, "sandbox: set rlimit"):
 		return "; an rlimit cannot be raised above the hard limit toolgate got: lower the matching --sandbox-nofile/--sandbox-nproc/--sandbox-core/--sandbox-fsize, or raise the hard limit (podman --ulimit)"
 	case strings.Contains(msg, "sandbox: join cgroup"):
@@ -209,7 +206,14 @@ func Hint(msg string) string {
 // Run runs inv in a fresh sandbox.
 func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
 	plan := Plan{Exe: inv.Argv[0], ExeResolved: inv.Path, Argv: inv.Argv, Dir: inv.Dir, KeepStderr: inv.StderrMax > 0}
-	eg, err := inv.StartEgress(r.policy, r.uid, r.gid)
+	// The sandbox's own host ids, given back once Exec has killed and
+	// reaped everything it started (the deferred calls below run first).
+	id, err := r.ids.Acquire()
+	if err != nil {
+		return rt.Result{}, err
+	}
+	defer id.Release()
+	eg, err := inv.StartEgress(r.policy, id.UID, id.GID)
 	if err != nil {
 		return rt.Result{}, err
 	}
@@ -222,7 +226,7 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		return rt.Result{}, err
 	}
 	defer filter.Close()
-	group, start, err := r.enter(inv.ID, plan)
+	group, start, err := r.enter(inv.ID, plan, id)
 	if err != nil {
 		return rt.Result{}, err
 	}
@@ -270,8 +274,15 @@ func (r *Runner) prepare(plan Plan, env, fixed []string) (*rt.Standby, error) {
 	if rt.ReleaseFD(len(extra)) != ReleaseFD {
 		return nil, fmt.Errorf("bwrap: the release channel would be descriptor %d, the argv says %d", rt.ReleaseFD(len(extra)), ReleaseFD)
 	}
-	group, st, err := r.enter("pool-"+strconv.FormatUint(r.prepared.Add(1), 10), plan)
+	// A prepared sandbox holds its ids from now on: the Standby gives
+	// them back once it is done with.
+	id, err := r.ids.Acquire()
 	if err != nil {
+		return nil, err
+	}
+	group, st, err := r.enter("pool-"+strconv.FormatUint(r.prepared.Add(1), 10), plan, id)
+	if err != nil {
+		id.Release()
 		return nil, err
 	}
 	sb, err := rt.StartStandby(rt.StandbyCmd{
@@ -284,11 +295,13 @@ func (r *Runner) prepare(plan Plan, env, fixed []string) (*rt.Standby, error) {
 		Group:       group,
 		Streams:     rt.StreamsAtRelease,
 		Fixed:       fixed,
+		IDs:         id,
 	})
 	if err != nil {
 		if group != nil {
 			_ = group.Close()
 		}
+		id.Release()
 		return nil, err
 	}
 	return sb, nil
@@ -348,16 +361,16 @@ type start struct {
 }
 
 // enter creates the call's cgroup (when the host has one) and returns it
-// with how to start plan. bwrap is exec'd directly, as the sandbox uid
-// (when toolgate is root) and inside the cgroup2 group (CLONE_INTO_CGROUP);
+// with how to start plan. bwrap is exec'd directly, as the sandbox's host
+// ids id (when toolgate is root) and inside the cgroup2 group (CLONE_INTO_CGROUP);
 // only when the call must join v1 cgroups (a hybrid host's pids and memory
 // controllers) does the enter shim come first, to join them before it
 // execs bwrap. The rlimits are set by the shim inside the sandbox. The
 // caller closes the group.
-func (r *Runner) enter(id string, plan Plan) (*rt.Group, start, error) {
+func (r *Runner) enter(name string, plan Plan, id rt.SandboxID) (*rt.Group, start, error) {
 	var group *rt.Group
 	if r.cg != nil && (r.cg.V2 != "" || r.limits.Pids > 0 || r.limits.Memory > 0) {
-		g, err := r.cg.NewGroup(id, rt.Limits{Pids: r.limits.Pids, Memory: r.limits.Memory})
+		g, err := r.cg.NewGroup(name, rt.Limits{Pids: r.limits.Pids, Memory: r.limits.Memory})
 		if err != nil {
 			return nil, start{}, fmt.Errorf("sandbox cgroup: %w", err)
 		}
@@ -365,13 +378,13 @@ func (r *Runner) enter(id string, plan Plan) (*rt.Group, start, error) {
 	}
 	argv := append([]string{r.bwrap}, Args(r.policy, plan)...)
 	if joins := group.Joins(); len(joins) > 0 {
-		shim := rt.ShimSpec{Mode: rt.ShimEnter, Joins: joins, UID: r.uid, GID: r.gid, Path: r.bwrap, Argv: argv}
+		shim := rt.ShimSpec{Mode: rt.ShimEnter, Joins: joins, UID: id.UID, GID: id.GID, Path: r.bwrap, Argv: argv}
 		return group, start{path: r.shim, argv: append([]string{r.shim}, shim.Args()...)}, nil
 	}
 	s := start{path: r.bwrap, argv: argv}
-	if r.uid >= 0 {
+	if id.UID >= 0 {
 		s.attr = &syscall.SysProcAttr{Credential: &syscall.Credential{
-			Uid: uint32(r.uid), Gid: uint32(r.gid), Groups: []uint32{},
+			Uid: uint32(id.UID), Gid: uint32(id.GID), Groups: []uint32{},
 		}}
 	}
 	return group, s, nil

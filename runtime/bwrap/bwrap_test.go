@@ -101,7 +101,8 @@ func TestRunHelperStreams(t *testing.T) {
 }
 
 // TestSandboxUID: --sandbox-uid reaches the sandbox: a root server runs
-// the tool as the chosen uid and gid, inside the sandbox and on the host.
+// the tool as the chosen fixed uid and gid, inside the sandbox and on the
+// host.
 func TestSandboxUID(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testbin.Missing(t, "the sandbox uid is chosen only when toolgate is root")
@@ -112,7 +113,7 @@ func TestSandboxUID(t *testing.T) {
 	cg := rt.SetupCgroups()
 	t.Cleanup(cg.Close)
 	limits := rt.DefaultSandboxLimits()
-	limits.UID, limits.GID = 64123, 64124
+	limits.IDs = rt.IDRange{UID: 64123, GID: 64124, Count: 1, Shared: true}
 	r, err := New(context.Background(), Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: limits})
 	if errors.Is(err, bundle.ErrNoSeccomp) {
 		testbin.Missing(t, "this test binary was built without -tags seccomp (go test -tags seccomp): %v", err)

@@ -29,8 +29,15 @@ func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, e
 	if err != nil {
 		return nil, err
 	}
-	eg, err := s.StartEgress(r.uid, r.gid)
+	// The Process owns the ids from its start, and gives them back once
+	// nothing of the sandbox can still run.
+	id, err := r.ids.Acquire()
 	if err != nil {
+		return nil, err
+	}
+	eg, err := s.StartEgress(id.UID, id.GID)
+	if err != nil {
+		id.Release()
 		return nil, err
 	}
 	if eg != nil {
@@ -39,12 +46,14 @@ func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, e
 	filter, err := r.seccompFile()
 	if err != nil {
 		eg.Close()
+		id.Release()
 		return nil, err
 	}
 	defer filter.Close()
-	group, st, err := r.enter(s.ID, plan)
+	group, st, err := r.enter(s.ID, plan, id)
 	if err != nil {
 		eg.Close()
+		id.Release()
 		return nil, err
 	}
 	p, err := rt.StartProcess(rt.ServiceCmd{
@@ -57,12 +66,14 @@ func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, e
 		Stderr:      s.Stderr,
 		ExtraFiles:  []*os.File{filter},
 		Egress:      eg,
+		IDs:         id,
 	})
 	if err != nil {
 		if group != nil {
 			group.Close()
 		}
 		eg.Close()
+		id.Release()
 		return nil, err
 	}
 	return p, nil
@@ -99,7 +110,7 @@ func (r *Runner) servicePlan(s rt.Service) (Plan, error) {
 		if err := r.Check(s.Dir, s.Path); err != nil {
 			return Plan{}, fmt.Errorf("sandbox %s: %w", s.Name, err)
 		}
-	} else if err := rt.CanExecute(s.Path, r.uid, r.gid); err != nil {
+	} else if err := rt.CanExecute(s.Path, r.rng); err != nil {
 		return Plan{}, fmt.Errorf("sandbox %s: %w", s.Name, err)
 	}
 	for _, p := range s.ReadOnly {

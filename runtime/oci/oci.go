@@ -53,8 +53,6 @@ type Config struct {
 	RunDir string
 	// Limits are the per-call limits.
 	Limits rt.SandboxLimits
-	// UID and GID run the tool; 0 means Limits.UID and Limits.GID.
-	UID, GID uint32
 	// Probe is the executable of the start-up probe container; empty
 	// means /usr/bin/true. "-" skips the probe.
 	Probe string
@@ -131,12 +129,6 @@ func newPlan(cfg Config) (*plan, error) {
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
-	if cfg.UID == 0 {
-		cfg.UID = cfg.Limits.UID
-	}
-	if cfg.GID == 0 {
-		cfg.GID = cfg.Limits.GID
-	}
 	if cfg.RunDir == "" {
 		cfg.RunDir = DefaultRunDir()
 	}
@@ -163,7 +155,11 @@ func newPlan(cfg Config) (*plan, error) {
 	p.state = filepath.Join(p.dir, "state-"+string(cfg.Runtime))
 	p.bundles = filepath.Join(p.dir, "bundles")
 	p.policy = cfg.Limits.Policy(host, cfg.Shim)
-	p.policy.UID, p.policy.GID = cfg.UID, cfg.GID
+	// No user namespace: the tool runs as its sandbox's host ids, set per
+	// sandbox (spec); the policy shows the range's first.
+	if cfg.Limits.IDs.Count > 0 {
+		p.policy.UID, p.policy.GID = cfg.Limits.IDs.UID, cfg.Limits.IDs.GID
+	}
 	p.policy.Rootfs = p.rootfs
 	// The cgroup limits the host can enforce; the rest are notes for
 	// doctor.
@@ -211,10 +207,14 @@ func (p *plan) cgroupsPath(id string) string {
 	return cgroupParent(os.Getpid()) + "/" + id
 }
 
-// spec returns the runtime spec of inv run as container id, egressDir
-// its egress proxy's directory (rt.Egress.Dir; "" without an allowlist).
-func (p *plan) spec(inv rt.Invocation, id, egressDir string) (*specs.Spec, error) {
+// spec returns the runtime spec of inv run as container id with host ids
+// sid (-1: the policy's), egressDir its egress proxy's directory
+// (rt.Egress.Dir; "" without an allowlist).
+func (p *plan) spec(inv rt.Invocation, id, egressDir string, sid rt.SandboxID) (*specs.Spec, error) {
 	pol := p.policy
+	if sid.UID >= 0 {
+		pol.UID, pol.GID = uint32(sid.UID), uint32(sid.GID)
+	}
 	pol.CgroupsPath = p.cgroupsPath(id)
 	return render(pol, p.fl, inv, egressDir)
 }
@@ -274,12 +274,15 @@ func Spec(cfg Config, inv rt.Invocation) (*specs.Spec, error) {
 	if len(inv.Egress) > 0 {
 		egressDir = rt.EgressDirExample
 	}
-	return p.spec(inv, id, egressDir)
+	return p.spec(inv, id, egressDir, rt.SandboxID{UID: -1, GID: -1})
 }
 
 // Runner runs invocations in containers of one OCI runtime.
 type Runner struct {
 	*plan
+	// ids hands out each container's host ids (nil when toolgate is not
+	// root: the policy's).
+	ids   *rt.IDs
 	swept []string
 	// prepared numbers the prepared containers (Prepare).
 	prepared atomic.Uint64
@@ -318,7 +321,11 @@ func Prepare(cfg Config) (*Runner, error) {
 	if err := checkShimReadable(p.cfg.Shim); err != nil {
 		return nil, err
 	}
-	return &Runner{plan: p}, nil
+	ids, err := rt.NewIDs(p.cfg.Limits.IDs)
+	if err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	return &Runner{plan: p, ids: ids}, nil
 }
 
 // Start sweeps what dead servers left, lays out the server's directories
@@ -389,7 +396,7 @@ func (r *Runner) Spec(inv rt.Invocation) (*specs.Spec, error) {
 	if len(inv.Egress) > 0 {
 		egressDir = rt.EgressDirExample
 	}
-	return r.spec(inv, id, egressDir)
+	return r.spec(inv, id, egressDir, rt.SandboxID{UID: -1, GID: -1})
 }
 
 // Run runs inv in a fresh container. However the call ends, the container
@@ -399,7 +406,15 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	if err != nil {
 		return rt.Result{}, err
 	}
-	eg, err := inv.StartEgress(r.policy, r.hostUID(), r.hostGID())
+	// The container's own host ids, given back once it is deleted (the
+	// deferred calls below run first).
+	sid, err := r.ids.Acquire()
+	if err != nil {
+		return rt.Result{}, err
+	}
+	defer sid.Release()
+	uid, gid := r.hostIDs(sid)
+	eg, err := inv.StartEgress(r.policy, uid, gid)
 	if err != nil {
 		return rt.Result{}, err
 	}
@@ -408,7 +423,7 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	if eg != nil {
 		egressDir = eg.Dir
 	}
-	s, err := r.spec(inv, id, egressDir)
+	s, err := r.spec(inv, id, egressDir, sid)
 	if err != nil {
 		return rt.Result{}, err
 	}
@@ -442,11 +457,14 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	return res, err
 }
 
-// hostUID and hostGID are the container process's ids on the host (the
-// runtime runs as root here, with no user namespace): the owner of its
-// egress socket.
-func (r *Runner) hostUID() int { return int(r.policy.UID) }
-func (r *Runner) hostGID() int { return int(r.policy.GID) }
+// hostIDs are the container process's ids on the host (the runtime runs
+// as root here, with no user namespace): the owner of its egress socket.
+func (r *Runner) hostIDs(sid rt.SandboxID) (int, int) {
+	if sid.UID >= 0 {
+		return sid.UID, sid.GID
+	}
+	return int(r.policy.UID), int(r.policy.GID)
+}
 
 // Prepare creates a container for t ahead of its call (rt.Preparer): the
 // container Run would make, from the same spec (bundle.Spec of the same
@@ -471,12 +489,20 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 	if t.SplitStderr {
 		inv.StderrMax = 1
 	}
-	s, err := r.spec(inv, id, "") // never an egress proxy: it is the call's own
+	// A prepared container holds its ids from now on: the Standby gives
+	// them back once it is deleted.
+	sid, err := r.ids.Acquire()
 	if err != nil {
+		return nil, err
+	}
+	s, err := r.spec(inv, id, "", sid) // never an egress proxy: it is the call's own
+	if err != nil {
+		sid.Release()
 		return nil, err
 	}
 	b := filepath.Join(r.bundles, id)
 	if err := writeBundle(b, s); err != nil {
+		sid.Release()
 		return nil, err
 	}
 	hold := rt.ShimSpec{
@@ -510,9 +536,11 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 			_ = os.RemoveAll(b)
 		},
 		Fixed: dirs,
+		IDs:   sid,
 	})
 	if err != nil {
 		_ = os.RemoveAll(b)
+		sid.Release()
 		return nil, err
 	}
 	return sb, nil

@@ -222,9 +222,14 @@ func TestExeOutsideTheDirIsBound(t *testing.T) {
 
 func TestUserCapsAndNoNewPrivs(t *testing.T) {
 	forEachRuntime(t, func(t *testing.T, r *Runner) {
+		// A pair of the default range, its own: uid and gid the same
+		// offset into it.
 		res := run(t, r, inv("id"))
-		if got := strings.TrimSpace(string(res.Output)); got != "uid 65534 gid 65534 pid 1" {
-			t.Errorf("id = %q, want uid 65534 gid 65534 pid 1", got)
+		var uid, gid, pid int
+		got := strings.TrimSpace(string(res.Output))
+		if _, err := fmt.Sscanf(got, "uid %d gid %d pid %d", &uid, &gid, &pid); err != nil ||
+			!rt.DefaultIDRange().HasUID(uint32(uid)) || gid != uid || pid != 1 {
+			t.Errorf("id = %q, want a uid of %s, the same gid, pid 1", got, rt.DefaultIDRange())
 		}
 		res = run(t, r, inv("status"))
 		out := string(res.Output)
@@ -423,7 +428,7 @@ func TestSweepRemovesADeadServersContainers(t *testing.T) {
 	stale := &Runner{plan: &p}
 	in := inv("sleep", "60s")
 	id, _ := stale.containerID(in.ID)
-	s, err := stale.spec(in, id, "")
+	s, err := stale.spec(in, id, "", rt.SandboxID{UID: -1, GID: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +482,7 @@ func TestLoadRuleIsRenderRule(t *testing.T) {
 	pol.Rootfs, pol.CgroupsPath = "/run/toolgate/1/rootfs", "toolgate-1.oci/c1"
 	for _, dir := range []string{"/srv/x", "/opt/x", "/home/me/p", "/tmp/w", "/usr/share/x", "/var/lib/x",
 		"/etc/app", "/etc", "/srv", "/opt", "/", "/tmp", "/usr", "/proc/1", "/sys/x", "/dev/x", "/.toolgate"} {
-		loadErr := rt.CheckSandboxTool(dir, "/usr/bin/true", -1, -1)
+		loadErr := rt.CheckSandboxTool(dir, "/usr/bin/true", rt.IDRange{})
 		_, renderErr := RenderSpec(pol, Runc, rt.Invocation{ID: "c1", Name: "t", Path: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: dir}, "")
 		if (loadErr == nil) != (renderErr == nil) {
 			t.Errorf("dir %s: load says %v, the OCI rendering %v", dir, loadErr, renderErr)
