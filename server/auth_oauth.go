@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +16,7 @@ import (
 	"sync"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
@@ -386,8 +389,8 @@ type tokenExtra struct {
 // Authenticate verifies a JWT access token: an allowed algorithm, a key of
 // the issuer's set, the issuer, this resource among the audiences, exp
 // present and not passed, nbf and iat not in the future (all within
-// Leeway), a subject; and returns its subject as the principal with its
-// scopes.
+// Leeway), a subject; and returns the principal of its issuer and exact
+// subject (shown escaped: showClaim), with its scopes.
 func (o *OAuth) Authenticate(ctx context.Context, raw string) (Principal, error) {
 	tok, err := jwt.ParseSigned(raw, o.algs)
 	if err != nil {
@@ -398,7 +401,7 @@ func (o *OAuth) Authenticate(ctx context.Context, raw string) (Principal, error)
 	}
 	h := tok.Headers[0]
 	if typ, ok := h.ExtraHeaders[jose.HeaderType].(string); ok && !slices.Contains(accessTokenTypes, strings.ToLower(typ)) {
-		return Principal{}, invalidToken("typ %q is not an access token's", bounded(typ, 32))
+		return Principal{}, invalidToken("typ %s is not an access token's", showClaim(typ))
 	}
 	keys, err := o.keysFor(ctx, h.KeyID)
 	if err != nil {
@@ -445,10 +448,13 @@ func (o *OAuth) Authenticate(ctx context.Context, raw string) (Principal, error)
 	default:
 		return Principal{}, invalidToken("claims do not validate")
 	}
-	p := Principal{Name: bounded(claims.Subject, 256), Method: AuthOAuth, Scopes: scopesOf(extra)}
-	p.Client = bounded(extra.Azp, 256)
+	p := Principal{
+		Name: showClaim(claims.Subject), Method: AuthOAuth, Scopes: scopesOf(extra),
+		Issuer: claims.Issuer, Subject: claims.Subject,
+	}
+	p.Client = showClaim(extra.Azp)
 	if p.Client == "" {
-		p.Client = bounded(extra.ClientID, 256)
+		p.Client = showClaim(extra.ClientID)
 	}
 	return p, nil
 }
@@ -477,8 +483,65 @@ func scopesOf(e tokenExtra) []string {
 	return out
 }
 
+// maxShownClaim bounds a claim as audit records, logs and refusals show
+// it.
+const maxShownClaim = 256
+
+// longClaimMark separates the shown prefix of a claim too long to show
+// whole from the SHA-256 of all of it. showClaim escapes every '%' of a
+// claim as %25, so the mark never appears in the escaping of a claim.
+const longClaimMark = "%~sha256:"
+
+// showClaim returns a claim of a token as audit records and logs show it,
+// so that a claim can neither forge nor flood a log line nor pass for
+// another: every byte of what does not print (control and format
+// characters, any space but ' ', invalid UTF-8) and of '%' itself is
+// written %XX, an escaping that reverses, so two claims never show the
+// same. A claim whose escaping is over maxShownClaim bytes is shown as
+// the escaping's first bytes (never half an escape or a character),
+// longClaimMark and the hex SHA-256 of the whole claim: two long claims
+// that share those first bytes still show apart, and neither can show as
+// a short one.
+func showClaim(s string) string {
+	var b strings.Builder
+	var parts []string // each character's escaping, while it may still fit
+	over := false
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		part := s[i : i+n]
+		if r == '%' || !unicode.IsPrint(r) || (r == utf8.RuneError && n == 1) {
+			var e strings.Builder
+			for _, c := range []byte(part) {
+				fmt.Fprintf(&e, "%%%02X", c)
+			}
+			part = e.String()
+		}
+		i += n
+		if b.Len()+len(part) > maxShownClaim {
+			over = true
+			break
+		}
+		b.WriteString(part)
+		parts = append(parts, part)
+	}
+	if !over {
+		return b.String()
+	}
+	sum := sha256.Sum256([]byte(s))
+	mark := longClaimMark + hex.EncodeToString(sum[:])
+	b.Reset()
+	for _, part := range parts {
+		if b.Len()+len(part)+len(mark) > maxShownClaim {
+			break
+		}
+		b.WriteString(part)
+	}
+	return b.String() + mark
+}
+
 // bounded cuts s to at most n bytes and replaces what does not print, so
-// that a claim cannot forge or flood a log line.
+// that a value quoted in an error cannot flood or forge a line. It is
+// lossy: never use it for what must tell two values apart (showClaim).
 func bounded(s string, n int) string {
 	s = strings.Map(func(r rune) rune {
 		if unicode.IsPrint(r) {
