@@ -59,7 +59,8 @@ type OAuthOptions struct {
 	// set lacks may fetch it again (default 10 s), so that a stream of
 	// tokens with made-up key ids cannot turn toolgate against the issuer.
 	Refresh, MinRefresh time.Duration
-	// Client fetches metadata and keys (default: 10 s timeout).
+	// Client fetches metadata and keys (default: 10 s timeout). NewOAuth
+	// uses a copy that follows no redirect.
 	Client *http.Client
 	// Log receives fetch failures.
 	Log *logrus.Logger
@@ -96,12 +97,12 @@ func NewOAuth(opts OAuthOptions) (*OAuth, error) {
 	if err != nil || res.Host == "" || (res.Scheme != "https" && res.Scheme != "http") || res.Fragment != "" {
 		return nil, fmt.Errorf("--oauth-resource %q: want this server's absolute URL (https://host/mcp), without a fragment", opts.Resource)
 	}
+	o := &OAuth{opts: opts, jwksURL: opts.JWKSURL, loaded: make(chan struct{})}
 	if opts.JWKSURL != "" {
-		if err := secureURL(opts.JWKSURL); err != nil {
+		if err := o.fetchable(opts.JWKSURL); err != nil {
 			return nil, fmt.Errorf("--oauth-jwks-url: %w", err)
 		}
 	}
-	o := &OAuth{opts: opts, jwksURL: opts.JWKSURL, loaded: make(chan struct{})}
 	names := opts.Algorithms
 	if len(names) == 0 {
 		names = DefaultOAuthAlgorithms
@@ -122,9 +123,15 @@ func NewOAuth(opts OAuthOptions) (*OAuth, error) {
 	if o.opts.MinRefresh <= 0 {
 		o.opts.MinRefresh = 10 * time.Second
 	}
-	if o.opts.Client == nil {
-		o.opts.Client = &http.Client{Timeout: 10 * time.Second}
+	// A copy of the client, so that no redirect is followed whatever the
+	// caller's client would do.
+	client := &http.Client{Timeout: 10 * time.Second}
+	if opts.Client != nil {
+		c := *opts.Client
+		client = &c
 	}
+	client.CheckRedirect = refuseRedirect
+	o.opts.Client = client
 	if o.opts.Now == nil {
 		o.opts.Now = time.Now
 	}
@@ -156,6 +163,37 @@ func secureURL(raw string) error {
 		return nil
 	}
 	return fmt.Errorf("%q: want https (http only on a loopback host)", raw)
+}
+
+// fetchable refuses a URL the issuer's metadata or keys may not be read
+// from: https, or plain http only when the operator named an http issuer
+// on a loopback host (a test's or a sidecar's) and the URL is on a
+// loopback host too. An https issuer's keys never come over plain http,
+// whatever its metadata names.
+func (o *OAuth) fetchable(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("%q is not an absolute URL", raw)
+	}
+	if u.Scheme == "https" {
+		return nil
+	}
+	iss, _ := url.Parse(o.opts.Issuer)
+	if u.Scheme == "http" && iss.Scheme == "http" && loopbackHost(iss.Hostname()) && loopbackHost(u.Hostname()) {
+		return nil
+	}
+	return fmt.Errorf("%q: want https (plain http only for an http issuer on loopback)", raw)
+}
+
+// refuseRedirect is the CheckRedirect of the client that fetches the
+// issuer's metadata and keys: no redirect is followed, not even to https
+// on the same host. The URLs fetched are the issuer's own (RFC 8414 and
+// OpenID Connect place the metadata under it) and what that metadata, or
+// the operator, names; a redirect would let whoever answers the first
+// request choose where the keys come from, over plain http too. An issuer
+// that has moved its keys says so in its metadata.
+func refuseRedirect(req *http.Request, _ []*http.Request) error {
+	return fmt.Errorf("redirected to %s: toolgate follows no redirect for the issuer's metadata or keys (name the final URL: --oauth-jwks-url, or the issuer's metadata)", req.URL.Redacted())
 }
 
 // loopbackHost reports a loopback IP literal or localhost.
@@ -248,6 +286,9 @@ func (o *OAuth) fetch(ctx context.Context, force bool) error {
 const maxMetadata = 1 << 20
 
 func (o *OAuth) getJSON(ctx context.Context, u string, v any) error {
+	if err := o.fetchable(u); err != nil {
+		return fmt.Errorf("GET %w", err)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
@@ -301,7 +342,7 @@ func (o *OAuth) discover(ctx context.Context) (string, error) {
 			errs = append(errs, fmt.Errorf("%s has no jwks_uri", c))
 			continue
 		}
-		if err := secureURL(md.JWKSURI); err != nil {
+		if err := o.fetchable(md.JWKSURI); err != nil {
 			errs = append(errs, fmt.Errorf("%s: jwks_uri %w", c, err))
 			continue
 		}
