@@ -152,10 +152,67 @@ func (p playedPod) nsenter(argv ...string) *exec.Cmd {
 }
 
 // playWorkload plays deploy/kubernetes with conf as the toolgate-conf
-// ConfigMap's tools.conf and returns its pods once ready.
+// ConfigMap's tools.conf and the Secret the README makes, and returns its
+// pods once ready.
 func playWorkload(t *testing.T, conf string) []playedPod {
 	t.Helper()
 	onlyImage(t)
+	token, secName, secData := readmeKubeSecret(t)
+	if secName != "toolgate-auth" {
+		t.Fatalf("the README makes Secret %q, the Deployment mounts toolgate-auth", secName)
+	}
+	playManifests(t, conf, secData)
+	var pods []playedPod
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("toolgate-pod-%d-toolgate", i)
+		out, err := exec.Command(podman, "inspect", "--format", "{{.State.Pid}}", name).Output()
+		if err != nil {
+			break
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+		if pid <= 0 {
+			logs, _ := exec.Command(podman, "logs", name).CombinedOutput()
+			t.Fatalf("%s is not running:\n%s", name, logs)
+		}
+		pods = append(pods, playedPod{name: name, pid: pid, token: token})
+	}
+	if len(pods) != 2 {
+		t.Fatalf("%d pods played, want the Deployment's 2 replicas", len(pods))
+	}
+	for _, p := range pods {
+		c := p.httpClient()
+		var body string
+		ready := false
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) && !ready {
+			resp, err := c.Get("http://127.0.0.1:9090/readyz")
+			if err == nil {
+				var b bytes.Buffer
+				b.ReadFrom(resp.Body)
+				resp.Body.Close()
+				body = b.String()
+				ready = resp.StatusCode == 200
+			}
+			if !ready {
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+		if !ready {
+			logs, _ := exec.Command(podman, "logs", p.name).CombinedOutput()
+			t.Fatalf("%s: /readyz never answered 200 (last: %s):\n%s", p.name, body, logs)
+		}
+		if !strings.Contains(body, `"sandbox":{"backend":"bwrap","state":"ready"}`) || !strings.Contains(body, `"conf":"loaded"`) {
+			t.Fatalf("%s: /readyz %s: want the conf loaded and the bwrap sandbox ready", p.name, body)
+		}
+	}
+	return pods
+}
+
+// playManifests plays deploy/kubernetes with conf as the toolgate-conf
+// ConfigMap's tools.conf and secData as the toolgate-auth Secret's data,
+// and returns once podman has started the pods.
+func playManifests(t *testing.T, conf string, secData map[string]string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		missingDep(t, "joining a pod's network namespace needs root (uid %d)", os.Geteuid())
 	}
@@ -201,12 +258,8 @@ func playWorkload(t *testing.T, conf string) []playedPod {
 	if err := os.WriteFile(play, []byte(string(cmYAML)+"---\n"+regDoc+"\n---\n"+string(dep)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The Secret the README makes, as podman 4.3 reads it.
-	token, secName, secData := readmeKubeSecret(t)
-	if secName != "toolgate-auth" {
-		t.Fatalf("the README makes Secret %q, the Deployment mounts toolgate-auth", secName)
-	}
-	secJSON, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]string{"name": secName}, "type": "Opaque", "data": secData})
+	// The Secret, as podman 4.3 reads it.
+	secJSON, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]string{"name": "toolgate-auth"}, "type": "Opaque", "data": secData})
 	secFile := filepath.Join(dir, "secret.json")
 	os.WriteFile(secFile, secJSON, 0o600)
 	// The seccomp profile where the Localhost profile names it.
@@ -247,50 +300,6 @@ func playWorkload(t *testing.T, conf string) []playedPod {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("podman kube play: %v\n%s", err, out)
 	}
-	var pods []playedPod
-	for i := 0; ; i++ {
-		name := fmt.Sprintf("toolgate-pod-%d-toolgate", i)
-		out, err := exec.Command(podman, "inspect", "--format", "{{.State.Pid}}", name).Output()
-		if err != nil {
-			break
-		}
-		pid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-		if pid <= 0 {
-			logs, _ := exec.Command(podman, "logs", name).CombinedOutput()
-			t.Fatalf("%s is not running:\n%s", name, logs)
-		}
-		pods = append(pods, playedPod{name: name, pid: pid, token: token})
-	}
-	if len(pods) != 2 {
-		t.Fatalf("%d pods played, want the Deployment's 2 replicas", len(pods))
-	}
-	for _, p := range pods {
-		c := p.httpClient()
-		var body string
-		ready := false
-		deadline := time.Now().Add(60 * time.Second)
-		for time.Now().Before(deadline) && !ready {
-			resp, err := c.Get("http://127.0.0.1:9090/readyz")
-			if err == nil {
-				var b bytes.Buffer
-				b.ReadFrom(resp.Body)
-				resp.Body.Close()
-				body = b.String()
-				ready = resp.StatusCode == 200
-			}
-			if !ready {
-				time.Sleep(200 * time.Millisecond)
-			}
-		}
-		if !ready {
-			logs, _ := exec.Command(podman, "logs", p.name).CombinedOutput()
-			t.Fatalf("%s: /readyz never answered 200 (last: %s):\n%s", p.name, body, logs)
-		}
-		if !strings.Contains(body, `"sandbox":{"backend":"bwrap","state":"ready"}`) || !strings.Contains(body, `"conf":"loaded"`) {
-			t.Fatalf("%s: /readyz %s: want the conf loaded and the bwrap sandbox ready", p.name, body)
-		}
-	}
-	return pods
 }
 
 // TestKubeWorkload: the played Deployment serves MCP over HTTP behind its
@@ -447,6 +456,36 @@ tool netdirect /usr/bin/git read 30 65536 off /workspace -- ls-remote %[1]s
 	}
 	if !strings.Contains(string(logs), `"principal":"ci-runner"`) {
 		t.Errorf("no audit record of principal ci-runner in the pod's logs")
+	}
+}
+
+// TestKubeRefusesPublishedToken: a Secret holding the token that an
+// earlier deploy/kubernetes/secret.yaml published serves nothing: each
+// pod's toolgate exits 2 naming the line, and no replica becomes ready.
+func TestKubeRefusesPublishedToken(t *testing.T) {
+	onlyImage(t)
+	playManifests(t, "tool git_status /usr/bin/git test 30 65536 on /workspace -- status --short\n",
+		map[string]string{"tokens": "ci-runner sha256:401fe3ccb9f5ffb678ecd700eb48039250d139152a40c65a83eccc706b997819"})
+	const want = "toolgate serve: --auth-tokens: /etc/toolgate/auth/tokens:1: token: a published example token"
+	for i := range 2 {
+		name := fmt.Sprintf("toolgate-pod-%d-toolgate", i)
+		var logs, state string
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) {
+			l, _ := exec.Command(podman, "logs", name).CombinedOutput()
+			st, _ := exec.Command(podman, "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name).Output()
+			logs, state = string(l), strings.TrimSpace(string(st))
+			if strings.Contains(logs, want) && strings.HasSuffix(state, " 2") {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if !strings.Contains(logs, want) || !strings.HasSuffix(state, " 2") {
+			t.Fatalf("%s: state %q, logs:\n%s\nwant it to exit 2 with %q", name, state, logs, want)
+		}
+		if strings.Contains(logs, "MCP on http://") {
+			t.Errorf("%s served MCP:\n%s", name, logs)
+		}
 	}
 }
 
