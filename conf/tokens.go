@@ -24,8 +24,9 @@ import (
 // principal holds (see serve --tool-scope). '#' starts a comment at a line
 // start or after whitespace. The file is trusted as tools.conf is (owner
 // and every directory above it: checkTrusted), refused when group- or
-// world-writable, and refused when it holds a literal token and is
-// world-readable.
+// world-writable, refused when it holds a literal token and is
+// world-readable, and refused when it holds a token that was published as
+// an example (publishedTokens).
 
 // MinTokenLength is the shortest literal token accepted: 32 characters,
 // as a random token of at least 128 bits needs in hex or base64.
@@ -37,6 +38,25 @@ const MaxTokenLength = 8 << 10
 
 // TokenDigestPrefix marks a token written as its SHA-256.
 const TokenDigestPrefix = "sha256:"
+
+// publishedTokens are the hex SHA-256 digests of tokens that have been
+// published, and that anyone can therefore present, each with where: a
+// token file holding one, as the token or as its digest, is refused. It
+// is the one list of them: a token or digest shown in the README, docs/
+// or deploy/ must be in it (TestPublishedTokensListed), and none of the
+// manifests may hold one (deploy/kubernetes/manifests_test.go).
+var publishedTokens = map[string]string{
+	// The token "example-token-replace-me-0123456789abcdef", whose digest
+	// deploy/kubernetes/secret.yaml shipped, with the token in its comment.
+	"401fe3ccb9f5ffb678ecd700eb48039250d139152a40c65a83eccc706b997819": "the example of the deploy/kubernetes/secret.yaml toolgate shipped",
+}
+
+// PublishedToken reports whether digest is the SHA-256 of a token that
+// has been published as an example, and where.
+func PublishedToken(digest [sha256.Size]byte) (where string, published bool) {
+	where, published = publishedTokens[hex.EncodeToString(digest[:])]
+	return where, published
+}
 
 // Token is one line of the token file.
 type Token struct {
@@ -171,6 +191,10 @@ func parseTokens(path string, data []byte) (*parsedTokens, error) {
 			}
 			t.Digest = sha256.Sum256([]byte(tok))
 			out.literal = true
+		}
+		if where, published := PublishedToken(t.Digest); published {
+			fail(n, "token", "a published example token (%s): anyone can present it; make one of your own (openssl rand -hex 32)", where)
+			continue
 		}
 		if prev, ok := digests[t.Digest]; ok {
 			fail(n, "token", "the same token as line %d", prev)

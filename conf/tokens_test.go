@@ -132,3 +132,34 @@ func TestLoadTokensModes(t *testing.T) {
 		t.Errorf("LoadTokens in a world-writable directory = %v, want ErrUntrusted", err)
 	}
 }
+
+// TestTokenFileRefusesPublishedTokens: a token file holding a token that
+// was published as an example (the one deploy/kubernetes/secret.yaml
+// shipped), as itself or as its digest, is refused with the line and why,
+// never quoting it; a token of one's own on the line beside is not what
+// is refused.
+func TestTokenFileRefusesPublishedTokens(t *testing.T) {
+	const shipped = "example-token-replace-me-0123456789abcdef"
+	for _, tc := range []struct{ name, line string }{
+		{"the shipped digest", "ci-runner sha256:401fe3ccb9f5ffb678ecd700eb48039250d139152a40c65a83eccc706b997819"},
+		{"the shipped token itself", "ci-runner " + shipped},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "tokens")
+			if err := os.WriteFile(p, []byte("ops "+tok32+"\n"+tc.line+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := LoadTokens(p)
+			want := p + ":2: token: a published example token"
+			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "openssl rand -hex 32") {
+				t.Fatalf("LoadTokens = %v, want %q and how to make one's own", err, want)
+			}
+			if strings.Contains(err.Error(), shipped) || strings.Contains(err.Error(), "401fe3cc") {
+				t.Errorf("the error %q quotes the token or its digest", err)
+			}
+			if strings.Contains(err.Error(), ":1:") {
+				t.Errorf("the error %q refuses line 1, a token of the operator's own", err)
+			}
+		})
+	}
+}

@@ -168,11 +168,15 @@ func writeTokens(t *testing.T, lines ...string) string {
 const e2eToken = "e2e-token-0123456789abcdef0123456789abcdef"
 
 // TestHTTPOpenListenerRefused: without authentication, serve --listen on
-// anything but loopback does not start (exit 2, nothing listening).
+// anything but loopback does not start (exit 2, nothing listening); nor
+// does it with a token file that is missing or holds a published example
+// token (what a pod whose Secret lacks its tokens, or copies an example,
+// is given: it never becomes ready).
 func TestHTTPOpenListenerRefused(t *testing.T) {
 	onlyBinary(t)
 	requireTarget(t)
 	conf := writeConf(t, "")
+	example := writeTokens(t, "ci-runner sha256:401fe3ccb9f5ffb678ecd700eb48039250d139152a40c65a83eccc706b997819")
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -183,6 +187,8 @@ func TestHTTPOpenListenerRefused(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "--tool-scope", "s=checkpoint_status"}, "--tool-scope needs authentication"},
 		{[]string{"--auth-tokens", "/nonexistent"}, "--auth-tokens is a flag of the HTTP transport: give --listen too"},
 		{[]string{"--listen", "127.0.0.1:0", "--oauth-issuer", "https://issuer.test"}, "--oauth-issuer needs --oauth-resource"},
+		{[]string{"--listen", ":0", "--auth-tokens", "/nonexistent/tokens"}, "--auth-tokens: token file: open /nonexistent/tokens: no such file or directory"},
+		{[]string{"--listen", ":0", "--auth-tokens", example}, example + ":1: token: a published example token"},
 	} {
 		cmd := exec.Command(binary, append([]string{"serve", "--conf", conf}, tc.args...)...)
 		var stderr bytes.Buffer

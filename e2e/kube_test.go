@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	goruntime "runtime"
 	"slices"
 	"strconv"
@@ -47,15 +48,68 @@ import (
 //     from --seccomp-profile-root;
 //   - hostUsers: false becomes podman's userns=auto, which needs a subuid
 //     range for the "containers" user: without one here, --userns host;
-//   - a Secret document (podman 4.4): a podman secret holding the Secret,
-//     its stringData as data, which 4.3 reads as is.
-
-// kubeExampleToken is the token whose digest the shipped secret.yaml holds.
-const kubeExampleToken = "example-token-replace-me-0123456789abcdef"
+//   - a Secret (podman 4.4 plays a Secret document): a podman secret
+//     holding it, its data unencoded, which 4.3 reads as is.
+//
+// The manifests ship no Secret: the test makes toolgate-auth as the
+// README says, by running the README's own `kubectl create secret` block
+// (a fresh random token) with a kubectl that hands its arguments to the
+// test.
 
 type playedPod struct {
-	name string
-	pid  int // the toolgate container's first process
+	name  string
+	pid   int    // the toolgate container's first process
+	token string // the bearer token of the Secret it was played with
+}
+
+var readmeKubeSecretRE = regexp.MustCompile("(?s)<!-- test: kube secret -->\n```sh\n(.*?)```\n")
+
+// readmeKubeSecret runs the README's block that makes the Secret and
+// returns the token it generated and the Secret's name and data, as the
+// block's kubectl create secret generic NAME --from-literal=KEY=VALUE
+// would make it.
+func readmeKubeSecret(t *testing.T) (token, name string, data map[string]string) {
+	t.Helper()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := readmeKubeSecretRE.FindAllSubmatch(readme, -1)
+	if len(m) != 1 {
+		t.Fatalf("README.md has %d blocks marked <!-- test: kube secret -->, want 1", len(m))
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	os.Mkdir(bin, 0o755)
+	argsFile, tokenFile := filepath.Join(dir, "args"), filepath.Join(dir, "token")
+	shim := "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\0' \"$a\"; done > \"$KUBECTL_ARGS\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "kubectl"), []byte(shim), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", string(m[0][1])+"printf %s \"$TOKEN\" > \"$TOKEN_OUT\"\n")
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "KUBECTL_ARGS="+argsFile, "TOKEN_OUT="+tokenFile)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the README's kube secret block: %v\n%s", err, out)
+	}
+	raw, _ := os.ReadFile(argsFile)
+	args := strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00")
+	if len(args) < 5 || !slices.Equal(args[:3], []string{"create", "secret", "generic"}) {
+		t.Fatalf("the README's block ran kubectl %q, want create secret generic NAME --from-literal=KEY=VALUE...", args)
+	}
+	data = map[string]string{}
+	for _, a := range args[4:] {
+		kv, ok := strings.CutPrefix(a, "--from-literal=")
+		k, v, ok2 := strings.Cut(kv, "=")
+		if !ok || !ok2 {
+			t.Fatalf("kubectl argument %q: the test reads --from-literal=KEY=VALUE only", a)
+		}
+		data[k] = v
+	}
+	tok, _ := os.ReadFile(tokenFile)
+	if len(tok) < 32 {
+		t.Fatalf("the README's block made a %d-byte TOKEN", len(tok))
+	}
+	return string(tok), args[3], data
 }
 
 // netnsDialer dials in the network namespace of pid: the socket is made on
@@ -98,10 +152,67 @@ func (p playedPod) nsenter(argv ...string) *exec.Cmd {
 }
 
 // playWorkload plays deploy/kubernetes with conf as the toolgate-conf
-// ConfigMap's tools.conf and returns its pods once ready.
+// ConfigMap's tools.conf and the Secret the README makes, and returns its
+// pods once ready.
 func playWorkload(t *testing.T, conf string) []playedPod {
 	t.Helper()
 	onlyImage(t)
+	token, secName, secData := readmeKubeSecret(t)
+	if secName != "toolgate-auth" {
+		t.Fatalf("the README makes Secret %q, the Deployment mounts toolgate-auth", secName)
+	}
+	playManifests(t, conf, secData)
+	var pods []playedPod
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("toolgate-pod-%d-toolgate", i)
+		out, err := exec.Command(podman, "inspect", "--format", "{{.State.Pid}}", name).Output()
+		if err != nil {
+			break
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+		if pid <= 0 {
+			logs, _ := exec.Command(podman, "logs", name).CombinedOutput()
+			t.Fatalf("%s is not running:\n%s", name, logs)
+		}
+		pods = append(pods, playedPod{name: name, pid: pid, token: token})
+	}
+	if len(pods) != 2 {
+		t.Fatalf("%d pods played, want the Deployment's 2 replicas", len(pods))
+	}
+	for _, p := range pods {
+		c := p.httpClient()
+		var body string
+		ready := false
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) && !ready {
+			resp, err := c.Get("http://127.0.0.1:9090/readyz")
+			if err == nil {
+				var b bytes.Buffer
+				b.ReadFrom(resp.Body)
+				resp.Body.Close()
+				body = b.String()
+				ready = resp.StatusCode == 200
+			}
+			if !ready {
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+		if !ready {
+			logs, _ := exec.Command(podman, "logs", p.name).CombinedOutput()
+			t.Fatalf("%s: /readyz never answered 200 (last: %s):\n%s", p.name, body, logs)
+		}
+		if !strings.Contains(body, `"sandbox":{"backend":"bwrap","state":"ready"}`) || !strings.Contains(body, `"conf":"loaded"`) {
+			t.Fatalf("%s: /readyz %s: want the conf loaded and the bwrap sandbox ready", p.name, body)
+		}
+	}
+	return pods
+}
+
+// playManifests plays deploy/kubernetes with conf as the toolgate-conf
+// ConfigMap's tools.conf and secData as the toolgate-auth Secret's data,
+// and returns once podman has started the pods.
+func playManifests(t *testing.T, conf string, secData map[string]string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		missingDep(t, "joining a pod's network namespace needs root (uid %d)", os.Geteuid())
 	}
@@ -148,15 +259,7 @@ func playWorkload(t *testing.T, conf string) []playedPod {
 		t.Fatal(err)
 	}
 	// The Secret, as podman 4.3 reads it.
-	var sec corev1.Secret
-	if err := yaml.UnmarshalStrict(read("secret.yaml"), &sec); err != nil {
-		t.Fatal(err)
-	}
-	raw := map[string]string{}
-	for k, v := range sec.StringData {
-		raw[k] = v
-	}
-	secJSON, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]string{"name": sec.Name}, "type": "Opaque", "data": raw})
+	secJSON, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]string{"name": "toolgate-auth"}, "type": "Opaque", "data": secData})
 	secFile := filepath.Join(dir, "secret.json")
 	os.WriteFile(secFile, secJSON, 0o600)
 	// The seccomp profile where the Localhost profile names it.
@@ -197,50 +300,6 @@ func playWorkload(t *testing.T, conf string) []playedPod {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("podman kube play: %v\n%s", err, out)
 	}
-	var pods []playedPod
-	for i := 0; ; i++ {
-		name := fmt.Sprintf("toolgate-pod-%d-toolgate", i)
-		out, err := exec.Command(podman, "inspect", "--format", "{{.State.Pid}}", name).Output()
-		if err != nil {
-			break
-		}
-		pid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-		if pid <= 0 {
-			logs, _ := exec.Command(podman, "logs", name).CombinedOutput()
-			t.Fatalf("%s is not running:\n%s", name, logs)
-		}
-		pods = append(pods, playedPod{name: name, pid: pid})
-	}
-	if len(pods) != 2 {
-		t.Fatalf("%d pods played, want the Deployment's 2 replicas", len(pods))
-	}
-	for _, p := range pods {
-		c := p.httpClient()
-		var body string
-		ready := false
-		deadline := time.Now().Add(60 * time.Second)
-		for time.Now().Before(deadline) && !ready {
-			resp, err := c.Get("http://127.0.0.1:9090/readyz")
-			if err == nil {
-				var b bytes.Buffer
-				b.ReadFrom(resp.Body)
-				resp.Body.Close()
-				body = b.String()
-				ready = resp.StatusCode == 200
-			}
-			if !ready {
-				time.Sleep(200 * time.Millisecond)
-			}
-		}
-		if !ready {
-			logs, _ := exec.Command(podman, "logs", p.name).CombinedOutput()
-			t.Fatalf("%s: /readyz never answered 200 (last: %s):\n%s", p.name, body, logs)
-		}
-		if !strings.Contains(body, `"sandbox":{"backend":"bwrap","state":"ready"}`) || !strings.Contains(body, `"conf":"loaded"`) {
-			t.Fatalf("%s: /readyz %s: want the conf loaded and the bwrap sandbox ready", p.name, body)
-		}
-	}
-	return pods
 }
 
 // TestKubeWorkload: the played Deployment serves MCP over HTTP behind its
@@ -304,7 +363,7 @@ tool netdirect /usr/bin/git read 30 65536 off /workspace -- ls-remote %[1]s
 	// A refused token runs nothing.
 	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"netdirect"}}`))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer not-"+kubeExampleToken)
+	req.Header.Set("Authorization", "Bearer not-"+p.token)
 	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -316,7 +375,7 @@ tool netdirect /usr/bin/git read 30 65536 off /workspace -- ls-remote %[1]s
 
 	for _, legacy := range []bool{true, false} {
 		tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPBasicClient(hc),
-			transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + kubeExampleToken}))
+			transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + p.token}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -360,7 +419,7 @@ tool netdirect /usr/bin/git read 30 65536 off /workspace -- ls-remote %[1]s
 	// the host in the pod's network namespace.
 	npmDir, node := httpNPM(t)
 	script, _ := filepath.Abs("testdata/ts-client.mjs")
-	ts := p.nsenter(node, script, url, kubeExampleToken, "git_status")
+	ts := p.nsenter(node, script, url, p.token, "git_status")
 	ts.Env = append(os.Environ(), "TOOLGATE_HTTP_NPM_DIR="+npmDir)
 	var stderr bytes.Buffer
 	ts.Stderr = &stderr
@@ -375,7 +434,7 @@ tool netdirect /usr/bin/git read 30 65536 off /workspace -- ls-remote %[1]s
 	if !strings.Contains(string(r.Calls["git_status"]), "fatal: not a git repository") {
 		t.Errorf("git_status through the TypeScript SDK: %s", r.Calls["git_status"])
 	}
-	runConformanceIn(t, p, url, kubeExampleToken)
+	runConformanceIn(t, p, url, p.token)
 
 	// Metrics and probes on 9090, without a token.
 	mresp, err := hc.Get("http://127.0.0.1:9090/metrics")
@@ -392,11 +451,41 @@ tool netdirect /usr/bin/git read 30 65536 off /workspace -- ls-remote %[1]s
 		}
 	}
 	logs, _ := exec.Command(podman, "logs", p.name).CombinedOutput()
-	if strings.Contains(string(logs), kubeExampleToken) {
+	if strings.Contains(string(logs), p.token) {
 		t.Error("the token is in the pod's logs")
 	}
 	if !strings.Contains(string(logs), `"principal":"ci-runner"`) {
 		t.Errorf("no audit record of principal ci-runner in the pod's logs")
+	}
+}
+
+// TestKubeRefusesPublishedToken: a Secret holding the token that an
+// earlier deploy/kubernetes/secret.yaml published serves nothing: each
+// pod's toolgate exits 2 naming the line, and no replica becomes ready.
+func TestKubeRefusesPublishedToken(t *testing.T) {
+	onlyImage(t)
+	playManifests(t, "tool git_status /usr/bin/git test 30 65536 on /workspace -- status --short\n",
+		map[string]string{"tokens": "ci-runner sha256:401fe3ccb9f5ffb678ecd700eb48039250d139152a40c65a83eccc706b997819"})
+	const want = "toolgate serve: --auth-tokens: /etc/toolgate/auth/tokens:1: token: a published example token"
+	for i := range 2 {
+		name := fmt.Sprintf("toolgate-pod-%d-toolgate", i)
+		var logs, state string
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) {
+			l, _ := exec.Command(podman, "logs", name).CombinedOutput()
+			st, _ := exec.Command(podman, "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name).Output()
+			logs, state = string(l), strings.TrimSpace(string(st))
+			if strings.Contains(logs, want) && strings.HasSuffix(state, " 2") {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if !strings.Contains(logs, want) || !strings.HasSuffix(state, " 2") {
+			t.Fatalf("%s: state %q, logs:\n%s\nwant it to exit 2 with %q", name, state, logs, want)
+		}
+		if strings.Contains(logs, "MCP on http://") {
+			t.Errorf("%s served MCP:\n%s", name, logs)
+		}
 	}
 }
 

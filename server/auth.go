@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/toolgate/toolgate/conf"
@@ -17,11 +18,15 @@ import (
 // records and per-principal limits use, how it was authenticated, and the
 // scopes it holds.
 type Principal struct {
-	// Name is the token file's name of the token, or the OAuth token's
-	// subject.
+	// Name is how audit records and logs show the principal: the token
+	// file's name of the token, or the OAuth token's subject as
+	// showClaim escapes it (two subjects never show the same).
 	Name string
 	// Method is AuthToken, AuthOAuth or AuthNone.
 	Method string
+	// Issuer and Subject are an OAuth principal's iss and sub exactly as
+	// the token says: the pair is who it is (key), whatever Name shows.
+	Issuer, Subject string
 	// Scopes are the scopes the token carries (token file or the JWT's
 	// scope/scp claim).
 	Scopes []string
@@ -37,9 +42,18 @@ const (
 	AuthNone  = "none"  // a loopback listener without authentication
 )
 
-// key identifies p in sessions and queues: a token file's name and an
-// OAuth subject that happen to be equal are not one principal.
-func (p Principal) key() string { return p.Method + "/" + p.Name }
+// key identifies p in sessions and per-principal queues. It is
+// injective: a token file's name and an OAuth subject that happen to be
+// equal are not one principal, and an OAuth principal is its exact
+// (issuer, subject) pair, each quoted (strconv.Quote is reversible, and
+// a quoted string ends where its closing quote is), never the Name that
+// shows it.
+func (p Principal) key() string {
+	if p.Method == AuthOAuth {
+		return p.Method + "/" + strconv.Quote(p.Issuer) + "/" + strconv.Quote(p.Subject)
+	}
+	return p.Method + "/" + p.Name
+}
 
 // HasScope reports whether p holds scope.
 func (p Principal) HasScope(scope string) bool { return slices.Contains(p.Scopes, scope) }

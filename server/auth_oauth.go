@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +16,7 @@ import (
 	"sync"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
@@ -56,7 +59,8 @@ type OAuthOptions struct {
 	// set lacks may fetch it again (default 10 s), so that a stream of
 	// tokens with made-up key ids cannot turn toolgate against the issuer.
 	Refresh, MinRefresh time.Duration
-	// Client fetches metadata and keys (default: 10 s timeout).
+	// Client fetches metadata and keys (default: 10 s timeout). NewOAuth
+	// uses a copy that follows no redirect.
 	Client *http.Client
 	// Log receives fetch failures.
 	Log *logrus.Logger
@@ -93,12 +97,12 @@ func NewOAuth(opts OAuthOptions) (*OAuth, error) {
 	if err != nil || res.Host == "" || (res.Scheme != "https" && res.Scheme != "http") || res.Fragment != "" {
 		return nil, fmt.Errorf("--oauth-resource %q: want this server's absolute URL (https://host/mcp), without a fragment", opts.Resource)
 	}
+	o := &OAuth{opts: opts, jwksURL: opts.JWKSURL, loaded: make(chan struct{})}
 	if opts.JWKSURL != "" {
-		if err := secureURL(opts.JWKSURL); err != nil {
+		if err := o.fetchable(opts.JWKSURL); err != nil {
 			return nil, fmt.Errorf("--oauth-jwks-url: %w", err)
 		}
 	}
-	o := &OAuth{opts: opts, jwksURL: opts.JWKSURL, loaded: make(chan struct{})}
 	names := opts.Algorithms
 	if len(names) == 0 {
 		names = DefaultOAuthAlgorithms
@@ -119,9 +123,15 @@ func NewOAuth(opts OAuthOptions) (*OAuth, error) {
 	if o.opts.MinRefresh <= 0 {
 		o.opts.MinRefresh = 10 * time.Second
 	}
-	if o.opts.Client == nil {
-		o.opts.Client = &http.Client{Timeout: 10 * time.Second}
+	// A copy of the client, so that no redirect is followed whatever the
+	// caller's client would do.
+	client := &http.Client{Timeout: 10 * time.Second}
+	if opts.Client != nil {
+		c := *opts.Client
+		client = &c
 	}
+	client.CheckRedirect = refuseRedirect
+	o.opts.Client = client
 	if o.opts.Now == nil {
 		o.opts.Now = time.Now
 	}
@@ -153,6 +163,37 @@ func secureURL(raw string) error {
 		return nil
 	}
 	return fmt.Errorf("%q: want https (http only on a loopback host)", raw)
+}
+
+// fetchable refuses a URL the issuer's metadata or keys may not be read
+// from: https, or plain http only when the operator named an http issuer
+// on a loopback host (a test's or a sidecar's) and the URL is on a
+// loopback host too. An https issuer's keys never come over plain http,
+// whatever its metadata names.
+func (o *OAuth) fetchable(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("%q is not an absolute URL", raw)
+	}
+	if u.Scheme == "https" {
+		return nil
+	}
+	iss, _ := url.Parse(o.opts.Issuer)
+	if u.Scheme == "http" && iss.Scheme == "http" && loopbackHost(iss.Hostname()) && loopbackHost(u.Hostname()) {
+		return nil
+	}
+	return fmt.Errorf("%q: want https (plain http only for an http issuer on loopback)", raw)
+}
+
+// refuseRedirect is the CheckRedirect of the client that fetches the
+// issuer's metadata and keys: no redirect is followed, not even to https
+// on the same host. The URLs fetched are the issuer's own (RFC 8414 and
+// OpenID Connect place the metadata under it) and what that metadata, or
+// the operator, names; a redirect would let whoever answers the first
+// request choose where the keys come from, over plain http too. An issuer
+// that has moved its keys says so in its metadata.
+func refuseRedirect(req *http.Request, _ []*http.Request) error {
+	return fmt.Errorf("redirected to %s: toolgate follows no redirect for the issuer's metadata or keys (name the final URL: --oauth-jwks-url, or the issuer's metadata)", req.URL.Redacted())
 }
 
 // loopbackHost reports a loopback IP literal or localhost.
@@ -245,6 +286,9 @@ func (o *OAuth) fetch(ctx context.Context, force bool) error {
 const maxMetadata = 1 << 20
 
 func (o *OAuth) getJSON(ctx context.Context, u string, v any) error {
+	if err := o.fetchable(u); err != nil {
+		return fmt.Errorf("GET %w", err)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
@@ -298,7 +342,7 @@ func (o *OAuth) discover(ctx context.Context) (string, error) {
 			errs = append(errs, fmt.Errorf("%s has no jwks_uri", c))
 			continue
 		}
-		if err := secureURL(md.JWKSURI); err != nil {
+		if err := o.fetchable(md.JWKSURI); err != nil {
 			errs = append(errs, fmt.Errorf("%s: jwks_uri %w", c, err))
 			continue
 		}
@@ -386,8 +430,8 @@ type tokenExtra struct {
 // Authenticate verifies a JWT access token: an allowed algorithm, a key of
 // the issuer's set, the issuer, this resource among the audiences, exp
 // present and not passed, nbf and iat not in the future (all within
-// Leeway), a subject; and returns its subject as the principal with its
-// scopes.
+// Leeway), a subject; and returns the principal of its issuer and exact
+// subject (shown escaped: showClaim), with its scopes.
 func (o *OAuth) Authenticate(ctx context.Context, raw string) (Principal, error) {
 	tok, err := jwt.ParseSigned(raw, o.algs)
 	if err != nil {
@@ -398,7 +442,7 @@ func (o *OAuth) Authenticate(ctx context.Context, raw string) (Principal, error)
 	}
 	h := tok.Headers[0]
 	if typ, ok := h.ExtraHeaders[jose.HeaderType].(string); ok && !slices.Contains(accessTokenTypes, strings.ToLower(typ)) {
-		return Principal{}, invalidToken("typ %q is not an access token's", bounded(typ, 32))
+		return Principal{}, invalidToken("typ %s is not an access token's", showClaim(typ))
 	}
 	keys, err := o.keysFor(ctx, h.KeyID)
 	if err != nil {
@@ -445,10 +489,13 @@ func (o *OAuth) Authenticate(ctx context.Context, raw string) (Principal, error)
 	default:
 		return Principal{}, invalidToken("claims do not validate")
 	}
-	p := Principal{Name: bounded(claims.Subject, 256), Method: AuthOAuth, Scopes: scopesOf(extra)}
-	p.Client = bounded(extra.Azp, 256)
+	p := Principal{
+		Name: showClaim(claims.Subject), Method: AuthOAuth, Scopes: scopesOf(extra),
+		Issuer: claims.Issuer, Subject: claims.Subject,
+	}
+	p.Client = showClaim(extra.Azp)
 	if p.Client == "" {
-		p.Client = bounded(extra.ClientID, 256)
+		p.Client = showClaim(extra.ClientID)
 	}
 	return p, nil
 }
@@ -477,8 +524,65 @@ func scopesOf(e tokenExtra) []string {
 	return out
 }
 
+// maxShownClaim bounds a claim as audit records, logs and refusals show
+// it.
+const maxShownClaim = 256
+
+// longClaimMark separates the shown prefix of a claim too long to show
+// whole from the SHA-256 of all of it. showClaim escapes every '%' of a
+// claim as %25, so the mark never appears in the escaping of a claim.
+const longClaimMark = "%~sha256:"
+
+// showClaim returns a claim of a token as audit records and logs show it,
+// so that a claim can neither forge nor flood a log line nor pass for
+// another: every byte of what does not print (control and format
+// characters, any space but ' ', invalid UTF-8) and of '%' itself is
+// written %XX, an escaping that reverses, so two claims never show the
+// same. A claim whose escaping is over maxShownClaim bytes is shown as
+// the escaping's first bytes (never half an escape or a character),
+// longClaimMark and the hex SHA-256 of the whole claim: two long claims
+// that share those first bytes still show apart, and neither can show as
+// a short one.
+func showClaim(s string) string {
+	var b strings.Builder
+	var parts []string // each character's escaping, while it may still fit
+	over := false
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		part := s[i : i+n]
+		if r == '%' || !unicode.IsPrint(r) || (r == utf8.RuneError && n == 1) {
+			var e strings.Builder
+			for _, c := range []byte(part) {
+				fmt.Fprintf(&e, "%%%02X", c)
+			}
+			part = e.String()
+		}
+		i += n
+		if b.Len()+len(part) > maxShownClaim {
+			over = true
+			break
+		}
+		b.WriteString(part)
+		parts = append(parts, part)
+	}
+	if !over {
+		return b.String()
+	}
+	sum := sha256.Sum256([]byte(s))
+	mark := longClaimMark + hex.EncodeToString(sum[:])
+	b.Reset()
+	for _, part := range parts {
+		if b.Len()+len(part)+len(mark) > maxShownClaim {
+			break
+		}
+		b.WriteString(part)
+	}
+	return b.String() + mark
+}
+
 // bounded cuts s to at most n bytes and replaces what does not print, so
-// that a claim cannot forge or flood a log line.
+// that a value quoted in an error cannot flood or forge a line. It is
+// lossy: never use it for what must tell two values apart (showClaim).
 func bounded(s string, n int) string {
 	s = strings.Map(func(r rune) rune {
 		if unicode.IsPrint(r) {

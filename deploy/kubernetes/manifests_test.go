@@ -7,8 +7,11 @@ package kubernetes
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -17,7 +20,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/toolgate/toolgate/conf"
 )
 
 // decoded is every object of the manifests, by kind.
@@ -96,8 +103,8 @@ func stripComments(doc string) string {
 
 func TestManifestsDecodeStrictly(t *testing.T) {
 	d := decodeAll(t)
-	if len(d.deployments) != 1 || len(d.services) != 1 || len(d.configMaps) != 2 || len(d.secrets) != 1 || len(d.policies) != 1 {
-		t.Fatalf("decoded %d deployments, %d services, %d configmaps, %d secrets, %d network policies; want 1, 1, 2, 1, 1",
+	if len(d.deployments) != 1 || len(d.services) != 1 || len(d.configMaps) != 2 || len(d.secrets) != 0 || len(d.policies) != 1 {
+		t.Fatalf("decoded %d deployments, %d services, %d configmaps, %d secrets, %d network policies; want 1, 1, 2, 0, 1",
 			len(d.deployments), len(d.services), len(d.configMaps), len(d.secrets), len(d.policies))
 	}
 }
@@ -179,10 +186,21 @@ func TestDeploymentSandboxSettings(t *testing.T) {
 			t.Errorf("%s: want a read-only mount", p)
 		}
 	}
+	secretVolumes := 0
 	for _, v := range pod.Volumes {
-		if v.Secret != nil && (v.Secret.DefaultMode == nil || *v.Secret.DefaultMode&0o007 != 0) {
+		if v.Secret == nil {
+			continue
+		}
+		secretVolumes++
+		if v.Secret.DefaultMode == nil || *v.Secret.DefaultMode&0o007 != 0 {
 			t.Errorf("secret volume %s: want no access for others (the token file is refused when world-readable)", v.Name)
 		}
+		if v.Secret.SecretName != "toolgate-auth" || v.Secret.Optional == nil || *v.Secret.Optional || len(v.Secret.Items) != 0 {
+			t.Errorf("secret volume %s: want the whole Secret toolgate-auth, optional: false (no pod starts without it)", v.Name)
+		}
+	}
+	if secretVolumes != 1 {
+		t.Errorf("%d secret volumes, want 1 (toolgate-auth, the token file)", secretVolumes)
 	}
 	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" ||
 		c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
@@ -202,5 +220,190 @@ func TestDeploymentSandboxSettings(t *testing.T) {
 		if conf, ok := cm.Data["tools.conf"]; ok && !bytes.Contains([]byte(conf), []byte("/usr/bin/git test")) {
 			t.Errorf("tools.conf: want the image's git as a test-class tool:\n%s", conf)
 		}
+	}
+}
+
+// tokenish is what could be a literal bearer token: 32 or more characters
+// of RFC 6750's alphabet, without the '.' and '/' of names and paths.
+var tokenish = regexp.MustCompile(`[A-Za-z0-9_~+-]{32,}=*`)
+
+var digestRe = regexp.MustCompile(`sha256:[0-9A-Fa-f]{64}`)
+
+// TestManifestsShipNoCredential: `kubectl apply -f deploy/kubernetes/`
+// creates no Secret, and no file here (comments included) holds a token,
+// a token's sha256: digest, or any word that is a published example token.
+func TestManifestsShipNoCredential(t *testing.T) {
+	d := decodeAll(t)
+	for _, s := range d.secrets {
+		if len(s.Data) != 0 || len(s.StringData) != 0 {
+			t.Errorf("Secret %s holds data (%d keys): the manifests ship no credential", s.Name, len(s.Data)+len(s.StringData))
+		}
+	}
+	if len(d.secrets) != 0 {
+		t.Errorf("%d Secrets in the manifests, want none: the operator makes toolgate-auth (README)", len(d.secrets))
+	}
+	files, _ := filepath.Glob("*")
+	for _, f := range files {
+		if strings.HasSuffix(f, ".go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, l := range strings.Split(string(b), "\n") {
+			if m := digestRe.FindString(l); m != "" {
+				t.Errorf("%s:%d: a token digest (%.16s...)", f, i+1, m)
+			}
+			if m := tokenish.FindString(l); m != "" {
+				t.Errorf("%s:%d: %.8s... could be a token", f, i+1, m)
+			}
+			for _, w := range strings.FieldsFunc(l, func(r rune) bool { return strings.ContainsRune(" \t\"':=,", r) }) {
+				if where, ok := conf.PublishedToken(sha256.Sum256([]byte(w))); ok {
+					t.Errorf("%s:%d: a published token (%s)", f, i+1, where)
+				}
+			}
+		}
+	}
+}
+
+// TestNetworkPolicyPeers: ingress to MCP (8080) only from this
+// namespace's pods labelled toolgate.io/client: "true", to metrics (9090)
+// only from the namespace named monitoring, exactly as the README says;
+// no other rule.
+func TestNetworkPolicyPeers(t *testing.T) {
+	d := decodeAll(t)
+	if len(d.policies) != 1 {
+		t.Fatalf("%d network policies, want 1", len(d.policies))
+	}
+	np := d.policies[0]
+	tcp := corev1.ProtocolTCP
+	port := func(n int) []networkingv1.NetworkPolicyPort {
+		p := intstr.FromInt32(int32(n))
+		return []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &p}}
+	}
+	want := []networkingv1.NetworkPolicyIngressRule{
+		{Ports: port(8080), From: []networkingv1.NetworkPolicyPeer{{
+			PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"toolgate.io/client": "true"}}}}},
+		{Ports: port(9090), From: []networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}}}}},
+	}
+	if !reflect.DeepEqual(np.Spec.Ingress, want) {
+		got, _ := yaml.Marshal(np.Spec.Ingress)
+		exp, _ := yaml.Marshal(want)
+		t.Errorf("NetworkPolicy ingress:\n%s\nwant:\n%s", got, exp)
+	}
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) || len(np.Spec.Egress) != 0 {
+		t.Errorf("NetworkPolicy: want policyTypes Ingress and Egress, no egress rule (default deny)")
+	}
+	if !reflect.DeepEqual(np.Spec.PodSelector.MatchLabels, d.deployments[0].Spec.Template.Labels) {
+		t.Errorf("NetworkPolicy podSelector %v: want the Deployment's pods %v", np.Spec.PodSelector.MatchLabels, d.deployments[0].Spec.Template.Labels)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range []string{"`toolgate.io/client: \"true\"`", "`kubernetes.io/metadata.name: monitoring`", "admits MCP (8080) only from pods of toolgate's\nnamespace labelled"} {
+		if !strings.Contains(string(readme), doc) {
+			t.Errorf("README.md does not document the peer %q", doc)
+		}
+	}
+}
+
+var readmeSecretRE = regexp.MustCompile("(?s)<!-- test: kube secret -->\n```sh\n(.*?)```\n")
+
+// need returns the path of a command the test runs, skipping without it
+// (failing under TOOLGATE_REQUIRE_ALL=1).
+func need(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("TOOLGATE_REQUIRE_ALL") == "1" {
+			t.Fatalf("%s is not installed (TOOLGATE_REQUIRE_ALL=1): %v", name, err)
+		}
+		t.Skipf("%s is not installed: %v", name, err)
+	}
+	return p
+}
+
+// TestREADMESecretCommand runs the README's one command that makes the
+// Secret, with a kubectl that records its arguments: it makes the Secret
+// the Deployment mounts (toolgate-auth, key tokens), holding a token file
+// toolgate loads, of the principal ci-runner, whose only entry is the
+// digest of the fresh random token the command generated. With a real
+// kubectl installed, its --dry-run=client renders that Secret too.
+func TestREADMESecretCommand(t *testing.T) {
+	need(t, "openssl")
+	need(t, "sha256sum")
+	bash := need(t, "bash")
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := readmeSecretRE.FindAllSubmatch(readme, -1)
+	if len(m) != 1 {
+		t.Fatalf("README.md has %d blocks marked <!-- test: kube secret -->, want 1", len(m))
+	}
+	block := string(m[0][1])
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	os.Mkdir(bin, 0o755)
+	argsFile, tokenFile := filepath.Join(dir, "args"), filepath.Join(dir, "token")
+	shim := "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\0' \"$a\"; done > \"$KUBECTL_ARGS\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "kubectl"), []byte(shim), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bash, "-euo", "pipefail", "-c", block+"printf %s \"$TOKEN\" > \"$TOKEN_OUT\"\n")
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "KUBECTL_ARGS="+argsFile, "TOKEN_OUT="+tokenFile)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the README's block: %v\n%s", err, out)
+	}
+	rawArgs, _ := os.ReadFile(argsFile)
+	args := strings.Split(strings.TrimSuffix(string(rawArgs), "\x00"), "\x00")
+	token, _ := os.ReadFile(tokenFile)
+	if !regexp.MustCompile(`^[0-9a-f]{64}$`).Match(token) {
+		t.Fatalf("TOKEN is %d bytes, want 64 hex digits (openssl rand -hex 32)", len(token))
+	}
+	const literal = "--from-literal=tokens="
+	if len(args) != 5 || !slices.Equal(args[:4], []string{"create", "secret", "generic", "toolgate-auth"}) || !strings.HasPrefix(args[4], literal) {
+		t.Fatalf("kubectl %q: want create secret generic toolgate-auth %sFILE", args, literal)
+	}
+	tokens := strings.TrimPrefix(args[4], literal)
+	if strings.Contains(tokens, string(token)) {
+		t.Error("the Secret holds the token itself, want its digest only")
+	}
+	// The Secret is what the Deployment mounts, at what --auth-tokens reads.
+	dep := decodeAll(t).deployments[0].Spec.Template.Spec
+	if !slices.Contains(dep.Containers[0].Args, "--auth-tokens=/etc/toolgate/auth/tokens") {
+		t.Errorf("args %v: want --auth-tokens=/etc/toolgate/auth/tokens (the Secret's key tokens)", dep.Containers[0].Args)
+	}
+	// The token file toolgate loads from it.
+	p := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(p, []byte(tokens), 0o440); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := conf.LoadTokens(p)
+	if err != nil {
+		t.Fatalf("toolgate refuses the README's token file: %v", err)
+	}
+	if len(loaded.Tokens) != 1 || loaded.Tokens[0].Name != "ci-runner" || loaded.Tokens[0].Digest != sha256.Sum256(token) || len(loaded.Tokens[0].Scopes) != 0 {
+		t.Errorf("tokens %+v: want one, ci-runner, the digest of TOKEN", loaded.Tokens)
+	}
+	// The real kubectl, if any, renders that Secret without a cluster.
+	real, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Logf("no kubectl here: its --dry-run=client rendering is not checked")
+		return
+	}
+	out, err := exec.Command(real, append(args, "--dry-run=client", "-o", "json")...).Output()
+	if err != nil {
+		t.Fatalf("kubectl %q --dry-run=client: %v", args, err)
+	}
+	var sec corev1.Secret
+	if err := yaml.UnmarshalStrict(out, &sec); err != nil {
+		t.Fatal(err)
+	}
+	if sec.Name != "toolgate-auth" || len(sec.Data) != 1 || string(sec.Data["tokens"]) != tokens {
+		t.Errorf("kubectl renders Secret %s with %d keys (tokens %q), want toolgate-auth with tokens the file", sec.Name, len(sec.Data), sec.Data["tokens"])
 	}
 }
