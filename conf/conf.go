@@ -89,6 +89,13 @@ type Tool struct {
 	Egress allowlist.List
 	// EgressLine is the egress line's number, when there is one.
 	EgressLine int
+	// Credentials are the tool's credential lines: headers the egress
+	// proxy sets on its requests to listed destinations.
+	Credentials []Credential
+	// Env are the tool's env line's KEY=VALUE variables (non-secret),
+	// added to a sandboxed tool's four; EnvLine is the line's number.
+	Env     []string
+	EnvLine int
 }
 
 // Argv returns the full argument vector: the executable as written, then the
@@ -159,6 +166,10 @@ type Options struct {
 	// error refuses the line (and so the file) with field "tool". The server
 	// uses it to ask the sandbox backend whether it can run the tool.
 	Check func(Tool) error
+	// Visible, when set, reports whether a canonical host path is one
+	// that sandboxes see (the host view every sandbox binds): a credential's
+	// secret file there is refused.
+	Visible func(path string) bool
 }
 
 // Error is one refused line, or a refusal of the whole file (Line 0).

@@ -37,6 +37,8 @@ func Parse(path string, data []byte, opts Options) *Config {
 		tools    []Tool
 		exposes  []Expose
 		egresses []egressLine
+		creds    []credentialLine
+		envs     []envLine
 		declared = map[string]int{} // external name → line
 		fs       = newFSCache()
 	)
@@ -64,13 +66,29 @@ func Parse(path string, data []byte, opts Options) *Config {
 			if len(lerrs) == 0 {
 				egresses = append(egresses, e)
 			}
+		case "credential":
+			c, lerrs := decodeCredential(l)
+			errs = append(errs, lineErrors(path, l, lerrs)...)
+			if len(lerrs) == 0 {
+				creds = append(creds, c)
+			}
+		case "env":
+			e, lerrs := decodeEnv(l)
+			errs = append(errs, lineErrors(path, l, lerrs)...)
+			if len(lerrs) == 0 {
+				envs = append(envs, e)
+			}
 		default:
 			errs = append(errs, &Error{File: path, Line: l.num, Text: l.text, Field: "directive",
-				Err: fmt.Errorf("unknown directive %q: want tool, expose or egress", l.tokens[0])})
+				Err: fmt.Errorf("unknown directive %q: want tool, expose, egress, credential or env", l.tokens[0])})
 		}
 	}
 	errs = append(errs, validateExposes(path, lines, exposes, builtins, declared)...)
 	errs = append(errs, attachEgress(path, lines, egresses, tools)...)
+	errs = append(errs, attachEnv(path, lines, envs, tools)...)
+	if len(errs) == 0 { // a secret is read only from an otherwise valid file
+		errs = append(errs, attachCredentials(path, lines, creds, tools, opts)...)
+	}
 	if len(errs) > 0 {
 		slices.SortStableFunc(errs, func(a, b error) int { return errLine(a) - errLine(b) })
 		cfg.refuse(errs)
@@ -248,16 +266,8 @@ func decodeEgress(l line) (egressLine, []error) {
 // test-class tool (sandboxed: a read-class tool has the host's network
 // anyway) that a tool line defines, with one egress line at most.
 func attachEgress(path string, lines []line, egresses []egressLine, tools []Tool) []error {
-	byNum := make(map[int]line, len(lines))
-	for _, l := range lines {
-		byNum[l.num] = l
-	}
-	byName := map[string]int{}
-	for i, t := range tools {
-		if _, dup := byName[t.Name]; !dup {
-			byName[t.Name] = i
-		}
-	}
+	byNum := lineIndex(lines)
+	byName := toolIndex(tools)
 	var errs []error
 	for _, e := range egresses {
 		i, ok := byName[e.name]

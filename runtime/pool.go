@@ -30,11 +30,13 @@ type Template struct {
 	// when the call writes input (a helper that reads its stdin).
 	SplitStderr bool
 	Stdin       bool
+	// Env are the tool's own variables (Invocation.Env).
+	Env []string
 }
 
 // TemplateOf is the Template of inv.
 func TemplateOf(inv Invocation) Template {
-	return Template{Name: inv.Name, Path: inv.Path, Argv: inv.Argv, Dir: inv.Dir, SplitStderr: inv.StderrMax > 0, Stdin: inv.Stdin != nil}
+	return Template{Name: inv.Name, Path: inv.Path, Argv: inv.Argv, Dir: inv.Dir, SplitStderr: inv.StderrMax > 0, Stdin: inv.Stdin != nil, Env: inv.Env}
 }
 
 // key identifies what a sandbox prepared for t would run: two templates
@@ -51,7 +53,10 @@ func (t Template) key() string {
 	for _, a := range t.Argv {
 		field(a)
 	}
-	fmt.Fprintf(h, "%v%v", t.SplitStderr, t.Stdin)
+	fmt.Fprintf(h, "%v%v%d", t.SplitStderr, t.Stdin, len(t.Env))
+	for _, kv := range t.Env {
+		field(kv)
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 

@@ -95,6 +95,10 @@ type Invocation struct {
 	// EgressRecord receives the record of every connection the egress
 	// proxy allowed or refused; nil discards them.
 	EgressRecord func(egress.Record)
+	// Env are the tool's own KEY=VALUE variables (its env line), added to
+	// the four in a sandbox; nil for none. The direct backend refuses a
+	// call with any.
+	Env []string
 }
 
 // Limit names what ended a call early.

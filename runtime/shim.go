@@ -98,6 +98,9 @@ type ShimSpec struct {
 	// KeepEnv (standby) execs with the shim's own environment minus PWD,
 	// as the service mode does, instead of exactly Env.
 	KeepEnv bool
+	// Env (init, standby) are the tool's own variables (its env line:
+	// non-secret, on the command line), added to Env.
+	Env []string
 	// ReleaseFD (standby, hold) is the shim's end of the release channel.
 	ReleaseFD int
 	// Start (hold) is the runtime's start command; PidFile is where its
@@ -131,6 +134,9 @@ func (s ShimSpec) Args() []string {
 	}
 	if s.KeepEnv {
 		a = append(a, "--env", "keep")
+	}
+	for _, kv := range s.Env {
+		a = append(a, "--setenv", kv)
 	}
 	if s.ReleaseFD > 0 {
 		a = append(a, "--release-fd", strconv.Itoa(s.ReleaseFD))
@@ -182,6 +188,11 @@ func parseShim(args []string) (ShimSpec, error) {
 				return s, fmt.Errorf("bad --env %q: want keep", val)
 			}
 			s.KeepEnv = true
+		case "--setenv":
+			if k, _, ok := strings.Cut(val, "="); !ok || k == "" {
+				return s, fmt.Errorf("bad --setenv %q: want KEY=VALUE", val)
+			}
+			s.Env = append(s.Env, val)
 		case "--release-fd":
 			n, err := strconv.Atoi(val)
 			if err != nil || n < 3 {
@@ -299,15 +310,16 @@ func enter(s ShimSpec) {
 // OCI runtimes inject HOME), then exec.
 func initExec(s ShimSpec) {
 	setRlimits(s.Rlimits)
+	env := toolEnv(s.Env)
 	if s.Egress != "" {
-		os.Exit(superviseEgress(s, Env, s.KeepStderr))
+		os.Exit(superviseEgress(s, env, s.KeepStderr))
 	}
 	if !s.KeepStderr {
 		if err := unix.Dup2(1, 2); err != nil {
 			shimFail(126, "init: dup2: %v", err)
 		}
 	}
-	err := syscall.Exec(s.Path, s.Argv, Env) //nolint:gosec // the init shim's job: exec the tool's configured path and fixed argv
+	err := syscall.Exec(s.Path, s.Argv, env) //nolint:gosec // the init shim's job: exec the tool's configured path and fixed argv
 	if errors.Is(err, syscall.E2BIG) {
 		shimFail(126, "start %s: argument list too long", s.Path)
 	}
@@ -342,6 +354,11 @@ func setRlimits(rl []Rlimit) {
 			shimFail(126, "sandbox: set rlimit %s=%d: %v", r.Name, r.Value, err)
 		}
 	}
+}
+
+// toolEnv is a tool's environment: exactly Env, then its own variables.
+func toolEnv(own []string) []string {
+	return append(append(make([]string, 0, len(Env)+len(own)), Env...), own...)
 }
 
 // withoutPWD returns env less every PWD entry.

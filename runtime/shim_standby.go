@@ -56,7 +56,7 @@ func standbyExec(s ShimSpec) {
 			_ = unix.Close(fd)
 		}
 	}
-	env := Env
+	env := toolEnv(s.Env)
 	if s.KeepEnv {
 		env = withoutPWD(os.Environ())
 	}

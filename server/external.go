@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -142,6 +143,7 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 			Timeout:  t.Timeout,
 			MaxBytes: t.MaxBytes,
 			Seen:     new(atomic.Int64),
+			Env:      append(slices.Clip(t.Env), rt.EgressNoProxy(t.Egress)...),
 		}
 		rec.Call = inv.ID
 		rec.QueuedMS = some(time.Since(queued).Milliseconds())

@@ -83,6 +83,25 @@ func writeCheck(w io.Writer, c *conf.Config, srv *server.Server) {
 	if len(egress) > 0 {
 		fmt.Fprintf(w, "\negress (through toolgate's proxy; nothing else is reachable):\n%s\n", strings.Join(egress, "\n"))
 	}
+	var creds, env []string
+	for _, st := range srv.Served() {
+		t, ok := c.Tool(st.Name)
+		if !ok || st.Kind != "external" {
+			continue
+		}
+		for _, cr := range t.Credentials {
+			creds = append(creds, fmt.Sprintf("  %s: %s %s (from %s)", t.Name, cr.Dest, cr.Header, cr.File))
+		}
+		if len(t.Env) > 0 {
+			env = append(env, fmt.Sprintf("  %s: %s", t.Name, strings.Join(t.Env, " ")))
+		}
+	}
+	if len(creds) > 0 {
+		fmt.Fprintf(w, "\ncredentials (set by toolgate's proxy on the tool's requests; the sandbox never holds them):\n%s\n", strings.Join(creds, "\n"))
+	}
+	if len(env) > 0 {
+		fmt.Fprintf(w, "\nenv (added to the sandboxed tool's four variables):\n%s\n", strings.Join(env, "\n"))
+	}
 }
 
 // quoteArgv renders argv unambiguously: words with spaces or quotes are

@@ -129,7 +129,7 @@ func poolTemplates(c *conf.Config, served []status.Tool, helpers []rt.Template) 
 	if c != nil {
 		for _, t := range c.Tools {
 			if t.Class == conf.ClassTest && names[t.Name] && len(t.Egress) == 0 {
-				out = append(out, rt.Template{Name: t.Name, Path: t.ExeResolved, Argv: t.Argv(), Dir: t.DirResolved})
+				out = append(out, rt.Template{Name: t.Name, Path: t.ExeResolved, Argv: t.Argv(), Dir: t.DirResolved, Env: t.Env})
 			}
 		}
 	}

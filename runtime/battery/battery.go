@@ -177,7 +177,11 @@ func (e *Env) invocation(timeout time.Duration, max int, args ...string) rt.Invo
 // call, and it is an error if it did not: the battery then proves every
 // guarantee of a prepared sandbox.
 func (e *Env) call(ctx context.Context, timeout time.Duration, max int, args ...string) (rt.Result, error) {
-	inv := e.invocation(timeout, max, args...)
+	return e.callInvocation(ctx, e.invocation(timeout, max, args...))
+}
+
+// callInvocation is call of an invocation made by e.invocation.
+func (e *Env) callInvocation(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
 	var res rt.Result
 	var err error
 	if p, ok := e.Runner.(*rt.Pool); ok {
@@ -305,6 +309,7 @@ func Cases() []Case {
 		{Name: "read-only", Guarantee: "the tool's dir, /, /etc and /usr are read-only; /tmp is writable, private and gone after the call", Run: caseWrites},
 		{Name: "environment", Guarantee: "exactly PATH, PAGER, GIT_PAGER, GIT_CONFIG_NOSYSTEM; no visible process carries the server's environment", Run: caseEnvironment},
 		{Name: "privileges", Guarantee: "no capabilities, no_new_privs, PID 1 of its own pid namespace, hostname sandbox, no nested user namespace", Run: casePrivileges},
+		{Name: "own-env", Guarantee: "a tool's env line adds exactly its variables to the four, in a fresh and in a prepared sandbox", Run: caseOwnEnv},
 		{Name: "host-invisible", Guarantee: "/home, /root, /var, /boot, the server's runtime dir, /etc/shadow and /etc/ssh are absent; /etc/shadow is unreadable", Run: caseHostInvisible},
 		{Name: "links", Guarantee: "symlinks and hard links placed in the dir read nothing outside it", Run: caseLinks},
 		{Name: "ptrace", Guarantee: "no process is attachable with ptrace", Run: casePtrace},
@@ -559,6 +564,20 @@ func caseEnvironment(ctx context.Context, e *Env) error {
 	}
 	if !regexp.MustCompile(`environ: \d+ processes visible, 0 with the marker`).Match(res.Output) {
 		return fmt.Errorf("the server's environment is visible in the sandbox:\n%s", clip(res.Output))
+	}
+	return nil
+}
+
+func caseOwnEnv(ctx context.Context, e *Env) error {
+	inv := e.invocation(20*time.Second, 4096, "env")
+	inv.Env = []string{"HOME=/tmp", "CODEX_HOME=/tmp/codex"}
+	res, err := e.callInvocation(ctx, inv)
+	if err != nil {
+		return err
+	}
+	exact := "CODEX_HOME=/tmp/codex\nGIT_CONFIG_NOSYSTEM=1\nGIT_PAGER=cat\nHOME=/tmp\nPAGER=cat\nPATH=" + rt.DefaultPath + "\n"
+	if string(res.Output) != exact {
+		return fmt.Errorf("environment with an env line is %q, want exactly %q", res.Output, exact)
 	}
 	return nil
 }

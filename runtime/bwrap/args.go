@@ -31,6 +31,9 @@ type Plan struct {
 	// built-in's helper, whose stdout is parsed); a tool call has one
 	// stream.
 	KeepStderr bool
+	// Env are the tool's own variables (its env line), which the init
+	// shim adds to the four.
+	Env []string
 
 	// The fields below are for services (Runner.StartService); a tool
 	// call leaves them zero.
@@ -180,7 +183,7 @@ func Args(pol bundle.Policy, p Plan) []string {
 		a = append(a, "--setenv", k, v)
 	}
 	a = append(a, "--", bundle.ShimPath)
-	init := rt.ShimSpec{Mode: rt.ShimInit, Rlimits: rlimits, UID: -1, GID: -1, KeepStderr: p.KeepStderr, Egress: egress, Path: p.Exe, Argv: p.Argv}
+	init := rt.ShimSpec{Mode: rt.ShimInit, Rlimits: rlimits, UID: -1, GID: -1, KeepStderr: p.KeepStderr, Egress: egress, Env: p.Env, Path: p.Exe, Argv: p.Argv}
 	if p.Standby {
 		init.Mode, init.ReleaseFD = rt.ShimStandby, ReleaseFD
 	}

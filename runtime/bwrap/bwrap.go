@@ -205,7 +205,7 @@ func Hint(msg string) string {
 
 // Run runs inv in a fresh sandbox.
 func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
-	plan := Plan{Exe: inv.Argv[0], ExeResolved: inv.Path, Argv: inv.Argv, Dir: inv.Dir, KeepStderr: inv.StderrMax > 0}
+	plan := Plan{Exe: inv.Argv[0], ExeResolved: inv.Path, Argv: inv.Argv, Dir: inv.Dir, KeepStderr: inv.StderrMax > 0, Env: inv.Env}
 	// The sandbox's own host ids, given back once Exec has killed and
 	// reaped everything it started (the deferred calls below run first).
 	id, err := r.ids.Acquire()
@@ -259,7 +259,7 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 	if len(t.Argv) == 0 {
 		return nil, errors.New("bwrap: prepare: empty argv")
 	}
-	plan := Plan{Exe: t.Argv[0], ExeResolved: t.Path, Argv: t.Argv, Dir: t.Dir, KeepStderr: t.SplitStderr, Standby: true}
+	plan := Plan{Exe: t.Argv[0], ExeResolved: t.Path, Argv: t.Argv, Dir: t.Dir, KeepStderr: t.SplitStderr, Env: t.Env, Standby: true}
 	return r.prepare(plan, rt.Env, fixedPaths(t.Dir, t.Path))
 }
 

@@ -41,6 +41,10 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		// network namespace: unsandboxed, it would be no bound at all.
 		return rt.Result{}, fmt.Errorf("%s: an egress allowlist needs a sandbox: the direct backend never runs one", inv.Name)
 	}
+	if len(inv.Env) > 0 {
+		// Seed 000: a read-class tool's environment is exactly the four.
+		return rt.Result{}, fmt.Errorf("%s: variables of its own are for a sandboxed tool: the direct backend runs with exactly the four", inv.Name)
+	}
 	c := rt.Cmd{
 		Path:      inv.Path,
 		Args:      inv.Argv,

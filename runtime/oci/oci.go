@@ -242,7 +242,7 @@ func render(pol bundle.Policy, fl flavour, inv rt.Invocation, egressDir string) 
 	if (egressDir != "") != (len(inv.Egress) > 0) {
 		return nil, fmt.Errorf("oci: spec of %s: an egress directory without an allowlist, or the reverse", inv.Name)
 	}
-	shim := rt.ShimSpec{Mode: rt.ShimInit, UID: -1, GID: -1, KeepStderr: inv.StderrMax > 0, Path: inv.Path, Argv: inv.Argv}
+	shim := rt.ShimSpec{Mode: rt.ShimInit, UID: -1, GID: -1, KeepStderr: inv.StderrMax > 0, Env: inv.Env, Path: inv.Path, Argv: inv.Argv}
 	if egressDir != "" {
 		shim.Egress = bundle.EgressSocketPath
 	}
@@ -485,7 +485,7 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 	if err != nil {
 		return nil, err
 	}
-	inv := rt.Invocation{ID: id, Name: t.Name, Path: t.Path, Argv: t.Argv, Dir: t.Dir}
+	inv := rt.Invocation{ID: id, Name: t.Name, Path: t.Path, Argv: t.Argv, Dir: t.Dir, Env: t.Env}
 	if t.SplitStderr {
 		inv.StderrMax = 1
 	}
