@@ -10,7 +10,9 @@
 // asked for against the list, refuses an IP literal unless it is listed,
 // refuses a resolved address in a range the list never reaches unless that
 // very address is listed (allowlist.Forbidden: loopback, link-local and
-// cloud metadata, private, shared, multicast, unspecified), dials the
+// cloud metadata, private, shared, multicast, unspecified, local-use
+// NAT64; a well-known-prefix NAT64 address judged as the IPv4 address it
+// carries, as an IPv4-mapped one is), dials the
 // address it checked (never resolving the name again), and never follows a
 // redirect: the tool's next request is a new decision. Every connection,
 // allowed or refused, is one Record; per-call limits bound connections and
