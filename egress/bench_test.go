@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/egress/allowlist"
 )
@@ -120,5 +122,24 @@ func BenchmarkProxyCall(b *testing.B) {
 			b.Fatalf("connect: %d %v", st, err)
 		}
 		p.Close()
+	}
+}
+
+// BenchmarkAuditRecord is what the audit's bounds add to one connection:
+// the host escaped and cut, the record measured and charged, written
+// (here discarded) or counted.
+func BenchmarkAuditRecord(b *testing.B) {
+	for _, bc := range []struct{ name, host string }{
+		{"name", "api.example.com"},
+		{"64KiB", `evil"` + strings.Repeat("a", 64<<10) + ".example.com"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			a := newAuditor(func(Record) {}, 1<<62, 0, time.Now)
+			for b.Loop() {
+				r := Record{Port: 443, Decision: Refused, Reason: "not in the allowlist"}
+				r.Host, r.HostBytes = auditHost(bc.host)
+				a.record(r, "")
+			}
+		})
 	}
 }

@@ -164,7 +164,7 @@ func caseEgressRefused(ctx context.Context, e *Env) error {
 	if err != nil {
 		return err
 	}
-	loopback := "get http://" + listed + "/: 403 toolgate egress: localhost resolves only to addresses that are never reached unless listed: [127.0.0.1 ("
+	loopback := "get http://" + listed + "/: 403 toolgate egress: " + listed + ": resolves only to addresses that are never reached unless listed: [127.0.0.1 ("
 	if !strings.Contains(string(res.Output), loopback) {
 		return fmt.Errorf("expected %q in the probe's report:\n%s", loopback, clip(res.Output))
 	}
