@@ -241,13 +241,13 @@ tool_timeout_sec = 60
 		t.Errorf("the listed connection's record %v: want allowed, addr %s, bytes both ways", m, listed)
 	}
 	if m := byHost("127.0.0.1", unlistedPort); m["decision"] != "refused" || m["addr"] != nil ||
-		m["reason"] != unlisted+" is an IP literal not in the allowlist" || m["bytes_up"] != float64(0) || m["bytes_down"] != float64(0) {
-		t.Errorf("the unlisted connection's record %v: want refused, no address, reason %q", m, unlisted+" is an IP literal not in the allowlist")
+		m["reason"] != "an IP literal not in the allowlist" || m["bytes_up"] != float64(0) || m["bytes_down"] != float64(0) {
+		t.Errorf("the unlisted connection's record %v: want refused, no address, reason %q", m, "an IP literal not in the allowlist")
 	}
 	// Refused by name, never resolved: a resolution would have said
 	// "resolve ...", and the record has no address.
-	if m := byHost(name, "80"); m["decision"] != "refused" || m["addr"] != nil || m["reason"] != name+":80 is not in the allowlist" {
-		t.Errorf("the unlisted name's record %v: want refused by name, no address, reason %q", m, name+":80 is not in the allowlist")
+	if m := byHost(name, "80"); m["decision"] != "refused" || m["addr"] != nil || m["reason"] != "not in the allowlist" {
+		t.Errorf("the unlisted name's record %v: want refused by name, no address, reason %q", m, "not in the allowlist")
 	}
 	if listedHits.Load() != 1 || unlistedHits.Load() != 0 {
 		t.Errorf("requests: listed %d, unlisted %d; want 1 and 0", listedHits.Load(), unlistedHits.Load())

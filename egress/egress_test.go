@@ -190,3 +190,52 @@ func TestProxyLimits(t *testing.T) {
 		t.Errorf("after the cap: %d %q, want 403 naming %s", status, body, LimitBytes)
 	}
 }
+
+// TestProxyNAT64: the proxy judges a name that resolves into NAT64's
+// well-known prefix by the IPv4 address it carries (refused for loopback
+// or metadata unless that IPv4 is listed, dialled as resolved when
+// allowed), refuses the local-use prefix unless the address itself is
+// listed, and treats an IP literal of the well-known prefix as its IPv4.
+func TestProxyNAT64(t *testing.T) {
+	names := map[string][]netip.Addr{
+		"loop.test.example":   {netip.MustParseAddr("64:ff9b::7f00:1")},
+		"meta.test.example":   {netip.MustParseAddr("64:ff9b::a9fe:a9fe")},
+		"public.test.example": {netip.MustParseAddr("64:ff9b::5db8:d822")},
+		"local.test.example":  {netip.MustParseAddr("64:ff9b:1::5db8:d822")},
+	}
+	resolve := func(_ context.Context, host string) ([]netip.Addr, error) { return names[host], nil }
+	for _, tc := range []struct {
+		name    string
+		rules   []string
+		ask     string
+		want    string // the address allowed, or "" when refused
+		wantErr string
+	}{
+		{"loopback via NAT64", []string{"loop.test.example:80"}, "loop.test.example:80", "", "[64:ff9b::7f00:1 (127.0.0.0/8 via 64:ff9b::/96)]"},
+		{"loopback via NAT64, its IPv4 listed", []string{"loop.test.example:80", "127.0.0.1:80"}, "loop.test.example:80", "[64:ff9b::7f00:1]:80", ""},
+		{"loopback via NAT64, its IPv4 listed on another port", []string{"loop.test.example:80", "127.0.0.1:81"}, "loop.test.example:80", "", "127.0.0.0/8 via 64:ff9b::/96"},
+		{"metadata via NAT64", []string{"meta.test.example:80"}, "meta.test.example:80", "", "169.254.0.0/16 via 64:ff9b::/96"},
+		{"public via NAT64", []string{"public.test.example:443"}, "public.test.example:443", "[64:ff9b::5db8:d822]:443", ""},
+		{"local-use NAT64", []string{"local.test.example:443"}, "local.test.example:443", "", "64:ff9b:1::/48"},
+		{"local-use NAT64, the address listed", []string{"local.test.example:443", "[64:ff9b:1::5db8:d822]:443"}, "local.test.example:443", "[64:ff9b:1::5db8:d822]:443", ""},
+		{"local-use NAT64, its /96 IPv4 listed", []string{"local.test.example:443", "93.184.216.34:443"}, "local.test.example:443", "", "64:ff9b:1::/48"},
+		{"NAT64 literal, its IPv4 listed", []string{"127.0.0.1:80"}, "[64:ff9b::7f00:1]:80", "[64:ff9b::7f00:1]:80", ""},
+		{"NAT64 literal, not listed", []string{"127.0.0.2:80"}, "[64:ff9b::7f00:1]:80", "", "an IP literal not in the allowlist"},
+		{"IPv4 literal, its NAT64 form listed", []string{"[64:ff9b::7f00:1]:80"}, "127.0.0.1:80", "127.0.0.1:80", ""},
+	} {
+		allow, err := allowlist.ParseList(tc.rules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := New(Config{Allow: allow, Resolve: resolve})
+		got, err := p.check(context.Background(), tc.ask)
+		switch {
+		case tc.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: check(%s) = %v, %v; want refused with %q", tc.name, tc.ask, got, err, tc.wantErr)
+			}
+		case err != nil || got.String() != tc.want:
+			t.Errorf("%s: check(%s) = %v, %v; want %s", tc.name, tc.ask, got, err, tc.want)
+		}
+	}
+}

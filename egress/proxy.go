@@ -10,11 +10,15 @@
 // asked for against the list, refuses an IP literal unless it is listed,
 // refuses a resolved address in a range the list never reaches unless that
 // very address is listed (allowlist.Forbidden: loopback, link-local and
-// cloud metadata, private, shared, multicast, unspecified), dials the
+// cloud metadata, private, shared, multicast, unspecified, local-use
+// NAT64; a well-known-prefix NAT64 address judged as the IPv4 address it
+// carries, as an IPv4-mapped one is), dials the
 // address it checked (never resolving the name again), and never follows a
 // redirect: the tool's next request is a new decision. Every connection,
-// allowed or refused, is one Record; per-call limits bound connections and
-// bytes.
+// allowed or refused, is one Record, within the bounds of the audit
+// (audit.go): a per-call budget of audit bytes, and one Summary record
+// for the connections refused past a per-call cap; per-call limits bound
+// connections and bytes.
 package egress
 
 import (
@@ -35,32 +39,6 @@ import (
 
 	"github.com/toolgate/toolgate/egress/allowlist"
 )
-
-// Decision is what the proxy made of one connection.
-type Decision string
-
-// The decisions.
-const (
-	Allowed Decision = "allowed"
-	Refused Decision = "refused"
-)
-
-// Record is one connection the proxy allowed or refused: the audit of a
-// sandbox's network, never any content.
-type Record struct {
-	// Host and Port are what the tool asked for; Addr the address dialled
-	// (empty when refused before dialling).
-	Host string
-	Port uint16
-	Addr string
-	// Decision, and Reason when refused or cut.
-	Decision Decision
-	Reason   string
-	// Up and Down are the bytes sent and received; Elapsed the
-	// connection's life.
-	Up, Down int64
-	Elapsed  time.Duration
-}
 
 // Limits bound what one call may do through the proxy; zero means no
 // bound.
@@ -88,8 +66,15 @@ type Config struct {
 	// Resolve defaults to the system resolver; Dial to a net.Dialer.
 	Resolve Resolver
 	Dial    func(ctx context.Context, network, addr string) (net.Conn, error)
-	// Record receives every connection's record; nil discards them.
+	// Record receives every connection's record, within the audit
+	// budget, and the Summary of those not recorded one by one; nil
+	// discards them.
 	Record func(Record)
+	// AuditBytes is the audit budget (DefaultAuditBytes when 0): of the
+	// proxy's life when AuditWindow is 0 (a call), of each AuditWindow
+	// otherwise (a downstream server, which outlives its calls).
+	AuditBytes  int64
+	AuditWindow time.Duration
 }
 
 // Proxy is the HTTP proxy of one call (or one downstream server's life):
@@ -98,13 +83,15 @@ type Config struct {
 type Proxy struct {
 	cfg   Config
 	srv   *http.Server
+	audit *auditor
 	conns atomic.Int64
 	bytes atomic.Int64
-	limit atomic.Value // string: the limit hit first
-	wg    sync.WaitGroup
+	limit atomic.Value   // string: the limit hit first
+	wg    sync.WaitGroup // dials under way and allowed connections not closed yet
 
-	mu   sync.Mutex
-	live map[*countedConn]struct{} // allowed connections not closed yet
+	mu     sync.Mutex
+	closed bool                      // Close began: a dial is refused, a dialled connection closed
+	live   map[*countedConn]struct{} // allowed connections not closed yet
 }
 
 // New returns the proxy of cfg; Serve runs it.
@@ -118,7 +105,7 @@ func New(cfg Config) *Proxy {
 		d := &net.Dialer{Timeout: 10 * time.Second}
 		cfg.Dial = d.DialContext
 	}
-	p := &Proxy{cfg: cfg, live: map[*countedConn]struct{}{}}
+	p := &Proxy{cfg: cfg, live: map[*countedConn]struct{}{}, audit: newAuditor(cfg.Record, cfg.AuditBytes, cfg.AuditWindow, time.Now)}
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = log.New(io.Discard, "", 0)
 	gp.Verbose = false
@@ -182,10 +169,13 @@ func (p *Proxy) Serve(l net.Listener) error {
 
 // Close stops the proxy and every connection through it (a CONNECT
 // tunnel is the proxy's own to close: the HTTP server let go of it), and
-// returns once each is recorded.
+// returns once each is recorded and the summary of those not recorded one
+// by one is written. A dial under way when Close begins is recorded too
+// (refused, or closed as soon as dialled); none starts after.
 func (p *Proxy) Close() {
 	_ = p.srv.Close()
 	p.mu.Lock()
+	p.closed = true
 	live := make([]*countedConn, 0, len(p.live))
 	for c := range p.live {
 		live = append(live, c)
@@ -195,6 +185,7 @@ func (p *Proxy) Close() {
 		_ = c.Close()
 	}
 	p.wg.Wait()
+	p.audit.close()
 }
 
 // Limit names the limit the call hit first ("" when none).
@@ -219,31 +210,41 @@ type policyError struct{ error }
 
 func (e policyError) Unwrap() error { return e.error }
 
-// check decides host:port: the address to dial, or why not.
+// check decides host:port: the address to dial, or why not. Its errors
+// never repeat the host: the record carries it once.
 func (p *Proxy) check(ctx context.Context, hostport string) (netip.AddrPort, error) {
 	host, portStr, err := net.SplitHostPort(hostport)
 	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("%q is not host:port", hostport)
+		return netip.AddrPort{}, errors.New("not host:port")
 	}
 	n, err := strconv.ParseUint(portStr, 10, 16)
 	if err != nil || n == 0 {
-		return netip.AddrPort{}, fmt.Errorf("port %q", portStr)
+		return netip.AddrPort{}, errors.New("the port is not a decimal 1 to 65535")
 	}
 	port := uint16(n)
 	if ip, err := netip.ParseAddr(host); err == nil {
 		if !p.cfg.Allow.ListsIP(ip, port) {
-			return netip.AddrPort{}, fmt.Errorf("%s is an IP literal not in the allowlist", hostport)
+			return netip.AddrPort{}, errors.New("an IP literal not in the allowlist")
 		}
 		return netip.AddrPortFrom(ip.Unmap(), port), nil
 	}
 	if _, ok := p.cfg.Allow.MatchName(host, port); !ok {
-		return netip.AddrPort{}, fmt.Errorf("%s is not in the allowlist", hostport)
+		return netip.AddrPort{}, errors.New("not in the allowlist")
+	}
+	if len(host) > MaxHost {
+		// Only a "*." rule matches so long a name: it is no DNS name.
+		return netip.AddrPort{}, fmt.Errorf("a name longer than %d bytes", MaxHost)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	addrs, err := p.cfg.Resolve(ctx, host)
 	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("resolve %s: %w", host, err)
+		// A resolver's error names the host: keep only what it says of it.
+		var de *net.DNSError
+		if errors.As(err, &de) {
+			return netip.AddrPort{}, fmt.Errorf("resolve: %s", de.Err)
+		}
+		return netip.AddrPort{}, fmt.Errorf("resolve: %w", err)
 	}
 	var refused []string
 	for _, a := range addrs {
@@ -255,54 +256,67 @@ func (p *Proxy) check(ctx context.Context, hostport string) (netip.AddrPort, err
 		return netip.AddrPortFrom(a, port), nil
 	}
 	if len(refused) == 0 {
-		return netip.AddrPort{}, fmt.Errorf("%s resolves to no address", host)
+		return netip.AddrPort{}, errors.New("resolves to no address")
 	}
-	return netip.AddrPort{}, fmt.Errorf("%s resolves only to addresses that are never reached unless listed: %v", host, refused)
+	return netip.AddrPort{}, fmt.Errorf("resolves only to addresses that are never reached unless listed: %v", refused)
 }
 
 // dial decides hostport, counts it against the limits, dials the checked
-// address and records the connection.
+// address and records the connection. A refusal's error, which the tool
+// reads in its 403 (or 502), names the host as the record does, then why.
 func (p *Proxy) dial(ctx context.Context, hostport string) (net.Conn, error) {
-	host, portStr, _ := net.SplitHostPort(hostport)
-	port, _ := strconv.ParseUint(portStr, 10, 16)
-	rec := Record{Host: host, Port: uint16(port)}
-	start := time.Now()
-	refuse := func(err error) error {
-		rec.Decision, rec.Reason, rec.Elapsed = Refused, err.Error(), time.Since(start)
-		p.record(rec)
-		return err
+	host, portStr, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = hostport
 	}
-	policy := func(err error) error { return refuse(policyError{err}) }
+	port, _ := strconv.ParseUint(portStr, 10, 16)
+	rec := Record{Port: uint16(port)}
+	rec.Host, rec.HostBytes = auditHost(host)
+	shown := net.JoinHostPort(rec.Host, strconv.Itoa(int(rec.Port)))
+	start := time.Now()
+	refuse := func(err error, pastCap string) error {
+		rec.Decision, rec.Reason, rec.Elapsed = Refused, err.Error(), time.Since(start)
+		p.audit.record(rec, pastCap)
+		return fmt.Errorf("%s: %w", shown, err)
+	}
+	policy := func(err error, pastCap string) error { return refuse(policyError{err}, pastCap) }
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("%s: %w", shown, policyError{errors.New("the proxy is closed: the call has ended")})
+	}
+	p.wg.Add(1)
+	p.mu.Unlock()
+	defer p.wg.Done()
 	if n := p.conns.Add(1); p.cfg.Limits.Conns > 0 && n > int64(p.cfg.Limits.Conns) {
 		p.hit(LimitConns)
-		return nil, policy(fmt.Errorf("more than %d connections in one call (%s)", p.cfg.Limits.Conns, LimitConns))
+		return nil, policy(fmt.Errorf("more than %d connections in one call (%s)", p.cfg.Limits.Conns, LimitConns), LimitConns)
 	}
 	if p.cfg.Limits.Bytes > 0 && p.bytes.Load() >= p.cfg.Limits.Bytes {
 		p.hit(LimitBytes)
-		return nil, policy(fmt.Errorf("the call moved its %d bytes already (%s)", p.cfg.Limits.Bytes, LimitBytes))
+		return nil, policy(fmt.Errorf("the call moved its %d bytes already (%s)", p.cfg.Limits.Bytes, LimitBytes), LimitBytes)
 	}
 	addr, err := p.check(ctx, hostport)
 	if err != nil {
-		return nil, policy(err)
+		return nil, policy(err, "")
 	}
 	rec.Addr = addr.String()
 	c, err := p.cfg.Dial(ctx, "tcp", addr.String())
 	if err != nil {
-		return nil, refuse(fmt.Errorf("dial %s: %w", addr, err))
+		return nil, refuse(fmt.Errorf("dial %s: %w", addr, err), "")
 	}
 	rec.Decision = Allowed
 	cc := &countedConn{Conn: c, p: p, rec: rec, start: start}
-	p.wg.Add(1)
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		c.Close()
+		return nil, refuse(errors.New("the proxy closed while dialling: the call has ended"), "")
+	}
+	p.wg.Add(1)
 	p.live[cc] = struct{}{}
 	p.mu.Unlock()
 	return cc, nil
-}
-
-func (p *Proxy) record(r Record) {
-	if p.cfg.Record != nil {
-		p.cfg.Record(r)
-	}
 }
 
 // countedConn counts the bytes of an allowed connection against the
@@ -385,7 +399,7 @@ func (c *countedConn) Close() error {
 		delete(c.p.live, c)
 		c.p.mu.Unlock()
 		c.rec.Up, c.rec.Down, c.rec.Elapsed = c.up.Load(), c.down.Load(), time.Since(c.start)
-		c.p.record(c.rec)
+		c.p.audit.record(c.rec, "")
 		c.p.wg.Done()
 	})
 	return err

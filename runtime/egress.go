@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/toolgate/toolgate/bundle"
 	"github.com/toolgate/toolgate/egress"
@@ -95,11 +96,25 @@ func sweepEgress(tmp string) {
 	}
 }
 
-// StartEgress starts the egress proxy of allow for one sandbox under
-// limits, its socket in a fresh directory that the sandbox's host uid:gid
-// can reach (-1: toolgate's own ids, when it is not root). record receives
-// one record per connection. Close it when the sandbox has ended.
+// StartEgress starts the egress proxy of allow for one call's sandbox
+// under limits, its socket in a fresh directory that the sandbox's host
+// uid:gid can reach (-1: toolgate's own ids, when it is not root). record
+// receives one record per connection within the call's audit budget
+// (egress.DefaultAuditBytes), and the summary of those not recorded one
+// by one when the proxy closes. Close it when the sandbox has ended.
 func StartEgress(allow allowlist.List, limits egress.Limits, uid, gid int, record func(egress.Record)) (*Egress, error) {
+	return startEgress(allow, limits, 0, uid, gid, record)
+}
+
+// ServiceAuditWindow is the period of a downstream server's egress audit
+// budget: a server outlives its calls, so its budget
+// (egress.DefaultAuditBytes) is renewed every minute rather than spent
+// once.
+const ServiceAuditWindow = time.Minute
+
+// startEgress is StartEgress with the audit budget renewed each window
+// (0: once for the proxy's life).
+func startEgress(allow allowlist.List, limits egress.Limits, window time.Duration, uid, gid int, record func(egress.Record)) (*Egress, error) {
 	if len(allow) == 0 {
 		return nil, errors.New("egress: no destination")
 	}
@@ -137,9 +152,10 @@ func StartEgress(allow allowlist.List, limits egress.Limits, uid, gid int, recor
 	}
 	e := &Egress{Dir: dir, done: make(chan struct{})}
 	e.proxy = egress.New(egress.Config{
-		Allow:  allow,
-		Limits: limits,
-		Record: record,
+		Allow:       allow,
+		Limits:      limits,
+		Record:      record,
+		AuditWindow: window,
 	})
 	go func() {
 		defer close(e.done)
@@ -180,12 +196,12 @@ func (inv Invocation) StartEgress(pol bundle.Policy, uid, gid int) (*Egress, err
 }
 
 // StartEgress starts the egress of s when it has an allowlist (nil
-// otherwise), for the service's whole life: each connection is recorded,
-// none is capped (a server outlives its calls; each call is bounded by
-// its timeout).
+// otherwise), for the service's whole life: each connection is recorded
+// within an audit budget renewed every ServiceAuditWindow, none is capped
+// (a server outlives its calls; each call is bounded by its timeout).
 func (s Service) StartEgress(uid, gid int) (*Egress, error) {
 	if len(s.Egress) == 0 {
 		return nil, nil //nolint:nilnil // no allowlist: no egress, and a nil *Egress is usable
 	}
-	return StartEgress(s.Egress, egress.Limits{}, uid, gid, s.EgressRecord)
+	return startEgress(s.Egress, egress.Limits{}, ServiceAuditWindow, uid, gid, s.EgressRecord)
 }

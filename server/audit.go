@@ -170,9 +170,11 @@ func (r *auditRecord) fields() logrus.Fields {
 // egressRecorder returns what receives the egress proxy's record of each
 // connection of call (a tool call, or a downstream server's life): one
 // audit record per connection, kind "egress", naming the call's tool (or
-// server), call id and principal, the destination asked for, the address
-// dialled, the decision and its reason, the bytes up and down and the
-// connection's duration. Never content.
+// server), call id and principal, then the record's own fields
+// (egress.Record.Fields: the destination asked for, escaped and cut, the
+// address dialled, the decision and its reason, the bytes up and down and
+// the connection's duration; or a summary's counts). Never content. The
+// proxy bounds what they take (egress.DefaultAuditBytes a call).
 func egressRecorder(l *logrus.Logger, call *auditRecord) func(egress.Record) {
 	base := logrus.Fields{"kind": "egress", "tool": call.Tool}
 	put := func(key, v string) {
@@ -187,16 +189,9 @@ func egressRecorder(l *logrus.Logger, call *auditRecord) func(egress.Record) {
 		base["principal"] = p.Name
 	}
 	return func(e egress.Record) {
-		f := make(logrus.Fields, len(base)+8)
+		f := make(logrus.Fields, len(base)+9)
 		maps.Copy(f, base)
-		f["host"], f["port"], f["decision"] = e.Host, e.Port, string(e.Decision)
-		if e.Addr != "" {
-			f["addr"] = e.Addr
-		}
-		if e.Reason != "" {
-			f["reason"] = e.Reason
-		}
-		f["bytes_up"], f["bytes_down"], f["elapsed_ms"] = e.Up, e.Down, e.Elapsed.Milliseconds()
+		maps.Copy(f, e.Fields())
 		l.WithFields(f).Info("egress")
 	}
 }

@@ -165,11 +165,14 @@ func (l List) MatchName(name string, port uint16) (Rule, bool) {
 	return Rule{}, false
 }
 
-// ListsIP reports whether ip itself is listed on port.
+// ListsIP reports whether ip itself is listed on port, both sides judged
+// as Judged has them: an IPv4-mapped address (::ffff:a.b.c.d) or a
+// well-known-prefix NAT64 address (64:ff9b::a.b.c.d) is listed exactly
+// when its IPv4 address is (and the other way round).
 func (l List) ListsIP(ip netip.Addr, port uint16) bool {
-	ip = ip.Unmap()
+	ip = Judged(ip)
 	for _, r := range l {
-		if r.IP.IsValid() && r.IP == ip && r.Port == port {
+		if r.IP.IsValid() && Judged(r.IP) == ip && r.Port == port {
 			return true
 		}
 	}
@@ -185,9 +188,31 @@ func (l List) Strings() []string {
 	return out
 }
 
+// NAT64 is the well-known NAT64 prefix (RFC 6052): an address in it
+// carries an IPv4 address in its last 32 bits, which a NAT64 gateway
+// reaches on the tool's behalf.
+var NAT64 = netip.MustParsePrefix("64:ff9b::/96")
+
+// Judged is the address ip is judged as: an IPv4-mapped address
+// (::ffff:a.b.c.d) and a well-known-prefix NAT64 address
+// (64:ff9b::a.b.c.d, RFC 6052) as the IPv4 address they carry, any other
+// as itself. The local-use NAT64 prefix 64:ff9b:1::/48 (RFC 8215) is not
+// unwrapped: where its IPv4 sits depends on a prefix length that only the
+// network's operator knows (RFC 6052 section 2.2), so the whole /48 is
+// forbidden instead.
+func Judged(ip netip.Addr) netip.Addr {
+	ip = ip.Unmap()
+	if NAT64.Contains(ip) {
+		b := ip.As16()
+		return netip.AddrFrom4([4]byte(b[12:]))
+	}
+	return ip
+}
+
 // forbidden are the address ranges a name may never resolve into, unless
 // the very address is listed: what reaches the host itself, its LAN, or a
-// cloud's metadata service.
+// cloud's metadata service. An address of NAT64 is judged by the IPv4
+// address it carries (Judged).
 var forbidden = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),      // "this network", unspecified
 	netip.MustParsePrefix("10.0.0.0/8"),     // private
@@ -205,16 +230,21 @@ var forbidden = []netip.Prefix{
 	netip.MustParsePrefix("fc00::/7"),       // unique local
 	netip.MustParsePrefix("fe80::/10"),      // link-local
 	netip.MustParsePrefix("ff00::/8"),       // multicast
-	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64
+	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64 (RFC 8215): its IPv4's place is the operator's choice, so all of it
 	netip.MustParsePrefix("fd00:ec2::/32"),  // AWS metadata over IPv6 (inside fc00::/7; named for the record)
 }
 
 // Forbidden reports whether ip lies in a range a name may not resolve
-// into (and why), IPv4-mapped addresses judged as IPv4.
+// into (and why), judged as Judged has it: an IPv4-mapped address as its
+// IPv4, a 64:ff9b::/96 address as the IPv4 it carries (the reason then
+// names both, "127.0.0.0/8 via 64:ff9b::/96").
 func Forbidden(ip netip.Addr) (string, bool) {
-	ip = ip.Unmap()
+	j := Judged(ip)
 	for _, p := range forbidden {
-		if p.Contains(ip) {
+		if p.Contains(j) {
+			if NAT64.Contains(ip.Unmap()) {
+				return p.String() + " via " + NAT64.String(), true
+			}
 			return p.String(), true
 		}
 	}

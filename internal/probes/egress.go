@@ -28,7 +28,10 @@ import (
 //   - connects:N:H:P  N CONNECTs through the proxy, one after another:
 //     how many got each status;
 //   - size:URL      a plain-HTTP GET through the proxy, read to the end:
-//     the status, the bytes read and how the body ended.
+//     the status, the bytes read and how the body ended;
+//   - hosts:N:LEN   N CONNECTs through the proxy, one after another, each
+//     to port 443 of a name of LEN bytes ("aaa...a.example.com") that no
+//     allowlist lists: how many got each status.
 //
 // It first prints the proxy variables it was given. dns: refuses to run
 // outside a sandbox (requireEgressSandbox): on a host it would query the
@@ -79,6 +82,19 @@ func egressProbe(args []string) {
 				got[proxyConnect(proxy, hostport)]++
 			}
 			fmt.Printf("connects %s: %s\n", hostport, counts(got))
+		case "hosts":
+			ns, ls, _ := strings.Cut(target, ":")
+			count, err1 := strconv.Atoi(ns)
+			size, err2 := strconv.Atoi(ls)
+			if err1 != nil || err2 != nil || size < len(".example.com")+1 {
+				fail(fmt.Sprintf("egress: hosts:N:LEN, got %q", a))
+			}
+			name := strings.Repeat("a", size-len(".example.com")) + ".example.com"
+			got := map[string]int{}
+			for range count {
+				got[proxyConnect(proxy, name+":443")]++
+			}
+			fmt.Printf("hosts %dx%d: %s\n", count, size, counts(got))
 		case "size":
 			fmt.Printf("size %s: %s\n", target, proxySize(proxy, target))
 		default:

@@ -324,6 +324,7 @@ func Cases() []Case {
 		{Name: "egress-reached", Guarantee: "with an egress allowlist, a listed destination (a server on the host's 127.0.0.1, listed by address) is reached through toolgate's proxy by HTTP and CONNECT; the proxy variables are the one addition to the environment", Run: caseEgressReached},
 		{Name: "egress-refused", Guarantee: "with an egress allowlist, an unlisted name, an unlisted IP literal, a metadata address and a listed name resolving to loopback are refused by the proxy; a connection around the proxy, a name lookup and a DNS datagram reach nothing", Run: caseEgressRefused},
 		{Name: "egress-limits", Guarantee: "with an egress allowlist, the call's connection and byte caps hold and its result names the cap it hit", Run: caseEgressLimits},
+		{Name: "egress-audit-bounded", Guarantee: "with an egress allowlist, 512 CONNECTs naming 64 KiB hosts leave bounded audit records: each host escaped and cut at 253 bytes, at most 256 KiB charged a call, one summary for what was not recorded one by one", Slow: true, Run: caseEgressAuditBounded},
 		{Name: "seccomp", Guarantee: "a seccomp filter (containers/common's default profile) is loaded: a syscall it refuses fails", Run: caseSeccomp},
 		{Name: "fresh", Guarantee: "a call sees nothing an earlier call of the same tool left: no file in /tmp or /dev/shm, no process, exactly the four variables", Run: caseFresh},
 		{Name: "own-sandbox", Guarantee: "two calls never share a sandbox: calls in flight at once each have namespaces of their own", Run: caseOwnSandbox},

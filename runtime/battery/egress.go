@@ -2,6 +2,7 @@ package battery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -164,7 +165,7 @@ func caseEgressRefused(ctx context.Context, e *Env) error {
 	if err != nil {
 		return err
 	}
-	loopback := "get http://" + listed + "/: 403 toolgate egress: localhost resolves only to addresses that are never reached unless listed: [127.0.0.1 ("
+	loopback := "get http://" + listed + "/: 403 toolgate egress: " + listed + ": resolves only to addresses that are never reached unless listed: [127.0.0.1 ("
 	if !strings.Contains(string(res.Output), loopback) {
 		return fmt.Errorf("expected %q in the probe's report:\n%s", loopback, clip(res.Output))
 	}
@@ -264,4 +265,58 @@ func startSized(n int64) (*target, error) {
 		}
 	})
 	return t, nil
+}
+
+// caseEgressAuditBounded: a tool that asks the proxy for hundreds of
+// destinations, each a 64 KiB name, is refused each time, and what its
+// call writes to the audit is bounded: every record's host escaped and
+// cut at egress.MaxHost bytes, no more than egress.DefaultAuditBytes
+// charged in all, and whatever was not recorded one by one (the
+// refusals past the connection cap, or past the budget) counted in one
+// summary record, the call's last.
+func caseEgressAuditBounded(ctx context.Context, e *Env) error {
+	const n, size = 512, 64 << 10
+	conns := e.Limits.EgressConns
+	if conns > n/2 {
+		return fmt.Errorf("%w: the connection cap (%d) is too high to pass with %d connections", errSkip, conns, n)
+	}
+	t, err := startTarget("must-not-be-reached")
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	res, recs, err := e.callEgress(ctx, []string{t.addr}, "egress", fmt.Sprintf("hosts:%d:%d", n, size))
+	if err != nil {
+		return err
+	}
+	if err := want(res.Output, fmt.Sprintf("hosts %dx%d: 403=%d", n, size, n)); err != nil {
+		return err
+	}
+	if len(recs) == 0 {
+		return errors.New("no egress record")
+	}
+	charged, each := 0, 0
+	for _, r := range recs[:len(recs)-1] {
+		charged += r.Size() + egress.RecordBase
+		if r.Decision == egress.Summary || len(r.Host) > egress.MaxHost || r.HostBytes != size {
+			return fmt.Errorf("a record of the flood is not one refusal with its host cut at %d bytes (of %d): %.400v", egress.MaxHost, size, r)
+		}
+		each++
+	}
+	s := recs[len(recs)-1]
+	charged += s.Size() + egress.RecordBase
+	pastCap := 0
+	if conns > 0 {
+		pastCap = n - conns
+		if each != conns {
+			return fmt.Errorf("%d connections recorded one by one, want the cap's %d", each, conns)
+		}
+	}
+	if s.Decision != egress.Summary || s.Suppressed != int64(n-each) || s.PastCap != int64(pastCap) {
+		return fmt.Errorf("the call's last record %+v: want a summary of %d connections not recorded, %d of them past the cap", s, n-each, pastCap)
+	}
+	if charged > egress.DefaultAuditBytes {
+		return fmt.Errorf("the call's %d egress records are charged %d bytes, more than the audit budget's %d", len(recs), charged, egress.DefaultAuditBytes)
+	}
+	return nil
 }
