@@ -74,6 +74,27 @@ const (
 	EgressSocketPath = EgressDir + "/" + EgressSocket
 )
 
+// A call with a credential trusts the server CA that its proxy terminates
+// the credentialed destinations' TLS with: its egress directory holds
+// TrustCA (the CA's certificate) and TrustBundle (the host's roots and
+// the CA), TrustBundle is bound over SystemTrust where the host has it
+// (OpenSSL, GnuTLS, curl, git, Go read it), and TrustEnv points the tools
+// that read a variable at them (Node, Python requests, rustls).
+const (
+	TrustBundle = "ca-bundle.crt"
+	TrustCA     = "toolgate-ca.pem"
+	SystemTrust = "/etc/ssl/certs/ca-certificates.crt"
+)
+
+// TrustEnv are the variables a call with a credential gets besides its
+// own (names tools.conf's env lines may not set).
+var TrustEnv = []string{
+	"SSL_CERT_FILE=" + EgressDir + "/" + TrustBundle,
+	"REQUESTS_CA_BUNDLE=" + EgressDir + "/" + TrustBundle,
+	"CURL_CA_BUNDLE=" + EgressDir + "/" + TrustBundle,
+	"NODE_EXTRA_CA_CERTS=" + EgressDir + "/" + TrustCA,
+}
+
 // ProxyEnv are the proxy variables of a tool with an egress allowlist, in
 // both spellings that tools read: the one addition to Env, present only
 // for such a tool. NO_PROXY keeps loopback inside the sandbox: a test

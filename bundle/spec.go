@@ -27,6 +27,9 @@ type Tool struct {
 	// socket, bound read-only at EgressDir (a tool with an allowlist; the
 	// network namespace stays the container's own).
 	Egress string `json:"egress,omitempty"`
+	// Trust, with Egress, binds its TrustBundle over SystemTrust (a call
+	// with a credential), where the host view has SystemTrust.
+	Trust bool `json:"trust,omitempty"`
 }
 
 // Policy is the sandbox of every call (policy.go says what it is): all
@@ -95,6 +98,9 @@ func Spec(t Tool, p Policy, extra ...Opt) (*specs.Spec, error) {
 	}
 	if t.Egress != "" {
 		opts = append(opts, WithReadonlyBind(t.Egress, EgressDir, true))
+		if t.Trust && p.Host.Visible(SystemTrust) {
+			opts = append(opts, WithReadonlyBind(t.Egress+"/"+TrustBundle, SystemTrust, false))
+		}
 	}
 	opts = append(opts, WithArgs(t.Args...), WithEnv(Env), WithCwd(t.Dir))
 	if p.Pids > 0 {

@@ -79,7 +79,14 @@ type Record struct {
 	// (the rest did not fit the audit budget), and the bytes their
 	// records would have been charged (SuppressedBytes).
 	Suppressed, PastCap, SuppressedBytes int64
+	// Credential is CredentialInjected when the proxy set a credential on
+	// the connection's request: never which, never its value.
+	Credential string
 }
+
+// CredentialInjected is Record.Credential of a connection that carried an
+// injected credential.
+const CredentialInjected = "injected"
 
 // Fields are the record's keys and values as an audit log writes them:
 // decision and reason; a Summary's suppressed, past_cap and
@@ -101,6 +108,9 @@ func (r Record) Fields() map[string]any {
 	}
 	if r.Addr != "" {
 		f["addr"] = r.Addr
+	}
+	if r.Credential != "" {
+		f["credential"] = r.Credential
 	}
 	f["bytes_up"], f["bytes_down"], f["elapsed_ms"] = r.Up, r.Down, r.Elapsed.Milliseconds()
 	return f

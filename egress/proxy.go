@@ -23,6 +23,8 @@ package egress
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -75,6 +77,15 @@ type Config struct {
 	// otherwise (a downstream server, which outlives its calls).
 	AuditBytes  int64
 	AuditWindow time.Duration
+	// Inject are the credentials of the destinations that have one, by
+	// host:port as listed (allowlist.Rule.String()); CA signs the
+	// certificates of their terminated TLS (ServerCA when nil). Every
+	// other destination is tunnelled as it is, and gets nothing.
+	Inject map[string]Injection
+	CA     *CA
+	// UpstreamRoots verify the destinations of injected requests; nil is
+	// the system roots (SSL_CERT_FILE and SSL_CERT_DIR honoured).
+	UpstreamRoots *x509.CertPool
 }
 
 // Proxy is the HTTP proxy of one call (or one downstream server's life):
@@ -88,6 +99,11 @@ type Proxy struct {
 	bytes atomic.Int64
 	limit atomic.Value   // string: the limit hit first
 	wg    sync.WaitGroup // dials under way and allowed connections not closed yet
+
+	caErr error           // the server CA could not be made: injected destinations answer it
+	injTr *http.Transport // the upstream of injected requests
+
+	closeOnce sync.Once
 
 	mu     sync.Mutex
 	closed bool                      // Close began: a dial is refused, a dialled connection closed
@@ -106,6 +122,9 @@ func New(cfg Config) *Proxy {
 		cfg.Dial = d.DialContext
 	}
 	p := &Proxy{cfg: cfg, live: map[*countedConn]struct{}{}, audit: newAuditor(cfg.Record, cfg.AuditBytes, cfg.AuditWindow, time.Now)}
+	if len(cfg.Inject) > 0 && cfg.CA == nil {
+		p.cfg.CA, p.caErr = ServerCA()
+	}
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = log.New(io.Discard, "", 0)
 	gp.Verbose = false
@@ -114,15 +133,43 @@ func New(cfg Config) *Proxy {
 	gp.ConnectDialWithReq = func(req *http.Request, _, addr string) (net.Conn, error) {
 		return p.dial(req.Context(), addr)
 	}
+	// Injected requests keep their upstream connections alive (each
+	// connection is still one decision and one record): a tool's requests
+	// to its API then cost one TLS handshake per connection, not two.
+	p.injTr = &http.Transport{
+		Proxy:               nil,
+		DialContext:         func(ctx context.Context, _, addr string) (net.Conn, error) { return p.dial(ctx, addr) },
+		DisableCompression:  true,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     30 * time.Second,
+		TLSClientConfig:     &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
+	}
 	gp.Tr = &http.Transport{
 		Proxy:              nil, // never a proxy of its own
 		DialContext:        func(ctx context.Context, _, addr string) (net.Conn, error) { return p.dial(ctx, addr) },
 		DisableCompression: true,
 		DisableKeepAlives:  true, // one connection, one decision, one record
+		TLSClientConfig:    &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
 	}
 	// Every CONNECT goes to dial, which decides (and records) it; a
 	// refusal answers 403 with the reason, a failed dial 502.
-	gp.OnRequest().HandleConnectFunc(func(host string, _ *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+	// A destination with a credential is the exception: its TLS is
+	// terminated, so that each request can be checked and given the
+	// credential (injectRequest), and each goes on through dial.
+	gp.OnRequest().HandleConnectFunc(func(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+		if dest, ok := p.credentialFor(host); ok {
+			ctx.UserData = mitmHost(dest)
+			ctx.RoundTripper = goproxy.RoundTripperFunc(func(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response, error) {
+				return p.injTr.RoundTrip(r)
+			})
+			return &goproxy.ConnectAction{Action: goproxy.ConnectMitm, TLSConfig: func(string, *goproxy.ProxyCtx) (*tls.Config, error) {
+				if p.caErr != nil {
+					return nil, p.caErr
+				}
+				h, _, _ := net.SplitHostPort(dest)
+				return p.cfg.CA.tlsConfig(h)
+			}}, host
+		}
 		return goproxy.OkConnect, host
 	})
 	gp.ConnectionErrHandler = func(w io.Writer, _ *goproxy.ProxyCtx, err error) {
@@ -135,8 +182,22 @@ func New(cfg Config) *Proxy {
 		_, _ = fmt.Fprintf(w, "HTTP/1.1 %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", status, len(msg), msg)
 	}
 	gp.OnRequest().DoFunc(func(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
+		if dest, ok := ctx.UserData.(mitmHost); ok {
+			r2, err := injectRequest(r, string(dest), p.cfg.Inject[string(dest)])
+			if err != nil {
+				return r, p.refuseRequest(r, string(dest), err)
+			}
+			return r2, nil
+		}
 		if r.URL.Scheme != "http" {
 			return r, goproxy.NewResponse(r, "text/plain", http.StatusBadRequest, "toolgate egress: only http:// requests are forwarded; use CONNECT for TLS\n")
+		}
+		hostport := r.URL.Host
+		if _, _, err := net.SplitHostPort(hostport); err != nil {
+			hostport = net.JoinHostPort(hostport, "80")
+		}
+		if dest, ok := p.credentialFor(hostport); ok {
+			return r, p.refuseRequest(r, dest, errClear)
 		}
 		return r, nil
 	})
@@ -148,6 +209,9 @@ func New(cfg Config) *Proxy {
 				status = http.StatusForbidden
 			}
 			return goproxy.NewResponse(ctx.Req, "text/plain", status, "toolgate egress: "+ctx.Error.Error()+"\n")
+		}
+		if dest, ok := ctx.UserData.(mitmHost); ok && resp != nil {
+			scrubResponse(resp, p.cfg.Inject[string(dest)])
 		}
 		return resp
 	})
@@ -173,6 +237,10 @@ func (p *Proxy) Serve(l net.Listener) error {
 // by one is written. A dial under way when Close begins is recorded too
 // (refused, or closed as soon as dialled); none starts after.
 func (p *Proxy) Close() {
+	p.closeOnce.Do(p.close)
+}
+
+func (p *Proxy) close() {
 	_ = p.srv.Close()
 	p.mu.Lock()
 	p.closed = true
@@ -181,6 +249,7 @@ func (p *Proxy) Close() {
 		live = append(live, c)
 	}
 	p.mu.Unlock()
+	p.injTr.CloseIdleConnections()
 	for _, c := range live {
 		_ = c.Close()
 	}
@@ -301,6 +370,9 @@ func (p *Proxy) dial(ctx context.Context, hostport string) (net.Conn, error) {
 		return nil, policy(err, "")
 	}
 	rec.Addr = addr.String()
+	if ctx.Value(injectedKey{}) != nil {
+		rec.Credential = CredentialInjected
+	}
 	c, err := p.cfg.Dial(ctx, "tcp", addr.String())
 	if err != nil {
 		return nil, refuse(fmt.Errorf("dial %s: %w", addr, err), "")

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,7 +30,10 @@ import (
 // namespace with only lo: the socket is its one way out.
 type Egress struct {
 	// Dir is the host directory bound into the sandbox.
-	Dir   string
+	Dir string
+	// Trust is set when Dir holds the trust files of the server CA
+	// (bundle.TrustBundle, bundle.TrustCA): a call with a credential.
+	Trust bool
 	proxy *egress.Proxy
 	done  chan struct{}
 }
@@ -103,8 +108,14 @@ func sweepEgress(tmp string) {
 // (egress.DefaultAuditBytes), and the summary of those not recorded one
 // by one when the proxy closes. Close it when the sandbox has ended.
 func StartEgress(allow allowlist.List, limits egress.Limits, uid, gid int, record func(egress.Record)) (*Egress, error) {
-	return startEgress(allow, limits, 0, uid, gid, record)
+	return startEgress(allow, nil, limits, 0, uid, gid, record)
 }
+
+// UpstreamRoots are, when set, what verifies the destinations of injected requests
+// instead of the system roots: for the battery's own TLS servers (its
+// tests and `toolgate selftest`). Serve never sets it: an operator's
+// private CA goes in SSL_CERT_FILE or SSL_CERT_DIR.
+var UpstreamRoots atomic.Pointer[x509.CertPool]
 
 // ServiceAuditWindow is the period of a downstream server's egress audit
 // budget: a server outlives its calls, so its budget
@@ -114,7 +125,7 @@ const ServiceAuditWindow = time.Minute
 
 // startEgress is StartEgress with the audit budget renewed each window
 // (0: once for the proxy's life).
-func startEgress(allow allowlist.List, limits egress.Limits, window time.Duration, uid, gid int, record func(egress.Record)) (*Egress, error) {
+func startEgress(allow allowlist.List, inject map[string]egress.Injection, limits egress.Limits, window time.Duration, uid, gid int, record func(egress.Record)) (*Egress, error) {
 	if len(allow) == 0 {
 		return nil, errors.New("egress: no destination")
 	}
@@ -151,11 +162,23 @@ func startEgress(allow allowlist.List, limits egress.Limits, window time.Duratio
 		return fail(err)
 	}
 	e := &Egress{Dir: dir, done: make(chan struct{})}
+	if len(inject) > 0 {
+		// The sandbox trusts the server CA: its trust files, made once
+		// per server start, are linked into the directory it binds.
+		if err := linkTrust(root, dir); err != nil {
+			l.Close()
+			return fail(err)
+		}
+		e.Trust = true
+	}
 	e.proxy = egress.New(egress.Config{
-		Allow:       allow,
-		Limits:      limits,
-		Record:      record,
-		AuditWindow: window,
+		Allow:         allow,
+		Limits:        limits,
+		Record:        record,
+		AuditWindow:   window,
+		Inject:        inject,
+		CA:            nil, // the server's (egress.ServerCA)
+		UpstreamRoots: UpstreamRoots.Load(),
 	})
 	go func() {
 		defer close(e.done)
@@ -192,7 +215,7 @@ func (inv Invocation) StartEgress(pol bundle.Policy, uid, gid int) (*Egress, err
 	if len(inv.Egress) == 0 {
 		return nil, nil //nolint:nilnil // no allowlist: no egress, and a nil *Egress is usable
 	}
-	return StartEgress(inv.Egress, egress.Limits{Conns: pol.EgressConns, Bytes: pol.EgressBytes}, uid, gid, inv.EgressRecord)
+	return startEgress(inv.Egress, inv.Inject, egress.Limits{Conns: pol.EgressConns, Bytes: pol.EgressBytes}, 0, uid, gid, inv.EgressRecord)
 }
 
 // StartEgress starts the egress of s when it has an allowlist (nil
@@ -203,5 +226,5 @@ func (s Service) StartEgress(uid, gid int) (*Egress, error) {
 	if len(s.Egress) == 0 {
 		return nil, nil //nolint:nilnil // no allowlist: no egress, and a nil *Egress is usable
 	}
-	return startEgress(s.Egress, egress.Limits{}, ServiceAuditWindow, uid, gid, s.EgressRecord)
+	return startEgress(s.Egress, nil, egress.Limits{}, ServiceAuditWindow, uid, gid, s.EgressRecord)
 }

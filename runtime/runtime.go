@@ -99,6 +99,11 @@ type Invocation struct {
 	// the four in a sandbox; nil for none. The direct backend refuses a
 	// call with any.
 	Env []string
+	// Inject are the credentials the egress proxy sets on the tool's
+	// requests, by destination (host:port as listed in Egress): the
+	// sandbox trusts the server CA that the proxy terminates those
+	// destinations' TLS with, and never holds a value.
+	Inject map[string]egress.Injection
 }
 
 // Limit names what ended a call early.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/egress"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -149,6 +150,7 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 		rec.QueuedMS = some(time.Since(queued).Milliseconds())
 		if len(t.Egress) > 0 {
 			inv.Egress, inv.EgressRecord = t.Egress, egressRecorder(s.auditLog, rec)
+			inv.Inject = injections(t.Credentials)
 		}
 		if token := progressToken(req); token != nil {
 			stop := make(chan struct{})
@@ -283,4 +285,17 @@ func renderResult(res rt.Result, backend string, keep, egress bool) *mcp.CallToo
 		Output:       text,
 	}
 	return toolResult(text, out, res.Failed())
+}
+
+// injections are a tool's credential lines as its egress proxy uses them:
+// by destination; nil for none.
+func injections(creds []conf.Credential) map[string]egress.Injection {
+	if len(creds) == 0 {
+		return nil
+	}
+	m := make(map[string]egress.Injection, len(creds))
+	for _, c := range creds {
+		m[c.Dest.String()] = egress.Injection{Header: c.Header, Value: c.Value.Reveal()}
+	}
+	return m
 }

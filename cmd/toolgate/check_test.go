@@ -256,3 +256,45 @@ func TestAuditConfRecord(t *testing.T) {
 		t.Errorf("conf audit record:\n got %s\nwant %s", got, want)
 	}
 }
+
+// TestCheckShowsCredentials: check lists a tool's credentials by
+// destination, header and file, and its env line, never a secret's value;
+// a secret file in the tool's dir (which its sandbox binds) is refused.
+func TestCheckShowsCredentials(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testbin.Missing(t, "secret files are trusted as tools.conf is: this test makes them as root")
+	}
+	secrets, err := os.MkdirTemp("", "toolgate-secrets-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(secrets) })
+	key := filepath.Join(secrets, "api")
+	if err := os.WriteFile(key, []byte("Bearer sk-check-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := checkFixture(t, "tool api EXE test 10 4096 on DIR --\negress api api.example.com:443\ncredential api api.example.com:443 authorization "+key+"\nenv api HOME=/tmp\n")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"check", "--conf", p, "--sandbox-uid", "65534"}, strings.NewReader(""), &stdout, &stderr)
+	out := stdout.String() + stderr.String()
+	if code != 0 || !strings.Contains(out, "  api: api.example.com:443 Authorization (from "+key+")") || !strings.Contains(out, "  api: HOME=/tmp") {
+		t.Errorf("check: exit %d, want 0 and the credential and env listed:\n%s", code, out)
+	}
+	if strings.Contains(out, "sk-check-secret") {
+		t.Errorf("check shows the secret:\n%s", out)
+	}
+	inDir := filepath.Join(filepath.Dir(p), "key")
+	if err := os.WriteFile(inDir, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p2, _ := checkFixture(t, "tool api EXE test 10 4096 on DIR --\negress api api.example.com:443\ncredential api api.example.com:443 Authorization DIR/key\n")
+	if err := os.Rename(inDir, filepath.Join(filepath.Dir(p2), "key")); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	stderr.Reset()
+	code = run([]string{"check", "--conf", p2, "--sandbox-uid", "65534"}, strings.NewReader(""), &stdout, &stderr)
+	if code != 1 || !strings.Contains(stdout.String()+stderr.String(), "which \"api\"'s sandbox binds") {
+		t.Errorf("a secret file in the tool's dir: exit %d, want 1 and the reason:\n%s%s", code, stdout.String(), stderr.String())
+	}
+}

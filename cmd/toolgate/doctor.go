@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/direct"
@@ -78,7 +77,7 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	c := conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: sandboxToolCheck(s.sandbox.ids())})
+	c := conf.Load(s.confPath, s.confOptions())
 	writePool(d, &s.sandbox, c, chosenBackend.runner)
 	switch c.State {
 	case conf.StateRefused:

@@ -12,6 +12,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/builtin"
+	"github.com/toolgate/toolgate/bundle"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
@@ -284,4 +286,30 @@ func (s *settings) newSandboxBackend(b rt.Backend, shim string, cg *rt.Cgroups, 
 		return startedSandbox{}, err
 	}
 	return start(context.Background())
+}
+
+// confOptions are the options serve, check, spec and doctor load
+// tools.conf with: the built-ins' names, the sandbox's load-time check of
+// each test-class tool, and the host view every sandbox sees (a
+// credential's secret file there is refused).
+func (s *settings) confOptions() conf.Options {
+	return conf.Options{
+		Builtins: builtin.Names(),
+		Check:    sandboxToolCheck(s.sandbox.ids()),
+		Visible:  sandboxVisible,
+	}
+}
+
+// sandboxVisible reports whether a canonical host path is in the host view
+// every sandbox binds (/usr, the /etc allow-list, the shim).
+func sandboxVisible(p string) bool {
+	host, err := bundle.DetectHost(os.Lstat, os.Stat, os.Readlink)
+	if err != nil {
+		return true // unknown: refuse rather than risk it
+	}
+	if host.Visible(p) {
+		return true
+	}
+	shim, err := rt.FindShim()
+	return err == nil && p == shim
 }

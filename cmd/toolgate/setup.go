@@ -11,7 +11,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/direct"
@@ -152,7 +151,7 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 		a.cgroups.Close()
 		return nil, err
 	}
-	a.conf = conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: sandboxToolCheck(s.sandbox.ids())})
+	a.conf = conf.Load(s.confPath, s.confOptions())
 	logConf(log, a.conf)
 	if live {
 		auditConf(a.opts.Audit, a.conf)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/oci"
@@ -46,7 +45,7 @@ func specCmd(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	c := conf.Load(s.confPath, conf.Options{Builtins: builtin.Names(), Check: sandboxToolCheck(s.sandbox.ids())})
+	c := conf.Load(s.confPath, s.confOptions())
 	switch c.State {
 	case conf.StateRefused:
 		fmt.Fprintf(stderr, "toolgate spec: tools.conf %s is refused (run `toolgate check`): %v\n", c.Path, c.Err())

@@ -3,12 +3,16 @@ package probes
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,6 +36,15 @@ import (
 //   - hosts:N:LEN   N CONNECTs through the proxy, one after another, each
 //     to port 443 of a name of LEN bytes ("aaa...a.example.com") that no
 //     allowlist lists: how many got each status.
+//   - header:NAME=VALUE  a header the https: requests after it send;
+//   - https:URL     an HTTPS GET through the proxy, verified against the
+//     sandbox's trust store (SSL_CERT_FILE): the status and the body's
+//     first line;
+//   - seek:SHA256HEX:LEN:ROLLING  whether any LEN bytes of what the sandbox can
+//     read (every visible process's environment and command line, the
+//     files under /.toolgate, /tmp, /dev/shm, /etc/ssl and the working
+//     directory) hash to SHA256HEX (and ROLLING, by Rolling, which finds
+//     the candidates): a secret it must not find, named by digests only.
 //
 // It first prints the proxy variables it was given. dns: refuses to run
 // outside a sandbox (requireEgressSandbox): on a host it would query the
@@ -43,6 +56,7 @@ func egressProbe(args []string) {
 		}
 	}
 	proxy := os.Getenv("HTTP_PROXY")
+	var headers [][2]string
 	for _, a := range args {
 		kind, target, ok := strings.Cut(a, ":")
 		if !ok {
@@ -51,6 +65,13 @@ func egressProbe(args []string) {
 		switch kind {
 		case "get":
 			fmt.Printf("get %s: %s\n", target, proxyGet(proxy, target))
+		case "header":
+			k, v, _ := strings.Cut(target, "=")
+			headers = append(headers, [2]string{k, v})
+		case "https":
+			fmt.Printf("https %s: %s\n", target, proxyHTTPS(proxy, target, headers))
+		case "seek":
+			fmt.Printf("seek: %s\n", seekSecret(target))
 		case "connect":
 			fmt.Printf("connect %s: %s\n", target, proxyConnect(proxy, target))
 		case "direct":
@@ -215,4 +236,113 @@ func proxySize(proxy, u string) string {
 		end = "cut"
 	}
 	return fmt.Sprintf("%d read %d bytes: %s", resp.StatusCode, n, end)
+}
+
+// RollBase is the base of seek's rolling hash: Rolling(s) is
+// sum s[i]*RollBase^(len-1-i), mod 2^64.
+const RollBase = 257
+
+// Rolling is seek's rolling hash of s.
+func Rolling(s []byte) uint64 {
+	var h uint64
+	for _, c := range s {
+		h = h*RollBase + uint64(c)
+	}
+	return h
+}
+
+// proxyHTTPS GETs an https URL through proxy with headers, trusting what
+// the sandbox's trust store does: the status and the body's first line.
+func proxyHTTPS(proxy, u string, headers [][2]string) string {
+	pu, err := url.Parse(proxy)
+	if proxy == "" || err != nil {
+		return "no proxy variable"
+	}
+	c := &http.Client{
+		Timeout:       5 * time.Second,
+		Transport:     &http.Transport{Proxy: http.ProxyURL(pu)},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	req, err := http.NewRequest(http.MethodGet, u, nil) //nolint:noctx // the client's timeout bounds it
+	if err != nil {
+		return "error " + result(err)
+	}
+	for _, h := range headers {
+		req.Header.Add(h[0], h[1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "error " + result(err)
+	}
+	defer resp.Body.Close()
+	line, _ := bufio.NewReader(io.LimitReader(resp.Body, 512)).ReadString('\n')
+	return fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(line))
+}
+
+// seekSecret looks for a secret given by its SHA-256 and length in what
+// the sandbox can read, and says where it was found, or that it was not.
+func seekSecret(spec string) string {
+	parts := strings.Split(spec, ":")
+	if len(parts) != 3 {
+		fail("seek: want SHA256HEX:LEN:ROLLING")
+	}
+	want := parts[0]
+	size, err1 := strconv.Atoi(parts[1])
+	roll, err2 := strconv.ParseUint(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || size <= 0 {
+		fail("seek: want SHA256HEX:LEN:ROLLING")
+	}
+	var sources, total int
+	var found []string
+	look := func(name string, b []byte) {
+		sources++
+		total += len(b)
+		// A rolling hash finds the candidates; SHA-256 confirms them.
+		if len(b) < size {
+			return
+		}
+		var h, pow uint64 = 0, 1
+		for i := 0; i < size; i++ {
+			h = h*RollBase + uint64(b[i])
+			if i > 0 {
+				pow *= RollBase
+			}
+		}
+		for i := 0; ; i++ {
+			if h == roll {
+				if sum := sha256.Sum256(b[i : i+size]); hex.EncodeToString(sum[:]) == want {
+					found = append(found, name)
+					return
+				}
+			}
+			if i+size >= len(b) {
+				return
+			}
+			h = (h-uint64(b[i])*pow)*RollBase + uint64(b[i+size])
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		for _, f := range []string{"environ", "cmdline"} {
+			if b, err := os.ReadFile(p + "/" + f); err == nil {
+				look(p+"/"+f, b)
+			}
+		}
+	}
+	wd, _ := os.Getwd()
+	for _, root := range []string{"/.toolgate", "/tmp", "/dev/shm", "/etc/ssl", wd} {
+		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() {
+				return nil //nolint:nilerr // what cannot be read is not found
+			}
+			if b, err := os.ReadFile(p); err == nil {
+				look(p, b)
+			}
+			return nil
+		})
+	}
+	if len(found) > 0 {
+		return "found in " + strings.Join(found, " ")
+	}
+	return fmt.Sprintf("found nowhere (%d sources, %d bytes)", sources, total)
 }

@@ -59,6 +59,9 @@ type Plan struct {
 	// bundle.EgressDir, and the shim bridges the sandbox's loopback proxy
 	// port onto it. The network namespace stays unshared.
 	EgressDir string
+	// Trust (a call with a credential) binds EgressDir's
+	// bundle.TrustBundle over bundle.SystemTrust, where the host has it.
+	Trust bool
 
 	// Standby prepares the sandbox ahead of its call (the pool, rt.Pool):
 	// the sandbox is the same in every respect, but its first process is
@@ -163,6 +166,9 @@ func Args(pol bundle.Policy, p Plan) []string {
 	if p.EgressDir != "" {
 		a = append(a, "--ro-bind", p.EgressDir, bundle.EgressDir)
 		egress = bundle.EgressSocketPath
+		if p.Trust && h.Visible(bundle.SystemTrust) {
+			a = append(a, "--ro-bind", p.EgressDir+"/"+bundle.TrustBundle, bundle.SystemTrust)
+		}
 	}
 	a = append(a, "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", chdir)
 	if pol.Seccomp {

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -219,7 +220,10 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	}
 	defer eg.Close()
 	if eg != nil {
-		plan.EgressDir = eg.Dir
+		plan.EgressDir, plan.Trust = eg.Dir, eg.Trust
+		if eg.Trust {
+			plan.Env = append(slices.Clip(plan.Env), bundle.TrustEnv...)
+		}
 	}
 	filter, err := r.seccompFile()
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -251,6 +252,7 @@ func render(pol bundle.Policy, fl flavour, inv rt.Invocation, egressDir string) 
 		Dir:    inv.Dir,
 		Args:   append([]string{bundle.ShimPath}, shim.Args()...),
 		Egress: egressDir,
+		Trust:  egressDir != "" && len(inv.Inject) > 0,
 	}
 	s, err := bundle.Spec(t, pol, fl.opts...)
 	if err != nil {
@@ -422,6 +424,9 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	var egressDir string
 	if eg != nil {
 		egressDir = eg.Dir
+		if eg.Trust {
+			inv.Env = append(slices.Clip(inv.Env), bundle.TrustEnv...)
+		}
 	}
 	s, err := r.spec(inv, id, egressDir, sid)
 	if err != nil {
