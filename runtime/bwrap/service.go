@@ -48,15 +48,14 @@ func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, e
 		return nil, err
 	}
 	p, err := rt.StartProcess(rt.ServiceCmd{
-		Path:        st.path,
-		Args:        st.argv,
-		SysProcAttr: st.attr,
-		Env:         rt.ServiceEnv(s.Env),
-		Dir:         "/",
-		Group:       group,
-		Stderr:      s.Stderr,
-		ExtraFiles:  []*os.File{filter},
-		Egress:      eg,
+		Path:       st.path,
+		Args:       st.argv,
+		Env:        rt.ServiceEnv(s.Env),
+		Dir:        "/",
+		Group:      group,
+		Stderr:     s.Stderr,
+		ExtraFiles: []*os.File{filter},
+		Egress:     eg,
 	})
 	if err != nil {
 		if group != nil {
