@@ -63,8 +63,9 @@ var knownDifferences = map[string]string{
 	// runc masks these /proc and /sys paths over its mount of /proc;
 	// bwrap's --proc is the sandbox's own pid namespace's, and bwrap
 	// remounts /proc/sys, /proc/sysrq-trigger, /proc/irq and /proc/bus
-	// read-only itself. No /sys at all in either.
-	"masked /proc and /sys paths": "OCI only",
+	// read-only itself. No /sys at all in either. Both mask /proc/keys
+	// (maskedPaths).
+	"masked /proc and /sys paths but /proc/keys": "OCI only",
 }
 
 // bwrapView reads a sandboxView out of bwrap's argv.
@@ -97,6 +98,9 @@ func bwrapView(t *testing.T, argv []string) sandboxView {
 		case "--ro-bind":
 			src, dst := next(), next()
 			v.Mounts[dst] = "ro-bind " + src
+			if src == "/dev/null" {
+				v.Mounts[dst] = "masked"
+			}
 		case "--symlink":
 			target, dst := next(), next()
 			v.Mounts[dst] = "symlink " + target
@@ -212,6 +216,13 @@ func ociView(t *testing.T, s *specs.Spec, h bundle.Host) sandboxView {
 	readonly := map[string]bool{}
 	for _, p := range s.Linux.ReadonlyPaths {
 		readonly[p] = true
+	}
+	// The masked paths that bwrap masks too; the others are a known
+	// difference.
+	for _, p := range s.Linux.MaskedPaths {
+		if slices.Contains(maskedPaths, p) {
+			v.Mounts[p] = "masked"
+		}
 	}
 	for _, m := range s.Mounts {
 		opt := func(prefix string) string {
