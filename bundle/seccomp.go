@@ -20,6 +20,13 @@ const cloneNewUser = unix.CLONE_NEWUSER
 // userNSSyscalls are the syscalls that can create a user namespace.
 var userNSSyscalls = []string{"clone", "clone3", "unshare"}
 
+// keyringSyscalls are the syscalls of the kernel's key management: the
+// profile refuses them with EPERM, as moby's default profile does (it
+// leaves them out of its allow list, whose default is EPERM). Keyrings are
+// not namespaced: a session keyring a sandbox could reach is shared with
+// whatever else holds it (issue 21).
+var keyringSyscalls = []string{"add_key", "keyctl", "request_key"}
+
 // defaultSeccomp converts and tightens the profile once per process; every
 // spec shares the result.
 var defaultSeccomp = sync.OnceValues(func() (*specs.LinuxSeccomp, error) {
@@ -27,13 +34,15 @@ var defaultSeccomp = sync.OnceValues(func() (*specs.LinuxSeccomp, error) {
 	if err != nil {
 		return nil, err
 	}
-	return tightenUserNS(p), nil
+	return refuseKeyrings(tightenUserNS(p)), nil
 })
 
 // DefaultSeccomp returns the containers/common default seccomp profile,
 // converted for an empty capability set (the blocks gated on a capability
-// drop out) and tightened by tightenUserNS so that no nested user namespace
-// can be created. The profile is computed once and shared by every spec:
+// drop out), tightened by tightenUserNS so that no nested user namespace
+// can be created, and by refuseKeyrings so that no keyring can be read,
+// searched, created or linked (containers/common allows keyctl to
+// everyone). The profile is computed once and shared by every spec:
 // callers must not modify it.
 func DefaultSeccomp() (*specs.LinuxSeccomp, error) {
 	p, err := defaultSeccomp()
@@ -108,6 +117,29 @@ func tightenUserNS(p *specs.LinuxSeccomp) *specs.LinuxSeccomp {
 		specs.LinuxSyscall{Names: []string{"unshare"}, Action: specs.ActAllow, Args: slices.Clone(noUserNS)},
 		specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: &enosys},
 	)
+	return &out
+}
+
+// refuseKeyrings removes keyringSyscalls from every rule of p and adds one
+// rule refusing them with EPERM (moby's errno for them; the profile's
+// default, ENOSYS, would tell a program the kernel has no keys at all). It
+// returns a new profile.
+func refuseKeyrings(p *specs.LinuxSeccomp) *specs.LinuxSeccomp {
+	out := *p
+	out.Syscalls = make([]specs.LinuxSyscall, 0, len(p.Syscalls)+1)
+	for _, sc := range p.Syscalls {
+		names := slices.DeleteFunc(slices.Clone(sc.Names), func(n string) bool {
+			return slices.Contains(keyringSyscalls, n)
+		})
+		if len(names) == 0 {
+			continue
+		}
+		sc.Names = names
+		out.Syscalls = append(out.Syscalls, sc)
+	}
+	eperm := uint(unix.EPERM)
+	out.Syscalls = append(out.Syscalls,
+		specs.LinuxSyscall{Names: slices.Clone(keyringSyscalls), Action: specs.ActErrno, ErrnoRet: &eperm})
 	return &out
 }
 

@@ -57,6 +57,15 @@ func TestDefaultSeccomp(t *testing.T) {
 	if d := cmp.Diff([]specs.LinuxSyscall{{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: &enosys}}, rulesFor(p, "clone3")); d != "" {
 		t.Errorf("clone3 rules (-want +got):\n%s", d)
 	}
+	// The kernel's keyrings (not namespaced: issue 21): refused with
+	// EPERM, as moby refuses them, by one rule and no other.
+	eperm := uint(1)
+	for _, name := range []string{"add_key", "keyctl", "request_key"} {
+		want := []specs.LinuxSyscall{{Names: []string{"add_key", "keyctl", "request_key"}, Action: specs.ActErrno, ErrnoRet: &eperm}}
+		if d := cmp.Diff(want, rulesFor(p, name)); d != "" {
+			t.Errorf("%s rules (-want +got):\n%s", name, d)
+		}
+	}
 	// Converted for an empty capability set: what a capability would
 	// allow stays refused. (containers/common allows mount, ptrace,
 	// keyctl and setns to everyone and leaves them to capability checks,

@@ -22,7 +22,8 @@ import (
 //     reap everything it left behind (the direct backend, where no cgroup2
 //     hierarchy is writable).
 //   - enter: join the call's v1 cgroups, lower rlimits, drop to the sandbox
-//     uid/gid, set no_new_privs, then exec (the bwrap backend).
+//     uid/gid, join a new anonymous session keyring, set no_new_privs,
+//     then exec (the bwrap backend: every sandbox starts through it).
 //   - init: inside a sandbox (bwrap or an OCI container), make stderr the
 //     same pipe as stdout (unless --stderr keep: a built-in's helper, whose
 //     stdout is parsed), set the environment to exactly Env, then exec the
@@ -264,10 +265,15 @@ func shimFail(code int, format string, a ...any) {
 	os.Exit(code)
 }
 
-// enter joins the v1 cgroups, lowers the rlimits, drops privileges and
-// execs. Every step is required: a failure ends the call, it never runs
-// with less than asked.
+// enter joins the v1 cgroups, lowers the rlimits, drops privileges, joins
+// a new session keyring and execs. Every step is required: a failure ends
+// the call, it never runs with less than asked.
 func enter(s ShimSpec) {
+	// The keyring, the parent-death signal and no_new_privs belong to
+	// the thread that sets them, and execve keeps the credentials of the
+	// thread that calls it: every step below and the exec run on this
+	// one.
+	runtime.LockOSThread()
 	parent := os.Getppid()
 	self := []byte(strconv.Itoa(os.Getpid()))
 	for _, j := range s.Joins {
@@ -298,11 +304,38 @@ func enter(s ShimSpec) {
 			os.Exit(126)
 		}
 	}
+	if err := joinNewSessionKeyring(); err != nil {
+		shimFail(126, "sandbox: new session keyring: %v", err)
+	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		shimFail(126, "sandbox: no_new_privs: %v", err)
 	}
 	err := syscall.Exec(s.Path, s.Argv, os.Environ()) //nolint:gosec // the enter shim's job: exec bwrap as its caller built it
 	shimFail(126, "sandbox: exec %s: %v", s.Path, err)
+}
+
+// joinNewSessionKeyring makes the calling thread's session keyring a new,
+// empty, anonymous one (KEYCTL_JOIN_SESSION_KEYRING with a NULL name; runc
+// and crun give every container a new one too), so that bwrap and
+// everything in the sandbox inherit it instead of toolgate's: keyrings
+// are not namespaced, and a shared session keyring would carry keys and
+// linked keyrings from one call to the next (issue 21). It runs after the
+// uid drop, so that the keyring is the sandbox uid's (toolgate's own when
+// it is not root) and counts against that uid's key quota; inside, the
+// sandbox's seccomp filter refuses every keyring syscall. unix.KeyctlJoinSessionKeyring("") would not do: it passes an
+// empty name, not NULL, which the kernel refuses (EINVAL; a name joins
+// the keyring of that name when the caller may search it). A kernel
+// without keys (ENOSYS) has no keyring to share; any other failure ends
+// the call.
+func joinNewSessionKeyring() error {
+	_, _, e := unix.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0)
+	switch e {
+	case 0, unix.ENOSYS:
+		return nil
+	case unix.EDQUOT:
+		return fmt.Errorf("%w: the sandbox uid's key quota is used up (sysctl kernel.keys.maxkeys, kernel.keys.maxbytes)", e)
+	}
+	return e
 }
 
 // initExec is the first process inside a sandbox: stderr becomes stdout

@@ -205,6 +205,12 @@ func Main(pre, args []string) {
 		} else {
 			fmt.Printf("add_key: %s\n", result(e))
 		}
+	case "session-keyring":
+		sessionKeyring(args)
+	case "keyring":
+		keyring(args)
+	case "keyring-child":
+		time.Sleep(time.Duration(atoi(arg(args, 0))) * time.Millisecond)
 	default:
 		fail("unknown mode " + mode)
 	}
@@ -269,6 +275,8 @@ func errnoName(e syscall.Errno) string {
 		return "EAGAIN"
 	case syscall.ESRCH:
 		return "ESRCH"
+	case syscall.ENOKEY:
+		return "ENOKEY"
 	}
 	return fmt.Sprintf("errno %d (%s)", int(e), e.Error())
 }

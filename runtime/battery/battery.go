@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -40,17 +41,23 @@ const SecretVar = "TOOLGATE_BATTERY_SECRET"
 const BaitVar = "TOOLGATE_BATTERY_BAIT_FD"
 
 // ReexecWithSecret re-executes the running program with SecretVar in its
-// initial environment and the BaitVar descriptor open, unless they are
-// there already; call it first thing (TestMain, selftest), before
-// rt.SealInheritedFDs as main does. It returns only when the variable is
-// present.
+// initial environment, the BaitVar descriptor open and a session keyring
+// of its own holding a key whose payload is the secret (KeyringVar),
+// unless they are there already; call it first thing (TestMain,
+// selftest), before rt.SealInheritedFDs as main does. It returns only
+// when the variable is present.
 func ReexecWithSecret() error {
 	if os.Getenv(SecretVar) != "" {
 		return nil
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	env := append(os.Environ(), SecretVar+"=leaked-"+hex.EncodeToString(b[:]))
+	secret := "leaked-" + hex.EncodeToString(b[:])
+	env := append(os.Environ(), SecretVar+"="+secret)
+	// The session keyring is the calling thread's, and the exec below
+	// keeps it: both on this thread.
+	goruntime.LockOSThread()
+	env = append(env, KeyringVar+"="+newSessionKeyring(hex.EncodeToString(b[:]), secret))
 	// An unlinked temp file: nothing is left on disk, and a sandbox that
 	// got the descriptor could write to the host through it.
 	bait := filepath.Join(os.TempDir(), "toolgate-battery-bait-"+hex.EncodeToString(b[:]))
@@ -330,6 +337,7 @@ func Cases() []Case {
 		{Name: "credential-not-elsewhere", Guarantee: "the credential goes to its destination only: another listed destination is tunnelled with what the tool sent, plain HTTP to the credentialed one is refused, an unlisted one is reached by nothing", Run: caseCredentialNotElsewhere},
 		{Name: "credential-unreadable", Guarantee: "the sandbox finds the credential nowhere it can read (every visible process's environment and command line, /.toolgate, /tmp, /dev/shm, /etc/ssl, its dir), nor the server CA's key", Run: caseCredentialUnreadable},
 		{Name: "seccomp", Guarantee: "a seccomp filter (containers/common's default profile) is loaded: a syscall it refuses fails", Run: caseSeccomp},
+		{Name: "keyring", Guarantee: "the server's session keyring is out of reach: its key can be neither read nor found, nothing can be linked into it, /proc/keys lists neither, and (bwrap) no process of the sandbox holds it; keyctl, add_key and request_key fail with EPERM", Run: caseKeyring},
 		{Name: "fresh", Guarantee: "a call sees nothing an earlier call of the same tool left: no file in /tmp or /dev/shm, no process, exactly the four variables", Run: caseFresh},
 		{Name: "own-sandbox", Guarantee: "two calls never share a sandbox: calls in flight at once each have namespaces of their own", Run: caseOwnSandbox},
 		{Name: "ids-apart", Guarantee: "each sandbox runs as host ids of its own, from a range no account uses: a host process with the previous call's uid can neither signal, read nor enter the next call", Run: caseIDsApart},

@@ -63,8 +63,8 @@ func backends(t *testing.T) []backend {
 	} else {
 		out = append(out, backend{name: "bwrap", run: b, limits: testLimits()})
 	}
-	// Without cgroup limits (a container's configuration) bwrap is exec'd
-	// directly, with no enter shim: the rlimits alone bound the call.
+	// Without cgroup limits (a container's configuration) the enter shim
+	// joins no cgroup: the rlimits alone bound the call.
 	nolim := testLimits()
 	nolim.Pids, nolim.Memory = 0, 0
 	if b, err := bwrap.New(context.Background(), bwrap.Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: nolim}); err != nil {
@@ -147,7 +147,7 @@ func TestBrokenSandboxIsReported(t *testing.T) {
 	for _, o := range outcomes {
 		broken[o.Case] = o.State == Broken
 	}
-	for _, c := range []string{"network", "read-only", "environment", "privileges", "host-invisible", "links", "fork-bomb", "memory-bomb", "egress-reached", "egress-refused"} {
+	for _, c := range []string{"network", "read-only", "environment", "privileges", "host-invisible", "links", "fork-bomb", "memory-bomb", "egress-reached", "egress-refused", "keyring"} {
 		if !broken[c] {
 			t.Errorf("case %s held on the unsandboxed direct runner", c)
 		}

@@ -17,6 +17,17 @@ const SeccompFD = 3
 // standby shim inside waits on it.
 const ReleaseFD = SeccompFD + 1
 
+// maskedPaths are the files of the sandbox's /proc that bwrap masks with
+// /dev/null, as the OCI runtimes mask every path of bundle.MaskedPaths
+// (bound without its device, so that it cannot be opened at all; runc's
+// mask reads empty). /proc/keys lists every key its reader may view, and
+// a key's owner may view it without holding it: a sandbox of a non-root
+// toolgate runs as toolgate's uid and would see the descriptions of
+// toolgate's keyrings and keys, whatever its own session keyring (issue
+// 21). The other paths of bundle.MaskedPaths are a known difference
+// (parity_test.go).
+var maskedPaths = []string{"/proc/keys"}
+
 // Plan is what one sandboxed call adds to the policy: the tool, and for a
 // service the three ways its sandbox differs.
 type Plan struct {
@@ -87,6 +98,7 @@ type Plan struct {
 //     policy's environment, because bwrap always adds PWD; the rlimits are
 //     set by it too;
 //   - the seccomp program is read from descriptor SeccompFD;
+//   - /proc/keys is masked (maskedPaths), as runc masks it;
 //   - a prepared sandbox (Plan.Standby) differs only in its first
 //     process, the standby shim, which waits on ReleaseFD before it does
 //     what the init or service shim does.
@@ -127,6 +139,11 @@ func Args(pol bundle.Policy, p Plan) []string {
 		"--dev", "/dev",
 		"--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
 		"--proc", "/proc",
+	)
+	for _, m := range maskedPaths {
+		a = append(a, "--ro-bind", "/dev/null", m)
+	}
+	a = append(a,
 		"--perms", "1777", "--size", size, "--tmpfs", "/tmp",
 	)
 	var bound []string

@@ -191,7 +191,7 @@ func TestArgsInvariants(t *testing.T) {
 	for _, want := range []string{
 		" --cap-drop ALL ", " --ro-bind /srv/repo /srv/repo ", " --chdir /srv/repo ", " --remount-ro / ",
 		" --size 42 --tmpfs /tmp ", " --setenv PAGER cat ", " --setenv GIT_PAGER cat ", " --setenv GIT_CONFIG_NOSYSTEM 1 ",
-		" --seccomp 3 ", " -- /.toolgate/shim __toolgate_shim init --rlimit nofile=1024 --rlimit nproc=512 --rlimit core=0 --rlimit fsize=1073741824 -- /usr/bin/true /usr/bin/true",
+		" --seccomp 3 ", " --proc /proc --ro-bind /dev/null /proc/keys ", " -- /.toolgate/shim __toolgate_shim init --rlimit nofile=1024 --rlimit nproc=512 --rlimit core=0 --rlimit fsize=1073741824 -- /usr/bin/true /usr/bin/true",
 	} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("argv lacks %q", strings.TrimSpace(want))

@@ -8,9 +8,11 @@
 // process would otherwise carry the server's into the sandbox), as an
 // unprivileged uid when toolgate runs as root (a root-mapped sandbox reads
 // root-only files through binds and is exempt from RLIMIT_NPROC), with
-// lowered rlimits, and inside the call's cgroup, which bounds its processes
-// and memory. The enter shim (rt.ShimEnter) does the last three steps and
-// execs bwrap.
+// lowered rlimits, inside the call's cgroup, which bounds its processes
+// and memory, and with a new session keyring of its own (keyrings are not
+// namespaced, and bwrap makes none). The enter shim (rt.ShimEnter) joins
+// the cgroups, drops the uid and joins the keyring, then execs bwrap; the
+// init shim inside sets the rlimits.
 package bwrap
 
 import (
@@ -22,7 +24,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/toolgate/toolgate/bundle"
@@ -194,6 +195,8 @@ func Hint(msg string) string {
 		return "; as root, toolgate starts each sandbox as host ids of its own (--sandbox-id-range, or --sandbox-uid), which needs CAP_SETUID and CAP_SETGID: inside a container keep them (no --cap-drop ALL), or run the container as its default non-root user"
 	case strings.Contains(msg, "sandbox: set rlimit"):
 		return "; an rlimit cannot be raised above the hard limit toolgate got: lower the matching --sandbox-nofile/--sandbox-nproc/--sandbox-core/--sandbox-fsize, or raise the hard limit (podman --ulimit)"
+	case strings.Contains(msg, "sandbox: new session keyring"):
+		return "; every sandbox gets a session keyring of its own (keyctl KEYCTL_JOIN_SESSION_KEYRING, before bwrap): inside a container whose seccomp profile refuses keyctl, run it with podman --security-opt seccomp=images/seccomp.json (podman's default profile, which allows keyctl, plus sethostname); when the key quota is used up, raise sysctl kernel.keys.maxkeys and kernel.keys.maxbytes"
 	case strings.Contains(msg, "sandbox: join cgroup"):
 		return "; the call's cgroup cannot be joined: inside a container the cgroup hierarchies are read-only: run with --sandbox-pids 0 --sandbox-memory 0 and bound the container instead (podman --pids-limit, --memory)"
 	case strings.Contains(msg, "loopback") || strings.Contains(msg, "RTM_NEWADDR"):
@@ -236,18 +239,17 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	}
 	defer group.Close()
 	res, err := rt.Exec(ctx, rt.Cmd{
-		Path:        start.path,
-		Args:        start.argv,
-		SysProcAttr: start.attr,
-		ExtraFiles:  []*os.File{filter},
-		Env:         rt.Env,
-		Dir:         "/",
-		Timeout:     inv.Timeout,
-		MaxBytes:    inv.MaxBytes,
-		StderrMax:   inv.StderrMax,
-		Stdin:       inv.Stdin,
-		Seen:        inv.Seen,
-		Group:       group,
+		Path:       start.path,
+		Args:       start.argv,
+		ExtraFiles: []*os.File{filter},
+		Env:        rt.Env,
+		Dir:        "/",
+		Timeout:    inv.Timeout,
+		MaxBytes:   inv.MaxBytes,
+		StderrMax:  inv.StderrMax,
+		Stdin:      inv.Stdin,
+		Seen:       inv.Seen,
+		Group:      group,
 	})
 	res.Egress = eg.Use()
 	return res, err
@@ -290,16 +292,15 @@ func (r *Runner) prepare(plan Plan, env, fixed []string) (*rt.Standby, error) {
 		return nil, err
 	}
 	sb, err := rt.StartStandby(rt.StandbyCmd{
-		Path:        st.path,
-		Args:        st.argv,
-		SysProcAttr: st.attr,
-		ExtraFiles:  extra,
-		Env:         env,
-		Dir:         "/",
-		Group:       group,
-		Streams:     rt.StreamsAtRelease,
-		Fixed:       fixed,
-		IDs:         id,
+		Path:       st.path,
+		Args:       st.argv,
+		ExtraFiles: extra,
+		Env:        env,
+		Dir:        "/",
+		Group:      group,
+		Streams:    rt.StreamsAtRelease,
+		Fixed:      fixed,
+		IDs:        id,
 	})
 	if err != nil {
 		if group != nil {
@@ -356,21 +357,21 @@ func (r *Runner) Version() string {
 	return strings.TrimSpace(string(res.Stdout))
 }
 
-// start is how a sandbox is started: bwrap itself, or the enter shim that
-// execs it.
+// start is how a sandbox is started: the enter shim that execs bwrap.
 type start struct {
 	path string
 	argv []string
-	attr *syscall.SysProcAttr
 }
 
 // enter creates the call's cgroup (when the host has one) and returns it
-// with how to start plan. bwrap is exec'd directly, as the sandbox's host
-// ids id (when toolgate is root) and inside the cgroup2 group (CLONE_INTO_CGROUP);
-// only when the call must join v1 cgroups (a hybrid host's pids and memory
-// controllers) does the enter shim come first, to join them before it
-// execs bwrap. The rlimits are set by the shim inside the sandbox. The
-// caller closes the group.
+// with how to start plan: the enter shim, started inside the cgroup2 group
+// (CLONE_INTO_CGROUP), joins the call's v1 cgroups (a hybrid host's pids
+// and memory controllers) when there are any, drops to the sandbox's own
+// host ids id (when toolgate is root), joins a new anonymous session
+// keyring and execs bwrap. Every sandbox (a call's, a prepared one, a
+// service's) starts so: bwrap gives no new session keyring, and without
+// the shim's the sandbox would share toolgate's (issue 21). The rlimits
+// are set by the shim inside the sandbox. The caller closes the group.
 func (r *Runner) enter(name string, plan Plan, id rt.SandboxID) (*rt.Group, start, error) {
 	var group *rt.Group
 	if r.cg != nil && (r.cg.V2 != "" || r.limits.Pids > 0 || r.limits.Memory > 0) {
@@ -381,15 +382,6 @@ func (r *Runner) enter(name string, plan Plan, id rt.SandboxID) (*rt.Group, star
 		group = g
 	}
 	argv := append([]string{r.bwrap}, Args(r.policy, plan)...)
-	if joins := group.Joins(); len(joins) > 0 {
-		shim := rt.ShimSpec{Mode: rt.ShimEnter, Joins: joins, UID: id.UID, GID: id.GID, Path: r.bwrap, Argv: argv}
-		return group, start{path: r.shim, argv: append([]string{r.shim}, shim.Args()...)}, nil
-	}
-	s := start{path: r.bwrap, argv: argv}
-	if id.UID >= 0 {
-		s.attr = &syscall.SysProcAttr{Credential: &syscall.Credential{
-			Uid: uint32(id.UID), Gid: uint32(id.GID), Groups: []uint32{},
-		}}
-	}
-	return group, s, nil
+	shim := rt.ShimSpec{Mode: rt.ShimEnter, Joins: group.Joins(), UID: id.UID, GID: id.GID, Path: r.bwrap, Argv: argv}
+	return group, start{path: r.shim, argv: append([]string{r.shim}, shim.Args()...)}, nil
 }

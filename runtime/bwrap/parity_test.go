@@ -1,8 +1,10 @@
 package bwrap
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/toolgate/toolgate/bundle"
 	"github.com/toolgate/toolgate/egress/allowlist"
@@ -60,8 +63,9 @@ var knownDifferences = map[string]string{
 	// runc masks these /proc and /sys paths over its mount of /proc;
 	// bwrap's --proc is the sandbox's own pid namespace's, and bwrap
 	// remounts /proc/sys, /proc/sysrq-trigger, /proc/irq and /proc/bus
-	// read-only itself. No /sys at all in either.
-	"masked /proc and /sys paths": "OCI only",
+	// read-only itself. No /sys at all in either. Both mask /proc/keys
+	// (maskedPaths).
+	"masked /proc and /sys paths but /proc/keys": "OCI only",
 }
 
 // bwrapView reads a sandboxView out of bwrap's argv.
@@ -94,6 +98,9 @@ func bwrapView(t *testing.T, argv []string) sandboxView {
 		case "--ro-bind":
 			src, dst := next(), next()
 			v.Mounts[dst] = "ro-bind " + src
+			if src == "/dev/null" {
+				v.Mounts[dst] = "masked"
+			}
 		case "--symlink":
 			target, dst := next(), next()
 			v.Mounts[dst] = "symlink " + target
@@ -209,6 +216,13 @@ func ociView(t *testing.T, s *specs.Spec, h bundle.Host) sandboxView {
 	readonly := map[string]bool{}
 	for _, p := range s.Linux.ReadonlyPaths {
 		readonly[p] = true
+	}
+	// The masked paths that bwrap masks too; the others are a known
+	// difference.
+	for _, p := range s.Linux.MaskedPaths {
+		if slices.Contains(maskedPaths, p) {
+			v.Mounts[p] = "masked"
+		}
 	}
 	for _, m := range s.Mounts {
 		opt := func(prefix string) string {
@@ -335,5 +349,147 @@ func TestPolicyParity(t *testing.T) {
 				t.Errorf("the bwrap and OCI renderings of %s differ (-bwrap +oci):\n%s", tc.name, d)
 			}
 		})
+	}
+}
+
+// auditArchX86_64 is AUDIT_ARCH_X86_64, the arch a seccomp filter sees
+// for a native x86_64 system call.
+const auditArchX86_64 = 0xc000003e
+
+// seccompVerdict runs prog, a classic BPF seccomp program (what bwrap is
+// handed at SeccompFD), on the seccomp_data of system call nr made on
+// x86_64 with every argument 0, and returns what the program returns.
+// It knows the instructions libseccomp emits; any other fails the test.
+func seccompVerdict(t *testing.T, prog []byte, nr uint32) uint32 {
+	t.Helper()
+	var data [64]byte // struct seccomp_data: nr, arch, instruction_pointer, args[6]
+	binary.NativeEndian.PutUint32(data[0:], nr)
+	binary.NativeEndian.PutUint32(data[4:], auditArchX86_64)
+	var a, x uint32
+	var mem [16]uint32
+	jump := func(cond bool, jt, jf uint8) int {
+		if cond {
+			return int(jt)
+		}
+		return int(jf)
+	}
+	for pc := 0; pc < len(prog)/8; pc++ {
+		in := prog[pc*8 : pc*8+8]
+		code, jt, jf, k := binary.NativeEndian.Uint16(in[0:]), in[2], in[3], binary.NativeEndian.Uint32(in[4:])
+		switch code {
+		case 0x20: // BPF_LD|BPF_W|BPF_ABS
+			if k+4 > uint32(len(data)) {
+				t.Fatalf("seccomp program reads seccomp_data at %d", k)
+			}
+			a = binary.NativeEndian.Uint32(data[k:])
+		case 0x00: // BPF_LD|BPF_IMM
+			a = k
+		case 0x01: // BPF_LDX|BPF_IMM
+			x = k
+		case 0x60: // BPF_LD|BPF_MEM
+			a = mem[k%16]
+		case 0x61: // BPF_LDX|BPF_MEM
+			x = mem[k%16]
+		case 0x02: // BPF_ST
+			mem[k%16] = a
+		case 0x03: // BPF_STX
+			mem[k%16] = x
+		case 0x07: // BPF_MISC|BPF_TAX
+			x = a
+		case 0x87: // BPF_MISC|BPF_TXA
+			a = x
+		case 0x54: // BPF_ALU|BPF_AND|BPF_K
+			a &= k
+		case 0x05: // BPF_JMP|BPF_JA
+			pc += int(k)
+		case 0x15: // BPF_JMP|BPF_JEQ|BPF_K
+			pc += jump(a == k, jt, jf)
+		case 0x25: // BPF_JMP|BPF_JGT|BPF_K
+			pc += jump(a > k, jt, jf)
+		case 0x35: // BPF_JMP|BPF_JGE|BPF_K
+			pc += jump(a >= k, jt, jf)
+		case 0x45: // BPF_JMP|BPF_JSET|BPF_K
+			pc += jump(a&k != 0, jt, jf)
+		case 0x1d: // BPF_JMP|BPF_JEQ|BPF_X
+			pc += jump(a == x, jt, jf)
+		case 0x06: // BPF_RET|BPF_K
+			return k
+		case 0x16: // BPF_RET|BPF_A
+			return a
+		default:
+			t.Fatalf("seccomp program: instruction %#04x at %d unknown to the test", code, pc)
+		}
+	}
+	t.Fatal("seccomp program ran off its end")
+	return 0
+}
+
+// ociVerdict is what profile p says for system call name with every
+// argument 0, as the kernel's return value: the action of the rule that
+// names it with no argument condition, else the default.
+func ociVerdict(p *specs.LinuxSeccomp, name string) uint32 {
+	verdict := func(act specs.LinuxSeccompAction, errno *uint) uint32 {
+		switch act {
+		case specs.ActAllow:
+			return 0x7fff0000 // SECCOMP_RET_ALLOW
+		case specs.ActErrno:
+			e := uint32(unix.EPERM) // the runtimes' errno when none is given
+			if errno != nil {
+				e = uint32(*errno)
+			}
+			return 0x00050000 | e // SECCOMP_RET_ERRNO
+		}
+		return 0 // SECCOMP_RET_KILL_THREAD: not in the profile
+	}
+	for _, sc := range p.Syscalls {
+		if len(sc.Args) == 0 && slices.Contains(sc.Names, name) {
+			return verdict(sc.Action, sc.ErrnoRet)
+		}
+	}
+	return verdict(p.DefaultAction, p.DefaultErrnoRet)
+}
+
+// TestSeccompParity: the filter bwrap loads (bundle.DefaultSeccompBPF,
+// compiled by libseccomp) and the profile of an OCI spec give the same
+// verdict for the same system calls: the keyring calls refused with EPERM
+// (issue 21), clone3 with ENOSYS, and controls of each kind (allowed,
+// refused by a rule, refused by the default).
+func TestSeccompParity(t *testing.T) {
+	if goruntime.GOARCH != "amd64" {
+		t.Skipf("SKIPPING: the test evaluates the filter for x86_64 system calls, not %s", goruntime.GOARCH)
+	}
+	prog, err := bundle.DefaultSeccompBPF()
+	if errors.Is(err, bundle.ErrNoSeccomp) {
+		testbin.Missing(t, "this test binary was built without -tags seccomp (go test -tags seccomp): %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := goldenPlans()[0]
+	pol := tc.policy
+	pol.Rootfs, pol.CgroupsPath = "/run/toolgate/1/rootfs", "toolgate-1/c1"
+	spec, err := oci.RenderSpec(pol, oci.Runc, rt.Invocation{ID: "c1", Name: tc.name, Path: tc.plan.ExeResolved, Argv: tc.plan.Argv, Dir: tc.plan.Dir, Timeout: time.Second, MaxBytes: 1}, "")
+	if err != nil {
+		t.Fatalf("RenderSpec: %v", err)
+	}
+	eperm, enosys := uint32(0x00050000|unix.EPERM), uint32(0x00050000|unix.ENOSYS)
+	for _, sc := range []struct {
+		name string
+		nr   uint32
+		want uint32
+	}{
+		{"keyctl", unix.SYS_KEYCTL, eperm},
+		{"add_key", unix.SYS_ADD_KEY, eperm},
+		{"request_key", unix.SYS_REQUEST_KEY, eperm},
+		{"clone3", unix.SYS_CLONE3, enosys},
+		{"bpf", unix.SYS_BPF, eperm},          // refused by containers/common's own rule
+		{"vserver", unix.SYS_VSERVER, enosys}, // in no rule: the default
+		{"read", unix.SYS_READ, 0x7fff0000},
+		{"openat", unix.SYS_OPENAT, 0x7fff0000},
+	} {
+		b, o := seccompVerdict(t, prog, sc.nr), ociVerdict(spec.Linux.Seccomp, sc.name)
+		if b != sc.want || o != sc.want {
+			t.Errorf("%s: bwrap's filter returns %#x, the OCI profile %#x; want %#x", sc.name, b, o, sc.want)
+		}
 	}
 }

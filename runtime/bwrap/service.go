@@ -57,16 +57,15 @@ func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, e
 		return nil, err
 	}
 	p, err := rt.StartProcess(rt.ServiceCmd{
-		Path:        st.path,
-		Args:        st.argv,
-		SysProcAttr: st.attr,
-		Env:         rt.ServiceEnv(s.Env),
-		Dir:         "/",
-		Group:       group,
-		Stderr:      s.Stderr,
-		ExtraFiles:  []*os.File{filter},
-		Egress:      eg,
-		IDs:         id,
+		Path:       st.path,
+		Args:       st.argv,
+		Env:        rt.ServiceEnv(s.Env),
+		Dir:        "/",
+		Group:      group,
+		Stderr:     s.Stderr,
+		ExtraFiles: []*os.File{filter},
+		Egress:     eg,
+		IDs:        id,
 	})
 	if err != nil {
 		if group != nil {
