@@ -226,5 +226,5 @@ func (s Service) StartEgress(uid, gid int) (*Egress, error) {
 	if len(s.Egress) == 0 {
 		return nil, nil //nolint:nilnil // no allowlist: no egress, and a nil *Egress is usable
 	}
-	return startEgress(s.Egress, nil, egress.Limits{}, ServiceAuditWindow, uid, gid, s.EgressRecord)
+	return startEgress(s.Egress, s.Inject, egress.Limits{}, ServiceAuditWindow, uid, gid, s.EgressRecord)
 }

@@ -55,6 +55,9 @@ type Service struct {
 	// connection's record.
 	Egress       allowlist.List
 	EgressRecord func(egress.Record)
+	// Inject are the credentials its egress proxy sets on its requests
+	// (Invocation.Inject): a server that calls an API holds no key.
+	Inject map[string]egress.Injection
 	// Stderr receives the service's stderr one line at a time, bounded:
 	// see MaxStderrLine and MaxStderrBytes. nil discards it.
 	Stderr func(line string)

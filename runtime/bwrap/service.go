@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -40,8 +41,12 @@ func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, e
 		id.Release()
 		return nil, err
 	}
+	env := rt.ServiceEnv(s.Env)
 	if eg != nil {
-		plan.EgressDir = eg.Dir
+		plan.EgressDir, plan.Trust = eg.Dir, eg.Trust
+		if eg.Trust {
+			env = append(env, bundle.TrustEnv...)
+		}
 	}
 	filter, err := r.seccompFile()
 	if err != nil {
@@ -59,7 +64,7 @@ func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, e
 	p, err := rt.StartProcess(rt.ServiceCmd{
 		Path:       st.path,
 		Args:       st.argv,
-		Env:        rt.ServiceEnv(s.Env),
+		Env:        env,
 		Dir:        "/",
 		Group:      group,
 		Stderr:     s.Stderr,

@@ -3,9 +3,12 @@ package bwrap
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/egress"
+	"github.com/toolgate/toolgate/egress/allowlist"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 )
@@ -219,5 +224,42 @@ func TestServiceKill(t *testing.T) {
 	_, err := r.StartService(context.Background(), rt.Service{ID: "refused", Name: "x", Path: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, ReadOnly: []string{"/etc"}})
 	if err == nil || !strings.Contains(err.Error(), `"/etc" cannot be bound into a sandbox`) {
 		t.Errorf("StartService(ReadOnly /etc) = %v, want a refusal", err)
+	}
+}
+
+// TestServiceCredential: a sandboxed service with an allowlist and a
+// credential (a downstream server that calls an API) reaches its TLS
+// destination through its proxy, which sets the credential; the service
+// trusts the server CA and holds no key.
+func TestServiceCredential(t *testing.T) {
+	r := newRunner(t)
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		got = append(got, req.Header.Get("X-Api-Key"))
+		mu.Unlock()
+		fmt.Fprintln(w, "api answered")
+	}))
+	defer srv.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	old := rt.UpstreamRoots.Swap(roots)
+	defer rt.UpstreamRoots.Store(old)
+	dest := srv.Listener.Addr().String()
+	allow, err := allowlist.ParseList([]string{dest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := rt.Service{Egress: allow, Inject: map[string]egress.Injection{dest: {Header: "X-Api-Key", Value: "svc-secret-key"}}}
+	p, _ := startProbe(t, r, svc, "egress", "header:X-Api-Key=the-servers-own", "https:https://"+dest+"/")
+	out := output(t, p)
+	if !strings.Contains(out, "https https://"+dest+"/: 200 api answered") {
+		t.Errorf("the service's HTTPS request through its proxy:\n%s", out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != "svc-secret-key" {
+		t.Errorf("the destination got X-Api-Key %q, want the credential once", got)
 	}
 }
