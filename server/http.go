@@ -95,6 +95,7 @@ type HTTP struct {
 	prmPath  string
 	prmURL   string
 	mux      *http.ServeMux
+	inflight inflight
 	draining atomic.Bool
 	calls    sync.WaitGroup
 	inFlight atomic.Int64
@@ -128,6 +129,7 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 		opts:     opts,
 		sessions: newSessions(maxSessionsPerPrincipal, DefaultSessionIdle),
 		limits:   newPrincipalLimits(opts.MaxPerPrincipal),
+		inflight: inflight{m: map[inflightKey][]*inflightCall{}},
 	}
 	if opts.OAuth != nil {
 		if opts.Resource == "" {
@@ -472,9 +474,25 @@ type envelope struct {
 	Method string          `json:"method"`
 	ID     json.RawMessage `json:"id"`
 	Params struct {
-		Name string         `json:"name"`
-		Meta map[string]any `json:"_meta"`
+		Name      string          `json:"name"`
+		RequestID json.RawMessage `json:"requestId"` // notifications/cancelled's
+		Meta      map[string]any  `json:"_meta"`
 	} `json:"params"`
+}
+
+// stateless reports whether a request is of the 2026-07-28 revision (or
+// later), decided as mcp-go decides it (its detectRequestEra): by the
+// MCP-Protocol-Version header or by the _meta protocol version, either.
+// Such a request has no session, whatever header it carries.
+func (e *envelope) stateless(r *http.Request) bool {
+	v, _ := e.Params.Meta[mcp.MetaKeyProtocolVersion].(string)
+	return mcp.IsModernProtocol(v) || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion))
+}
+
+// isRequest reports a message with a method and an id: a request, which
+// a notifications/cancelled may name.
+func (e *envelope) isRequest() bool {
+	return e.Method != "" && len(e.ID) > 0 && string(e.ID) != "null"
 }
 
 // serveMCP is /mcp: Origin, token, session ownership, body cap, the scope
@@ -529,18 +547,77 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case string(mcp.MethodNotificationCancelled):
-			if sid == "" {
-				// Without a session (2026-07-28, or a sessionless client)
-				// mcp-go would match the request id across every client;
-				// such a call is cancelled by closing its request.
-				w.WriteHeader(http.StatusAccepted)
-				return
+			// Never handed to mcp-go, whose in-flight map keys a
+			// stateless request by its id alone (every 2026-07-28
+			// request's session id is ""), so that one principal's cancel
+			// named another's call. A 2025-11-25 cancel in the sender's
+			// own session reaches that principal's request of that id in
+			// that session (h.inflight). A 2026-07-28 one is answered and
+			// ignored, as that revision says of HTTP: closing the
+			// request's stream is the cancellation, no notification is
+			// expected, and its id (unique only per client) could name
+			// another client's call of the same principal.
+			if !env.stateless(r) && sid != "" {
+				h.inflight.cancel(p.key(), sid, env.Params.RequestID)
 			}
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		if !env.stateless(r) && sid != "" && env.isRequest() {
+			ctx, done := h.inflight.add(r.Context(), p.key(), sid, env.ID)
+			defer done()
+			r = r.WithContext(ctx)
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 	}
 	h.mcp.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+}
+
+// inflight are the 2025-11-25 requests being served over HTTP, by
+// principal, session and request id: all a notifications/cancelled can
+// reach. A principal's cancel names its own session (one of another's is
+// answered 404 before), so it never reaches another principal's request.
+type inflight struct {
+	mu sync.Mutex
+	m  map[inflightKey][]*inflightCall
+}
+
+type inflightKey struct{ principal, session, id string }
+
+type inflightCall struct{ cancel context.CancelFunc }
+
+// add registers a request; done forgets it.
+func (f *inflight) add(ctx context.Context, principal, session string, id json.RawMessage) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	k := inflightKey{principal, session, canonicalID(id)}
+	c := &inflightCall{cancel: cancel}
+	f.mu.Lock()
+	f.m[k] = append(f.m[k], c)
+	f.mu.Unlock()
+	return ctx, func() {
+		cancel()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		list := slices.DeleteFunc(f.m[k], func(x *inflightCall) bool { return x == c })
+		if len(list) == 0 {
+			delete(f.m, k)
+		} else {
+			f.m[k] = list
+		}
+	}
+}
+
+// cancel cancels the requests of principal's session with that id.
+func (f *inflight) cancel(principal, session string, id json.RawMessage) {
+	if len(id) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.m[inflightKey{principal, session, canonicalID(id)}] {
+		c.cancel()
+	}
 }
 
 // refuseScope answers a tools/call of a tool the principal's scopes do
