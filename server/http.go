@@ -501,11 +501,7 @@ func (e *envelope) isRequest() bool {
 func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
 	w = rec
-	defer func() {
-		if h.opts.Metrics != nil {
-			h.opts.Metrics.requests.WithLabelValues(r.Method, strconv.Itoa(rec.code)).Inc()
-		}
-	}()
+	defer func() { h.opts.Metrics.request(r.Method, rec.code) }()
 	if !h.checkOrigin(w, r) {
 		return
 	}
