@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/toolgate/toolgate/conf"
@@ -20,7 +21,7 @@ type Principal struct {
 	// Name is the token file's name of the token, or the OAuth token's
 	// subject.
 	Name string
-	// Method is AuthToken, AuthOAuth or AuthNone.
+	// Method is AuthToken, AuthOAuth or AuthLocal.
 	Method string
 	// Scopes are the scopes the token carries (token file or the JWT's
 	// scope/scp claim).
@@ -28,18 +29,36 @@ type Principal struct {
 	// Client is the OAuth client the token was issued to (azp or
 	// client_id), when the token says.
 	Client string
+	// peerUID is the uid of the process at the other end of a unix
+	// socket (SO_PEERCRED): the local principal's.
+	peerUID opt[int]
 }
 
 // The ways a principal is authenticated.
 const (
 	AuthToken = "token" // a static bearer token of --auth-tokens
 	AuthOAuth = "oauth" // a JWT access token of --oauth-issuer
-	AuthNone  = "none"  // a loopback listener without authentication
+	AuthLocal = "local" // a unix socket listener without authentication: whoever the socket's mode lets connect
 )
 
-// key identifies p in sessions and queues: a token file's name and an
-// OAuth subject that happen to be equal are not one principal.
-func (p Principal) key() string { return p.Method + "/" + p.Name }
+// LocalPrincipal is the principal of every request over a unix socket
+// listener without authentication; its audit records carry the peer's uid
+// too (peer_uid), and sessions and queues are each uid's own.
+const LocalPrincipal = "local"
+
+func localPrincipal(uid int) Principal {
+	return Principal{Name: LocalPrincipal, Method: AuthLocal, peerUID: some(uid)}
+}
+
+// key identifies p in sessions, queues and cancellation: a token file's
+// name and an OAuth subject that happen to be equal are not one
+// principal, nor are two uids on a unix socket.
+func (p Principal) key() string {
+	if p.peerUID.ok {
+		return p.Method + "/" + p.Name + "/" + strconv.Itoa(p.peerUID.v)
+	}
+	return p.Method + "/" + p.Name
+}
 
 // HasScope reports whether p holds scope.
 func (p Principal) HasScope(scope string) bool { return slices.Contains(p.Scopes, scope) }

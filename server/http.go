@@ -53,7 +53,8 @@ const (
 // HTTPOptions configure the streamable HTTP transport.
 type HTTPOptions struct {
 	// Auth checks bearer tokens; nil serves without authentication, which
-	// Listen refuses on anything but a loopback address.
+	// Serve accepts only on a unix socket (ListenUnix): every request is
+	// then principal "local" (AuthLocal).
 	Auth Authenticator
 	// OAuth, when set, is also in Auth: its issuer is named in the
 	// protected resource metadata, and /readyz waits for its keys.
@@ -185,19 +186,23 @@ func (h *HTTP) InFlight() int { return int(h.inFlight.Load()) }
 // Sessions is the number of live 2025-11-25 sessions.
 func (h *HTTP) Sessions() int { return h.sessions.count() }
 
-// CheckListen refuses to serve without authentication on an address that
-// is not loopback: addr is the address bound (a listener's), so a host
-// name that resolves elsewhere, or an empty host (every interface), is
-// caught.
+// CheckListen refuses to serve without authentication on anything but a
+// unix socket: on a TCP address, loopback included, every local user (and
+// every sandboxed server given network access) could connect and run every
+// tool, while a unix socket's mode says who may (ListenUnix). addr is the
+// address bound (a listener's).
 func CheckListen(addr net.Addr, authenticated bool) error {
 	if authenticated {
 		return nil
 	}
-	tcp, ok := addr.(*net.TCPAddr)
-	if ok && tcp.IP.IsLoopback() {
+	if _, ok := addr.(*net.UnixAddr); ok {
 		return nil
 	}
-	return fmt.Errorf("refusing to serve MCP over HTTP on %s without authentication: anyone who can reach it could run every tool; listen on 127.0.0.1 or [::1], or give --auth-tokens or --oauth-issuer", addr)
+	who := "anyone who can reach it"
+	if tcp, ok := addr.(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
+		who = "every local user, and every sandboxed server given network access,"
+	}
+	return fmt.Errorf("refusing to serve MCP over HTTP on %s without authentication: %s could run every tool; give --auth-tokens or --oauth-issuer, or serve local clients on a unix socket only your user may open (--listen unix:/run/toolgate/mcp.sock; --listen-group for a group)", addr, who)
 }
 
 // Serve serves on ln until ctx is done, then shuts down gracefully:
@@ -219,6 +224,7 @@ func (h *HTTP) Serve(ctx context.Context, ln, metrics net.Listener) error {
 	srv := &http.Server{
 		Handler:           h.mux,
 		BaseContext:       func(net.Listener) context.Context { return base },
+		ConnContext:       connContext,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    maxHeaderBytes,
@@ -251,7 +257,7 @@ func (h *HTTP) Serve(ctx context.Context, ln, metrics net.Listener) error {
 		mmux.HandleFunc("/healthz", h.healthz)
 		mmux.HandleFunc("/readyz", h.readyz)
 		mmux.HandleFunc("/metrics", h.metrics)
-		msrv = &http.Server{Handler: mmux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errorLog}
+		msrv = &http.Server{Handler: mmux, ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errorLog}
 		go func() { errc <- msrv.Serve(metrics) }()
 	}
 	select {
@@ -434,7 +440,17 @@ func writeAuthError(w http.ResponseWriter, status int, code, desc string) {
 // false. Nothing of the token is ever logged or echoed.
 func (h *HTTP) authenticate(w http.ResponseWriter, r *http.Request) (Principal, bool) {
 	if h.opts.Auth == nil {
-		return Principal{Name: "anonymous", Method: AuthNone}, true
+		// Serve takes no TCP listener without authentication: a request
+		// without a unix socket peer reached this handler some other
+		// way, and is refused.
+		uid, ok := unixPeer(r.Context())
+		if !ok {
+			h.opts.Metrics.authFailure("missing")
+			h.challenge(w, "", "", "")
+			writeAuthError(w, http.StatusUnauthorized, "invalid_request", "a bearer token is required (only a unix socket listener serves without one)")
+			return Principal{}, false
+		}
+		return localPrincipal(uid), true
 	}
 	token, present, err := bearerToken(r)
 	if !present {

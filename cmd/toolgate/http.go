@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os/user"
+	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,10 +31,13 @@ type httpFlags struct {
 	oauthAlgs       string
 	toolScopes      listFlag
 	allowOrigins    listFlag
+	listenGroup     string
 	perPrincipal    int
 	shutdownGrace   time.Duration
 	scopes          server.ToolScopes
 	oauthConfigured bool
+	unixPath        string // --listen unix:PATH
+	gid             int    // --listen-group, resolved (-1: none)
 }
 
 // listFlag is a flag that may be given more than once.
@@ -41,8 +47,9 @@ func (l *listFlag) String() string     { return strings.Join(*l, " ") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func (f *httpFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.listen, "listen", "", "serve MCP over streamable HTTP at http://ADDR/mcp instead of stdio (ADDR: host:port); anything but a loopback address needs --auth-tokens or --oauth-issuer")
-	fs.StringVar(&f.metricsListen, "metrics-listen", "", "also serve /metrics, /healthz and /readyz without authentication on ADDR (for Prometheus and kubelet probes)")
+	fs.StringVar(&f.listen, "listen", "", "serve MCP over streamable HTTP instead of stdio, at http://ADDR/mcp: ADDR is host:port, which needs --auth-tokens or --oauth-issuer (loopback too: every local user can reach it), or unix:/PATH, a unix socket only toolgate's user may open (mode 0600; --listen-group), served without a token")
+	fs.StringVar(&f.listenGroup, "listen-group", "", "with --listen unix:/PATH: the socket's group (a name or a gid), mode 0660, so that the group's members may connect too")
+	fs.StringVar(&f.metricsListen, "metrics-listen", "", "also serve /metrics, /healthz and /readyz without authentication on ADDR (host:port, for Prometheus and kubelet probes)")
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key)")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "the private key of --tls-cert (PEM)")
 	fs.StringVar(&f.tokens, "auth-tokens", "", "static bearer tokens: a file of `NAME TOKEN [SCOPE...]` lines (TOKEN may be sha256:HEX), owned and moded as tools.conf must be")
@@ -68,10 +75,31 @@ func (f *httpFlags) check() error {
 		if len(f.toolScopes) > 0 || len(f.allowOrigins) > 0 {
 			return errors.New("--tool-scope and --allow-origin are flags of the HTTP transport: give --listen too")
 		}
+		if f.listenGroup != "" {
+			return errors.New("--listen-group is the group of a unix socket listener: give --listen unix:/PATH too")
+		}
 		return nil
 	}
-	if _, _, err := net.SplitHostPort(f.listen); err != nil {
-		return fmt.Errorf("--listen %q: want host:port (127.0.0.1:8080, [::1]:8080, :8080): %w", f.listen, err)
+	f.gid = -1
+	if p, ok := strings.CutPrefix(f.listen, server.UnixPrefix); ok {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("--listen %q: want unix:/PATH, an absolute path (unix:/run/toolgate/mcp.sock)", f.listen)
+		}
+		f.unixPath = p
+		if f.listenGroup != "" {
+			gid, err := lookupGroup(f.listenGroup)
+			if err != nil {
+				return fmt.Errorf("--listen-group %q: %w", f.listenGroup, err)
+			}
+			f.gid = gid
+		}
+	} else {
+		if _, _, err := net.SplitHostPort(f.listen); err != nil {
+			return fmt.Errorf("--listen %q: want host:port (127.0.0.1:8080, [::1]:8080, :8080) or unix:/PATH: %w", f.listen, err)
+		}
+		if f.listenGroup != "" {
+			return fmt.Errorf("--listen-group is the group of a unix socket listener, and --listen %q is a TCP address: give --listen unix:/PATH, or drop --listen-group", f.listen)
+		}
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
 		return errors.New("--tls-cert and --tls-key go together")
@@ -153,11 +181,16 @@ func serveHTTP(ctx context.Context, a *app, srv *server.Server, f *httpFlags, ma
 	if err != nil {
 		return fail(2, "%v", err)
 	}
-	ln, err := net.Listen("tcp", f.listen)
+	var ln net.Listener
+	if f.unixPath != "" {
+		ln, err = server.ListenUnix(f.unixPath, f.gid)
+	} else {
+		ln, err = net.Listen("tcp", f.listen)
+	}
 	if err != nil {
 		return fail(1, "--listen: %v", err)
 	}
-	defer ln.Close()
+	defer ln.Close() // a unix socket's Close removes it
 	if err := server.CheckListen(ln.Addr(), opts.Auth != nil); err != nil {
 		return fail(2, "%v", err)
 	}
@@ -189,17 +222,40 @@ func serveHTTP(ctx context.Context, a *app, srv *server.Server, f *httpFlags, ma
 		scheme = "https"
 	}
 	if opts.Auth == nil {
-		a.log.Warn("serving MCP over HTTP without authentication (loopback only)")
+		who := "toolgate's user"
+		if f.gid >= 0 {
+			who = fmt.Sprintf("toolgate's user and group %d", f.gid)
+		}
+		a.log.WithField("socket", f.unixPath).Infof("serving MCP on a unix socket without authentication: every process of %s may connect, as principal %q", who, server.LocalPrincipal)
 	} else if scheme == "http" {
 		if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 			a.log.Warn("serving MCP over plain HTTP on a non-loopback address: bearer tokens cross the network in the clear unless a TLS proxy or mesh is in front (--tls-cert, --tls-key)")
 		}
 	}
-	fmt.Fprintf(stderr, "toolgate serve: MCP on %s://%s%s\n", scheme, ln.Addr(), server.MCPPath)
+	if f.unixPath != "" {
+		fmt.Fprintf(stderr, "toolgate serve: MCP on %s%s (%s through the socket)\n", server.UnixPrefix, f.unixPath, server.MCPPath)
+	} else {
+		fmt.Fprintf(stderr, "toolgate serve: MCP on %s://%s%s\n", scheme, ln.Addr(), server.MCPPath)
+	}
 	a.log.WithField("tools", len(srv.Served())).Info("serving MCP over streamable HTTP")
 	if err := h.Serve(ctx, ln, mln); err != nil && !errors.Is(err, context.Canceled) {
 		return fail(1, "%v", err)
 	}
 	a.log.Info("signal: HTTP server stopped")
 	return 0
+}
+
+// lookupGroup resolves --listen-group: a group name, or a numeric gid.
+func lookupGroup(name string) (int, error) {
+	if gid, err := strconv.Atoi(name); err == nil {
+		if gid < 0 {
+			return 0, errors.New("want a group name or a gid of 0 or more")
+		}
+		return gid, nil
+	}
+	g, err := user.LookupGroup(name)
+	if err != nil {
+		return 0, fmt.Errorf("no such group (want a group name or a gid): %w", err)
+	}
+	return strconv.Atoi(g.Gid)
 }

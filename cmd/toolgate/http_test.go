@@ -1,0 +1,52 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// parseHTTPFlags parses args as serve's HTTP flags and checks them.
+func parseHTTPFlags(t *testing.T, args ...string) (*httpFlags, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var f httpFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return &f, f.check()
+}
+
+// TestHTTPFlagsListen: --listen takes host:port or unix:/PATH;
+// --listen-group only with a unix socket, as a name or a gid.
+func TestHTTPFlagsListen(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // "" for accepted
+	}{
+		{[]string{"--listen", "127.0.0.1:8080"}, ""},
+		{[]string{"--listen", "unix:/run/toolgate/mcp.sock"}, ""},
+		{[]string{"--listen", "unix:/run/toolgate/mcp.sock", "--listen-group", "nogroup"}, ""},
+		{[]string{"--listen", "unix:/run/toolgate/mcp.sock", "--listen-group", "65534"}, ""},
+		{[]string{"--listen", "unix:run/mcp.sock"}, `--listen "unix:run/mcp.sock": want unix:/PATH, an absolute path`},
+		{[]string{"--listen", "127.0.0.1"}, `--listen "127.0.0.1": want host:port (127.0.0.1:8080, [::1]:8080, :8080) or unix:/PATH`},
+		{[]string{"--listen", "127.0.0.1:8080", "--listen-group", "nogroup"}, `--listen-group is the group of a unix socket listener, and --listen "127.0.0.1:8080" is a TCP address: give --listen unix:/PATH, or drop --listen-group`},
+		{[]string{"--listen-group", "nogroup"}, "--listen-group is the group of a unix socket listener: give --listen unix:/PATH too"},
+		{[]string{"--listen", "unix:/run/toolgate/mcp.sock", "--listen-group", "no-such-group-here"}, `--listen-group "no-such-group-here": no such group (want a group name or a gid)`},
+	} {
+		f, err := parseHTTPFlags(t, tc.args...)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("serve %v: %v, want %q", tc.args, err, tc.want)
+		}
+		if err == nil && slices.Contains(tc.args, "--listen-group") && f.gid != 65534 {
+			t.Errorf("serve %v: gid %d, want 65534", tc.args, f.gid)
+		}
+	}
+	if f, _ := parseHTTPFlags(t, "--listen", ":8080"); f.gid != -1 {
+		t.Errorf("gid %d without --listen-group, want -1", f.gid)
+	}
+}
