@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -69,6 +70,12 @@ type HTTPOptions struct {
 	// AllowOrigins are the Origin values accepted besides loopback ones
 	// (scheme://host[:port]).
 	AllowOrigins []string
+	// AllowHosts are the host names a request's Host may name besides IP
+	// literals and localhost (serve --allow-host, and the host names of
+	// --listen and --metrics-listen); Resource's host is one too. A
+	// request naming any other is refused 403 on every path of both
+	// listeners (DNS rebinding); one over a unix socket is not checked.
+	AllowHosts []string
 	// MaxBodyBytes bounds a request body (DefaultMaxRequestBytes if 0).
 	MaxBodyBytes int
 	// MaxPerPrincipal bounds one principal's concurrent calls (0: no
@@ -96,6 +103,8 @@ type HTTP struct {
 	prmPath  string
 	prmURL   string
 	mux      *http.ServeMux
+	handler  http.Handler // mux behind the Host check
+	hosts    map[string]bool
 	inflight inflight
 	draining atomic.Bool
 	calls    sync.WaitGroup
@@ -117,6 +126,14 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 	if opts.ShutdownGrace <= 0 {
 		opts.ShutdownGrace = DefaultShutdownGrace
 	}
+	hosts := map[string]bool{}
+	for _, name := range opts.AllowHosts {
+		n, err := normalHostName(name)
+		if err != nil {
+			return nil, fmt.Errorf("--allow-host %q: %w", name, err)
+		}
+		hosts[n] = true
+	}
 	for _, o := range opts.AllowOrigins {
 		if _, err := normalOrigin(o); err != nil {
 			return nil, fmt.Errorf("--allow-origin %q: %w", o, err)
@@ -130,6 +147,7 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 		opts:     opts,
 		sessions: newSessions(maxSessionsPerPrincipal, DefaultSessionIdle),
 		limits:   newPrincipalLimits(opts.MaxPerPrincipal),
+		hosts:    hosts,
 		inflight: inflight{m: map[inflightKey][]*inflightCall{}},
 	}
 	if opts.OAuth != nil {
@@ -142,6 +160,7 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 		}
 		h.prmPath = mcpserver.ProtectedResourceMetadataPath(opts.Resource)
 		h.prmURL = u.Scheme + "://" + u.Host + h.prmPath
+		h.hosts[strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")] = true
 	}
 	s.metrics = opts.Metrics
 	mcpserver.WithToolFilter(scopeFilter(opts.Scopes))(s.mcp)
@@ -152,6 +171,8 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 		mcpserver.WithSessionIdManagerResolver(h.sessions),
 		mcpserver.WithSessionIdleTTL(DefaultSessionIdle),
 		mcpserver.WithStreamableHTTPLogger(slogger),
+		// One Host rule decides, for every path: checkHost's.
+		mcpserver.WithDisableLocalhostProtection(true),
 	)
 	h.mux = http.NewServeMux()
 	h.mux.HandleFunc(MCPPath, h.serveMCP)
@@ -174,11 +195,12 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not found: MCP is served at "+MCPPath, http.StatusNotFound)
 	})
+	h.handler = h.checkHost(h.mux)
 	return h, nil
 }
 
-// Handler is the HTTP handler of every path.
-func (h *HTTP) Handler() http.Handler { return h.mux }
+// Handler is the HTTP handler of every path, behind the Host check.
+func (h *HTTP) Handler() http.Handler { return h.handler }
 
 // InFlight is the number of tool calls being served over HTTP.
 func (h *HTTP) InFlight() int { return int(h.inFlight.Load()) }
@@ -222,7 +244,7 @@ func (h *HTTP) Serve(ctx context.Context, ln, metrics net.Listener) error {
 	defer kill()
 	errorLog := log.New(h.s.log.WriterLevel(logrus.DebugLevel), "http: ", 0)
 	srv := &http.Server{
-		Handler:           h.mux,
+		Handler:           h.handler,
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ConnContext:       connContext,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -257,7 +279,7 @@ func (h *HTTP) Serve(ctx context.Context, ln, metrics net.Listener) error {
 		mmux.HandleFunc("/healthz", h.healthz)
 		mmux.HandleFunc("/readyz", h.readyz)
 		mmux.HandleFunc("/metrics", h.metrics)
-		msrv = &http.Server{Handler: mmux, ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errorLog}
+		msrv = &http.Server{Handler: h.checkHost(mmux), ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errorLog}
 		go func() { errc <- msrv.Serve(metrics) }()
 	}
 	select {
@@ -385,8 +407,8 @@ func normalOrigin(o string) (string, error) {
 // neither loopback nor allowed (DNS-rebinding protection, as the MCP
 // transport asks: a page of evil.example whose name now resolves to this
 // server still sends Origin: http://evil.example). A request without
-// Origin (any non-browser client) passes. mcp-go itself answers 403 to a
-// request that reached a loopback address with a Host that is not one.
+// Origin (any non-browser client) passes. The Host is checked before, on
+// every path (checkHost).
 func (h *HTTP) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
 	o := r.Header.Get("Origin")
 	if o == "" {
@@ -406,6 +428,52 @@ func (h *HTTP) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
 	h.opts.Metrics.authFailure("origin")
 	http.Error(w, "Forbidden: Origin "+strconv.Quote(bounded(o, 256))+" is not allowed (toolgate serve --allow-origin)", http.StatusForbidden)
 	return false
+}
+
+// normalHostName checks an --allow-host value, a host name without port
+// or scheme, and returns it lowercased.
+func normalHostName(name string) (string, error) {
+	n := strings.TrimSuffix(strings.ToLower(name), ".")
+	if n == "" || strings.ContainsAny(n, ":/[]@ ") {
+		return "", errors.New("want a host name, without port or scheme (toolgate.example.com)")
+	}
+	return n, nil
+}
+
+// checkHost wraps next in the Host check (DNS-rebinding protection) of
+// every path: a page of evil.example whose name now resolves to this
+// server's address sends Host: evil.example, which is refused 403; a
+// request naming the server by an IP literal (a kubelet probe,
+// Prometheus, a client given an address), by localhost, or by an allowed
+// name passes, as does one over a unix socket (no browser reaches one).
+func (h *HTTP) checkHost(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, unix := r.Context().Value(http.LocalAddrContextKey).(*net.UnixAddr); unix || h.hostAllowed(r.Host) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		h.opts.Metrics.authFailure("host")
+		http.Error(w, "Forbidden: Host "+strconv.Quote(bounded(r.Host, 256))+
+			" is not allowed: name this server by its IP address, localhost, the host of --listen or --oauth-resource, or a name given to toolgate serve --allow-host (DNS-rebinding protection)",
+			http.StatusForbidden)
+	})
+}
+
+// hostAllowed reports whether a Host value names this server in a way DNS
+// rebinding cannot produce: an IP literal (a rebinding page's requests
+// carry its own name), localhost, or an allowed name. No Host (HTTP/1.0)
+// is no browser's.
+func (h *HTTP) hostAllowed(host string) bool {
+	name := host
+	if n, _, err := net.SplitHostPort(host); err == nil {
+		name = n
+	}
+	name = strings.TrimSuffix(strings.ToLower(strings.Trim(name, "[]")), ".")
+	if name == "" || name == "localhost" || h.hosts[name] {
+		return true
+	}
+	_, err := netip.ParseAddr(name)
+	return err == nil
 }
 
 // challenge writes the WWW-Authenticate header of a refusal.

@@ -77,6 +77,7 @@ type httpFixture struct {
 	url     string
 	base    string
 	sock    string // the unix socket served on (a fixture without authentication)
+	metrics string // the base URL of the metrics listener, when started
 	h       *HTTP
 	srv     *Server
 	direct  *fakeRunner
@@ -134,6 +135,13 @@ func testHTTPClient(rawURL string) *http.Client {
 
 func startHTTP(t *testing.T, hopts HTTPOptions, fopts ...fixtureOpt) *httpFixture {
 	t.Helper()
+	return startHTTPWith(t, hopts, false, fopts...)
+}
+
+// startHTTPWith is startHTTP, also serving a metrics listener (the
+// --metrics-listen one) on 127.0.0.1 when metrics is set.
+func startHTTPWith(t *testing.T, hopts HTTPOptions, metrics bool, fopts ...fixtureOpt) *httpFixture {
+	t.Helper()
 	f := &httpFixture{
 		direct:  &fakeRunner{res: rt.Result{Output: []byte("hi\n")}},
 		sandbox: &fakeRunner{res: rt.Result{Output: []byte("sandboxed\n")}},
@@ -181,7 +189,14 @@ func startHTTP(t *testing.T, hopts HTTPOptions, fopts ...fixtureOpt) *httpFixtur
 	ctx, cancel := context.WithCancel(context.Background())
 	f.stop = cancel
 	f.done = make(chan error, 1)
-	go func() { f.done <- h.Serve(ctx, ln, nil) }()
+	var mln net.Listener
+	if metrics {
+		if mln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		f.metrics = "http://" + mln.Addr().String()
+	}
+	go func() { f.done <- h.Serve(ctx, ln, mln) }()
 	t.Cleanup(func() {
 		cancel()
 		select {

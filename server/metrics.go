@@ -75,7 +75,7 @@ func NewMetrics(s *Server) *Metrics {
 	}, []string{"limit"})
 	m.auth = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolgate_http_auth_failures_total",
-		Help: "HTTP requests refused before MCP: missing (no token), invalid (refused token), unavailable (issuer keys not loaded), origin (Origin not allowed).",
+		Help: "HTTP requests refused before MCP: missing (no token), invalid (refused token), unavailable (issuer keys not loaded), origin (Origin not allowed), host (Host not allowed: DNS rebinding).",
 	}, []string{"reason"})
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolgate_http_requests_total",

@@ -10,6 +10,7 @@ import (
 	"os/user"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +32,7 @@ type httpFlags struct {
 	oauthAlgs       string
 	toolScopes      listFlag
 	allowOrigins    listFlag
+	allowHosts      listFlag
 	listenGroup     string
 	perPrincipal    int
 	shutdownGrace   time.Duration
@@ -59,6 +61,7 @@ func (f *httpFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.oauthAlgs, "oauth-algs", strings.Join(server.DefaultOAuthAlgorithms, ","), "signature algorithms accepted (asymmetric only)")
 	fs.Var(&f.toolScopes, "tool-scope", "SCOPE=TOOL[,TOOL...]: a token with SCOPE lists and calls these tools (* for all); once given, a tool no scope names is served to no one over HTTP (repeatable)")
 	fs.Var(&f.allowOrigins, "allow-origin", "an Origin (scheme://host[:port]) accepted besides loopback ones; a request with any other Origin is refused 403 (repeatable)")
+	fs.Var(&f.allowHosts, "allow-host", "a host name a request's Host may give besides IP addresses, localhost and the hosts of --listen, --metrics-listen and --oauth-resource; any other name is refused 403 on every path (DNS rebinding) (repeatable)")
 	fs.IntVar(&f.perPrincipal, "max-concurrent-per-principal", goruntime.NumCPU()*2, "calls one principal runs at once over HTTP; the excess queues (0: no bound but --max-concurrent)")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long in-flight HTTP calls may finish before they are killed")
 }
@@ -72,8 +75,8 @@ func (f *httpFlags) check() error {
 				return fmt.Errorf("%s is a flag of the HTTP transport: give --listen too", name)
 			}
 		}
-		if len(f.toolScopes) > 0 || len(f.allowOrigins) > 0 {
-			return errors.New("--tool-scope and --allow-origin are flags of the HTTP transport: give --listen too")
+		if len(f.toolScopes) > 0 || len(f.allowOrigins) > 0 || len(f.allowHosts) > 0 {
+			return errors.New("--tool-scope, --allow-origin and --allow-host are flags of the HTTP transport: give --listen too")
 		}
 		if f.listenGroup != "" {
 			return errors.New("--listen-group is the group of a unix socket listener: give --listen unix:/PATH too")
@@ -142,6 +145,7 @@ func serveHTTP(ctx context.Context, a *app, srv *server.Server, f *httpFlags, ma
 	opts := server.HTTPOptions{
 		Scopes:          f.scopes,
 		AllowOrigins:    f.allowOrigins,
+		AllowHosts:      append(slices.Clone(f.allowHosts), listenHostNames(f.listen, f.metricsListen)...),
 		MaxBodyBytes:    maxBody,
 		MaxPerPrincipal: f.perPrincipal,
 		ShutdownGrace:   f.shutdownGrace,
@@ -258,4 +262,22 @@ func lookupGroup(name string) (int, error) {
 		return 0, fmt.Errorf("no such group (want a group name or a gid): %w", err)
 	}
 	return strconv.Atoi(g.Gid)
+}
+
+// listenHostNames are the host names of the --listen and --metrics-listen
+// addresses (not IP literals, not empty): a request may name them in its
+// Host.
+func listenHostNames(addrs ...string) []string {
+	var out []string
+	for _, a := range addrs {
+		if strings.HasPrefix(a, server.UnixPrefix) {
+			continue
+		}
+		h, _, err := net.SplitHostPort(a)
+		if err != nil || h == "" || net.ParseIP(h) != nil {
+			continue
+		}
+		out = append(out, h)
+	}
+	return out
 }

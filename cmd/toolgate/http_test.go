@@ -37,6 +37,7 @@ func TestHTTPFlagsListen(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:8080", "--listen-group", "nogroup"}, `--listen-group is the group of a unix socket listener, and --listen "127.0.0.1:8080" is a TCP address: give --listen unix:/PATH, or drop --listen-group`},
 		{[]string{"--listen-group", "nogroup"}, "--listen-group is the group of a unix socket listener: give --listen unix:/PATH too"},
 		{[]string{"--listen", "unix:/run/toolgate/mcp.sock", "--listen-group", "no-such-group-here"}, `--listen-group "no-such-group-here": no such group (want a group name or a gid)`},
+		{[]string{"--allow-host", "toolgate.internal"}, "--allow-host are flags of the HTTP transport: give --listen too"},
 	} {
 		f, err := parseHTTPFlags(t, tc.args...)
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
@@ -48,5 +49,12 @@ func TestHTTPFlagsListen(t *testing.T) {
 	}
 	if f, _ := parseHTTPFlags(t, "--listen", ":8080"); f.gid != -1 {
 		t.Errorf("gid %d without --listen-group, want -1", f.gid)
+	}
+}
+
+func TestListenHostNames(t *testing.T) {
+	got := listenHostNames("toolgate.internal:8080", ":9090", "10.0.0.1:1", "[::1]:2", "unix:/run/x.sock", "metrics.internal:9090")
+	if want := []string{"toolgate.internal", "metrics.internal"}; !slices.Equal(got, want) {
+		t.Errorf("listenHostNames = %q, want %q", got, want)
 	}
 }
