@@ -3,7 +3,11 @@
 package e2e
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,4 +78,111 @@ func TestHTTPUnixSocket(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHTTPHostsAndConnections: the binary's Host check and connection
+// bounds, through its flags: a rebinding Host is refused 403 on /readyz of
+// both listeners and an --allow-host name or the pod IP is served; with
+// --max-connections-per-client 2 a client's third connection is closed at
+// once and counted in /metrics, beside the configured bounds.
+func TestHTTPHostsAndConnections(t *testing.T) {
+	conf := writeConf(t, "")
+	mport := freePort(t)
+	s := startHTTPServer(t, conf, "--auth-tokens", writeTokens(t, "ci "+e2eToken), "--metrics-listen", "127.0.0.1:"+mport,
+		"--allow-host", "toolgate.internal", "--max-connections-per-client", "2", "--max-connections", "100", "--idle-timeout", "30s")
+	mbase := "http://127.0.0.1:" + mport
+	waitFor(t, 20*time.Second, func() bool {
+		r, err := http.Get(mbase + "/healthz")
+		if err == nil {
+			r.Body.Close()
+		}
+		return err == nil
+	})
+	for _, base := range []string{s.base, mbase} {
+		for _, tc := range []struct {
+			host string
+			want int
+		}{
+			{"evil.example.com", 403},
+			{"toolgate.internal", 200},
+			{"10.244.0.9:8080", 200},
+		} {
+			req, _ := http.NewRequest(http.MethodGet, base+"/healthz", nil)
+			req.Host = tc.host
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("GET %s/healthz with Host %q = %d, want %d", base, tc.host, resp.StatusCode, tc.want)
+			}
+		}
+	}
+	metrics := func() string {
+		resp, err := http.Get(mbase + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	// The Host checks' idle connection holds a place of 127.0.0.1 until
+	// it is closed.
+	http.DefaultClient.CloseIdleConnections()
+	waitFor(t, 10*time.Second, func() bool {
+		return strings.Contains(metrics(), `toolgate_http_connections{listener="mcp"} 0`+"\n")
+	})
+	addr := strings.TrimPrefix(s.base, "http://")
+	held := make([]net.Conn, 0, 3)
+	for range 3 {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		held = append(held, c)
+	}
+	answered := func(c net.Conn) bool {
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return false
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}
+	if !answered(held[0]) || !answered(held[1]) {
+		t.Fatal("the first two connections were not served")
+	}
+	if answered(held[2]) {
+		t.Error("the third connection of 127.0.0.1 was served, want closed (--max-connections-per-client 2)")
+	}
+	b := metrics()
+	for _, want := range []string{
+		`toolgate_http_connections{listener="mcp"} 2`,
+		`toolgate_http_connections_max{listener="mcp",per="client"} 2`,
+		`toolgate_http_connections_max{listener="mcp",per="listener"} 100`,
+		`toolgate_http_connections_refused_total{limit="max_connections_per_client",listener="mcp"} 1`,
+		`toolgate_http_auth_failures_total{reason="host"} 2`,
+	} {
+		if !strings.Contains(b, want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+// freePort is a TCP port of 127.0.0.1 free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
 }

@@ -76,6 +76,14 @@ type HTTPOptions struct {
 	// request naming any other is refused 403 on every path of both
 	// listeners (DNS rebinding); one over a unix socket is not checked.
 	AllowHosts []string
+	// MaxConns bounds the connections open at once on each listener, and
+	// MaxConnsPerClient those of one client address (a unix socket's: of
+	// one uid); 0 is no bound. A connection over either is closed as soon
+	// as it is accepted.
+	MaxConns, MaxConnsPerClient int
+	// IdleTimeout closes a keep-alive connection idle that long
+	// (DefaultIdleTimeout if 0).
+	IdleTimeout time.Duration
 	// MaxBodyBytes bounds a request body (DefaultMaxRequestBytes if 0).
 	MaxBodyBytes int
 	// MaxPerPrincipal bounds one principal's concurrent calls (0: no
@@ -125,6 +133,12 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 	}
 	if opts.ShutdownGrace <= 0 {
 		opts.ShutdownGrace = DefaultShutdownGrace
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.MaxConns < 0 || opts.MaxConnsPerClient < 0 {
+		return nil, errors.New("--max-connections and --max-connections-per-client: want 0 (no bound) or more")
 	}
 	hosts := map[string]bool{}
 	for _, name := range opts.AllowHosts {
@@ -248,10 +262,11 @@ func (h *HTTP) Serve(ctx context.Context, ln, metrics net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ConnContext:       connContext,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       h.opts.IdleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          errorLog,
 	}
+	ln = newLimitListener(ln, listenerMCP, h.opts.MaxConns, h.opts.MaxConnsPerClient, h.opts.Metrics)
 	tlsOn := h.opts.TLSCert != "" || h.opts.TLSKey != ""
 	if tlsOn {
 		if h.opts.TLSCert == "" || h.opts.TLSKey == "" {
@@ -279,8 +294,10 @@ func (h *HTTP) Serve(ctx context.Context, ln, metrics net.Listener) error {
 		mmux.HandleFunc("/healthz", h.healthz)
 		mmux.HandleFunc("/readyz", h.readyz)
 		mmux.HandleFunc("/metrics", h.metrics)
-		msrv = &http.Server{Handler: h.checkHost(mmux), ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errorLog}
-		go func() { errc <- msrv.Serve(metrics) }()
+		msrv = &http.Server{Handler: h.checkHost(mmux), ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout: h.opts.IdleTimeout, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errorLog}
+		mln := newLimitListener(metrics, listenerMetrics, h.opts.MaxConns, h.opts.MaxConnsPerClient, h.opts.Metrics)
+		go func() { errc <- msrv.Serve(mln) }()
 	}
 	select {
 	case err := <-errc:

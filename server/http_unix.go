@@ -230,8 +230,13 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
 	}
-	if uc, ok := c.(*net.UnixConn); ok {
-		return context.WithValue(ctx, peerKey{}, peerUID(uc))
+	switch c := c.(type) {
+	case *limitedConn: // its uid read once, at accept
+		if _, ok := c.Conn.(*net.UnixConn); ok {
+			return context.WithValue(ctx, peerKey{}, c.uid)
+		}
+	case *net.UnixConn:
+		return context.WithValue(ctx, peerKey{}, peerUID(c))
 	}
 	return ctx
 }

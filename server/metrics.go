@@ -16,8 +16,8 @@ import (
 // own (served at /metrics over HTTP). No label takes a value a client
 // chose: tool names are the served ones (any other is counted as
 // "other"), HTTP methods outside net/http's nine are "other", backends,
-// outcomes, limits and reasons are closed sets, principals are never a
-// label.
+// outcomes, limits, reasons and listeners are closed sets, principals are
+// never a label.
 type Metrics struct {
 	reg       *prometheus.Registry
 	known     func(tool string) bool
@@ -28,6 +28,9 @@ type Metrics struct {
 	limits    *prometheus.CounterVec
 	auth      *prometheus.CounterVec
 	requests  *prometheus.CounterVec
+	conns     *prometheus.GaugeVec
+	connsMax  *prometheus.GaugeVec
+	refused   *prometheus.CounterVec
 }
 
 // otherLabel stands for every label value outside a closed set.
@@ -81,6 +84,18 @@ func NewMetrics(s *Server) *Metrics {
 		Name: "toolgate_http_requests_total",
 		Help: "HTTP requests to the MCP endpoint by method (GET, POST, ...; other for any other) and status code.",
 	}, []string{"method", "code"})
+	m.conns = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "toolgate_http_connections",
+		Help: "HTTP connections open now, by listener (mcp: --listen, metrics: --metrics-listen).",
+	}, []string{"listener"})
+	m.connsMax = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "toolgate_http_connections_max",
+		Help: "The bound of open HTTP connections, by listener and per (listener: --max-connections, client: --max-connections-per-client); 0 is no bound.",
+	}, []string{"listener", "per"})
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolgate_http_connections_refused_total",
+		Help: "HTTP connections closed as soon as accepted, by listener and the bound they were over (max_connections, max_connections_per_client).",
+	}, []string{"listener", "limit"})
 	sandbox := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "toolgate_sandbox_ready",
 		Help:        "1 when the sandbox backend's self-test passed, 0 while it runs or when it failed (see toolgate_sandbox_state).",
@@ -91,7 +106,8 @@ func NewMetrics(s *Server) *Metrics {
 		}
 		return 0
 	})
-	m.reg.MustRegister(m.calls, m.duration, m.queueWait, m.inFlight, m.limits, m.auth, m.requests, sandbox,
+	m.reg.MustRegister(m.calls, m.duration, m.queueWait, m.inFlight, m.limits, m.auth, m.requests,
+		m.conns, m.connsMax, m.refused, sandbox,
 		&sandboxState{s: s, desc: prometheus.NewDesc("toolgate_sandbox_state",
 			"The sandbox backend's probe state: 1 for the current one of pending, ready, unavailable.",
 			[]string{"backend", "state"}, nil)},
@@ -205,6 +221,31 @@ func (m *Metrics) request(method string, code int) {
 		c = strconv.Itoa(code)
 	}
 	m.requests.WithLabelValues(method, c).Inc()
+}
+
+// connBounds publishes a listener's connection bounds, and starts its
+// series at 0.
+func (m *Metrics) connBounds(listener string, max, perClient int) {
+	if m == nil {
+		return
+	}
+	m.connsMax.WithLabelValues(listener, "listener").Set(float64(max))
+	m.connsMax.WithLabelValues(listener, "client").Set(float64(perClient))
+	m.conns.WithLabelValues(listener)
+	m.refused.WithLabelValues(listener, limitConns)
+	m.refused.WithLabelValues(listener, limitConnsPerClient)
+}
+
+func (m *Metrics) connOpened(listener string, delta float64) {
+	if m != nil {
+		m.conns.WithLabelValues(listener).Add(delta)
+	}
+}
+
+func (m *Metrics) connRefused(listener, limit string) {
+	if m != nil {
+		m.refused.WithLabelValues(listener, limit).Inc()
+	}
 }
 
 func (m *Metrics) authFailure(reason string) {

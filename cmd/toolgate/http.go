@@ -35,6 +35,9 @@ type httpFlags struct {
 	allowHosts      listFlag
 	listenGroup     string
 	perPrincipal    int
+	maxConns        int
+	maxConnsClient  int
+	idleTimeout     time.Duration
 	shutdownGrace   time.Duration
 	scopes          server.ToolScopes
 	oauthConfigured bool
@@ -63,6 +66,9 @@ func (f *httpFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.allowOrigins, "allow-origin", "an Origin (scheme://host[:port]) accepted besides loopback ones; a request with any other Origin is refused 403 (repeatable)")
 	fs.Var(&f.allowHosts, "allow-host", "a host name a request's Host may give besides IP addresses, localhost and the hosts of --listen, --metrics-listen and --oauth-resource; any other name is refused 403 on every path (DNS rebinding) (repeatable)")
 	fs.IntVar(&f.perPrincipal, "max-concurrent-per-principal", goruntime.NumCPU()*2, "calls one principal runs at once over HTTP; the excess queues (0: no bound but --max-concurrent)")
+	fs.IntVar(&f.maxConns, "max-connections", server.DefaultMaxConns, "HTTP connections open at once on each listener; one more is closed as soon as it is accepted (0: no bound)")
+	fs.IntVar(&f.maxConnsClient, "max-connections-per-client", server.DefaultMaxConnsPerClient, "HTTP connections open at once from one client address (on a unix socket: one uid); one more is closed as soon as it is accepted (0: no bound; raise it behind a proxy, whose connections all come from its address)")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close an HTTP keep-alive connection idle this long")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long in-flight HTTP calls may finish before they are killed")
 }
 
@@ -104,6 +110,12 @@ func (f *httpFlags) check() error {
 			return fmt.Errorf("--listen-group is the group of a unix socket listener, and --listen %q is a TCP address: give --listen unix:/PATH, or drop --listen-group", f.listen)
 		}
 	}
+	if f.maxConns < 0 || f.maxConnsClient < 0 {
+		return errors.New("--max-connections and --max-connections-per-client: want 0 (no bound) or more")
+	}
+	if f.idleTimeout <= 0 {
+		return errors.New("--idle-timeout: want a duration above 0 (60s)")
+	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
 		return errors.New("--tls-cert and --tls-key go together")
 	}
@@ -143,14 +155,17 @@ func serveHTTP(ctx context.Context, a *app, srv *server.Server, f *httpFlags, ma
 	}
 	var auths []server.Authenticator
 	opts := server.HTTPOptions{
-		Scopes:          f.scopes,
-		AllowOrigins:    f.allowOrigins,
-		AllowHosts:      append(slices.Clone(f.allowHosts), listenHostNames(f.listen, f.metricsListen)...),
-		MaxBodyBytes:    maxBody,
-		MaxPerPrincipal: f.perPrincipal,
-		ShutdownGrace:   f.shutdownGrace,
-		TLSCert:         f.tlsCert,
-		TLSKey:          f.tlsKey,
+		Scopes:            f.scopes,
+		AllowOrigins:      f.allowOrigins,
+		AllowHosts:        append(slices.Clone(f.allowHosts), listenHostNames(f.listen, f.metricsListen)...),
+		MaxBodyBytes:      maxBody,
+		MaxPerPrincipal:   f.perPrincipal,
+		MaxConns:          f.maxConns,
+		MaxConnsPerClient: f.maxConnsClient,
+		IdleTimeout:       f.idleTimeout,
+		ShutdownGrace:     f.shutdownGrace,
+		TLSCert:           f.tlsCert,
+		TLSKey:            f.tlsKey,
 	}
 	if f.tokens != "" {
 		t, err := conf.LoadTokens(f.tokens)

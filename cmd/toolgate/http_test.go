@@ -22,7 +22,8 @@ func parseHTTPFlags(t *testing.T, args ...string) (*httpFlags, error) {
 }
 
 // TestHTTPFlagsListen: --listen takes host:port or unix:/PATH;
-// --listen-group only with a unix socket, as a name or a gid.
+// --listen-group only with a unix socket, as a name or a gid; the
+// connection bounds and the idle timeout are checked.
 func TestHTTPFlagsListen(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -38,6 +39,10 @@ func TestHTTPFlagsListen(t *testing.T) {
 		{[]string{"--listen-group", "nogroup"}, "--listen-group is the group of a unix socket listener: give --listen unix:/PATH too"},
 		{[]string{"--listen", "unix:/run/toolgate/mcp.sock", "--listen-group", "no-such-group-here"}, `--listen-group "no-such-group-here": no such group (want a group name or a gid)`},
 		{[]string{"--allow-host", "toolgate.internal"}, "--allow-host are flags of the HTTP transport: give --listen too"},
+		{[]string{"--listen", ":8080", "--max-connections", "-1"}, "--max-connections and --max-connections-per-client: want 0 (no bound) or more"},
+		{[]string{"--listen", ":8080", "--max-connections-per-client", "-1"}, "--max-connections and --max-connections-per-client: want 0 (no bound) or more"},
+		{[]string{"--listen", ":8080", "--max-connections", "0", "--max-connections-per-client", "0"}, ""},
+		{[]string{"--listen", ":8080", "--idle-timeout", "0s"}, "--idle-timeout: want a duration above 0"},
 	} {
 		f, err := parseHTTPFlags(t, tc.args...)
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
@@ -47,8 +52,10 @@ func TestHTTPFlagsListen(t *testing.T) {
 			t.Errorf("serve %v: gid %d, want 65534", tc.args, f.gid)
 		}
 	}
-	if f, _ := parseHTTPFlags(t, "--listen", ":8080"); f.gid != -1 {
-		t.Errorf("gid %d without --listen-group, want -1", f.gid)
+	f, _ := parseHTTPFlags(t, "--listen", ":8080")
+	if f.maxConns != 1024 || f.maxConnsClient != 64 || f.idleTimeout.String() != "1m0s" || f.gid != -1 {
+		t.Errorf("defaults: --max-connections %d, --max-connections-per-client %d, --idle-timeout %s, gid %d; want 1024, 64, 1m0s, -1",
+			f.maxConns, f.maxConnsClient, f.idleTimeout, f.gid)
 	}
 }
 

@@ -104,14 +104,15 @@ func dialHTTP(h *httpServer, stateless bool) (*session, error) {
 }
 
 // httpServerFor starts toolgate over HTTP for sandbox path p, with enough
-// concurrency for the throughput rows.
+// concurrency for the throughput rows: 128 clients, each with its own
+// connections, all from 127.0.0.1 (so no per-client connection bound).
 func (b *bench) httpServerFor(conf, p string) (*httpServer, error) {
 	tokens, err := b.writeConf("tokens", "bench "+benchToken+"\n")
 	if err != nil {
 		return nil, err
 	}
 	argv := b.serverArgv(conf, append(backendFlags(p), "--listen", "127.0.0.1:0", "--auth-tokens", tokens,
-		"--max-concurrent", "128", "--max-concurrent-per-principal", "0")...)
+		"--max-concurrent", "128", "--max-concurrent-per-principal", "0", "--max-connections-per-client", "0")...)
 	return startHTTP(argv, httpEnv(), b.log)
 }
 
