@@ -59,22 +59,28 @@ func (l *lockedBuffer) String() string {
 
 // httpServer is a toolgate serving MCP over HTTP.
 type httpServer struct {
-	url    string // http://127.0.0.1:PORT/mcp
+	url    string // http://127.0.0.1:PORT/mcp (http://localhost/mcp through sock)
 	base   string
+	sock   string // the unix socket, with --listen unix:/PATH
 	cmd    *exec.Cmd
 	stderr *lockedBuffer
 	audit  string
 	exited chan error
 }
 
-// startHTTPServer starts `toolgate serve --listen 127.0.0.1:0` with conf and
-// extra flags, and waits for the line naming its URL.
+// startHTTPServer starts `toolgate serve --listen 127.0.0.1:0` (unless
+// extra has a --listen of its own) with conf and extra flags, and waits for
+// the line naming its URL.
 func startHTTPServer(t *testing.T, conf string, extra ...string) *httpServer {
 	t.Helper()
 	onlyBinary(t)
 	requireTarget(t)
 	s := &httpServer{stderr: &lockedBuffer{}, audit: filepath.Join(t.TempDir(), "audit.log"), exited: make(chan error, 1)}
-	args := append([]string{"serve", "--conf", conf, "--listen", "127.0.0.1:0", "--audit-log", s.audit, "--tool-mcp-dir", t.TempDir()}, extra...)
+	args := []string{"serve", "--conf", conf, "--audit-log", s.audit, "--tool-mcp-dir", t.TempDir()}
+	if !slices.Contains(extra, "--listen") {
+		args = append(args, "--listen", "127.0.0.1:0")
+	}
+	args = append(args, extra...)
 	s.cmd = exec.Command(binary, args...)
 	pr, pw := io.Pipe()
 	s.cmd.Stderr = pw
@@ -100,6 +106,10 @@ func startHTTPServer(t *testing.T, conf string, extra ...string) *httpServer {
 	}()
 	select {
 	case u := <-found:
+		if p, ok := strings.CutPrefix(u, "unix:"); ok {
+			s.sock, _, _ = strings.Cut(p, " ")
+			u = "http://localhost/mcp"
+		}
 		s.url = u
 		s.base = strings.TrimSuffix(u, "/mcp")
 	case err := <-s.exited:
@@ -126,9 +136,24 @@ func (s *httpServer) auditRecords(t *testing.T) []map[string]any {
 	return out
 }
 
+// unixHTTPClient is an HTTP client whose every connection goes to the unix
+// socket at path.
+func unixHTTPClient(path string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}}}
+}
+
 func httpClient(t *testing.T, url, token string, legacy bool) *client.Client {
 	t.Helper()
-	var topts []transport.StreamableHTTPCOption
+	return httpClientVia(t, http.DefaultClient, url, token, legacy)
+}
+
+// httpClientVia is httpClient making its requests with hc.
+func httpClientVia(t *testing.T, hc *http.Client, url, token string, legacy bool) *client.Client {
+	t.Helper()
+	topts := []transport.StreamableHTTPCOption{transport.WithHTTPBasicClient(hc)}
 	if token != "" {
 		topts = append(topts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
 	}
@@ -168,22 +193,28 @@ func writeTokens(t *testing.T, lines ...string) string {
 const e2eToken = "e2e-token-0123456789abcdef0123456789abcdef"
 
 // TestHTTPOpenListenerRefused: without authentication, serve --listen on
-// anything but loopback does not start (exit 2, nothing listening); nor
-// does it with a token file that is missing or holds a published example
-// token (what a pod whose Secret lacks its tokens, or copies an example,
-// is given: it never becomes ready).
+// a TCP address, loopback included, does not start (exit 2, nothing
+// listening), and says what to do; nor does it with a token file that is
+// missing or holds a published example token (what a pod whose Secret
+// lacks its tokens, or copies an example, is given: it never becomes
+// ready).
 func TestHTTPOpenListenerRefused(t *testing.T) {
 	onlyBinary(t)
 	requireTarget(t)
 	conf := writeConf(t, "")
 	example := writeTokens(t, "ci-runner sha256:401fe3ccb9f5ffb678ecd700eb48039250d139152a40c65a83eccc706b997819")
+	const todo = "give --auth-tokens or --oauth-issuer, or serve local clients on a unix socket only your user may open (--listen unix:/run/toolgate/mcp.sock; --listen-group for a group)"
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--listen", "0.0.0.0:0"}, "without authentication: anyone who can reach it could run every tool"},
+		{[]string{"--listen", "0.0.0.0:0"}, "without authentication: anyone who can reach it could run every tool; " + todo},
 		{[]string{"--listen", ":0"}, "without authentication: anyone who can reach it could run every tool"},
 		{[]string{"--listen", "[::]:0"}, "without authentication: anyone who can reach it could run every tool"},
+		{[]string{"--listen", "127.0.0.1:0"}, "without authentication: every local user, and every sandboxed server given network access, could run every tool; " + todo},
+		{[]string{"--listen", "[::1]:0"}, "without authentication: every local user, and every sandboxed server given network access, could run every tool"},
+		{[]string{"--listen", "127.0.0.1:0", "--listen-group", "nogroup"}, "--listen-group is the group of a unix socket listener"},
+		{[]string{"--listen", "unix:relative.sock"}, "want unix:/PATH, an absolute path"},
 		{[]string{"--listen", "127.0.0.1:0", "--tool-scope", "s=checkpoint_status"}, "--tool-scope needs authentication"},
 		{[]string{"--auth-tokens", "/nonexistent"}, "--auth-tokens is a flag of the HTTP transport: give --listen too"},
 		{[]string{"--listen", "127.0.0.1:0", "--oauth-issuer", "https://issuer.test"}, "--oauth-issuer needs --oauth-resource"},
@@ -426,8 +457,8 @@ func TestHTTPSIGTERM(t *testing.T) {
 		{"long", "1s", false},
 	} {
 		t.Run(tc.tool, func(t *testing.T) {
-			s := startHTTPServer(t, conf, "--shutdown-grace", tc.grace)
-			c := httpClient(t, s.url, "", false)
+			s := startHTTPServer(t, conf, "--shutdown-grace", tc.grace, "--auth-tokens", writeTokens(t, "ci "+e2eToken))
+			c := httpClient(t, s.url, e2eToken, false)
 			type answer struct {
 				res *mcp.CallToolResult
 				err error
@@ -627,13 +658,13 @@ func runConformance(t *testing.T, url, token string) {
 }
 
 // TestHTTPConformance runs the conformance suite's server scenarios
-// natively over HTTP against the binary on loopback without
-// authentication: the setting the dns-rebinding-protection scenario is
-// about.
+// natively over HTTP against the binary on loopback (with a token: no TCP
+// listener serves without), the setting the dns-rebinding-protection
+// scenario is about.
 func TestHTTPConformance(t *testing.T) {
 	probe := testbin.Probe(t)
 	dir := testbin.Dir(t)
 	conf := writeConf(t, fmt.Sprintf("tool hello %[1]s read 20 4096 off %[2]s -- echo hello\n", probe, dir))
-	s := startHTTPServer(t, conf)
-	runConformance(t, s.url, "")
+	s := startHTTPServer(t, conf, "--auth-tokens", writeTokens(t, "conformance "+e2eToken))
+	runConformance(t, s.url, e2eToken)
 }

@@ -32,7 +32,7 @@ type auditRecord struct {
 	Call      string     // call: the call's id (an external once it has a slot)
 	Start     int        // start: which start of the downstream server served it
 
-	Principal          *Principal // principal, auth and client (when not empty): an HTTP call's
+	Principal          *Principal // principal, auth, client (when not empty) and peer_uid (a unix socket's): an HTTP call's
 	Traceparent        string     // traceparent: a valid one of the request's _meta
 	TraceparentInvalid bool       // traceparent_invalid: the _meta had one that is not
 
@@ -143,6 +143,7 @@ func (r *auditRecord) fields() logrus.Fields {
 		f["principal"] = p.Name
 		f["auth"] = p.Method
 		str("client", p.Client)
+		p.peerUID.put(f, "peer_uid")
 	}
 	str("traceparent", r.Traceparent)
 	if r.TraceparentInvalid {

@@ -345,21 +345,27 @@ func TestAuditObserve(t *testing.T) {
 		outcome string
 		limit   string
 	}{
-		{"ok", auditRecord{Tool: "t", Backend: "direct", Limit: some("")}, OutcomeOK, ""},
-		{"error", auditRecord{Tool: "t", Backend: "direct", IsError: true}, OutcomeError, ""},
-		{"queue", auditRecord{Tool: "t", Backend: "direct", Refused: "queue", IsError: true}, OutcomeRefused, "max_concurrent"},
-		{"principal queue", auditRecord{Tool: "t", Backend: "direct", Refused: "principal_queue", IsError: true}, OutcomeRefused, "principal_concurrent"},
-		{"cancelled", auditRecord{Tool: "t", Backend: "direct", Cancelled: true, Limit: some("")}, OutcomeCancelled, ""},
-		{"failed", auditRecord{Tool: "t", Backend: "direct", Error: some(""), IsError: true}, OutcomeFailed, ""},
-		{"timeout", auditRecord{Tool: "t", Backend: "direct", TimedOut: some(true), Limit: some("timeout"), IsError: true}, OutcomeTimeout, "timeout"},
-		{"pids", auditRecord{Tool: "t", Backend: "direct", Limit: some("pids"), IsError: true}, OutcomeLimit, "pids"},
-		{"truncated", auditRecord{Tool: "t", Backend: "direct", Truncated: some(true)}, OutcomeOK, "output"},
-		{"no backend", auditRecord{Tool: "t", Refused: "cancelled before it began", Cancelled: true, IsError: true}, OutcomeRefused, ""},
+		{"ok", auditRecord{Tool: "checkpoint_status", Backend: "direct", Limit: some("")}, OutcomeOK, ""},
+		{"error", auditRecord{Tool: "checkpoint_status", Backend: "direct", IsError: true}, OutcomeError, ""},
+		{"queue", auditRecord{Tool: "checkpoint_status", Backend: "direct", Refused: "queue", IsError: true}, OutcomeRefused, "max_concurrent"},
+		{"principal queue", auditRecord{Tool: "checkpoint_status", Backend: "direct", Refused: "principal_queue", IsError: true}, OutcomeRefused, "principal_concurrent"},
+		{"cancelled", auditRecord{Tool: "checkpoint_status", Backend: "direct", Cancelled: true, Limit: some("")}, OutcomeCancelled, ""},
+		{"failed", auditRecord{Tool: "checkpoint_status", Backend: "direct", Error: some(""), IsError: true}, OutcomeFailed, ""},
+		{"timeout", auditRecord{Tool: "checkpoint_status", Backend: "direct", TimedOut: some(true), Limit: some("timeout"), IsError: true}, OutcomeTimeout, "timeout"},
+		{"pids", auditRecord{Tool: "checkpoint_status", Backend: "direct", Limit: some("pids"), IsError: true}, OutcomeLimit, "pids"},
+		{"truncated", auditRecord{Tool: "checkpoint_status", Backend: "direct", Truncated: some(true)}, OutcomeOK, "output"},
+		{"no backend", auditRecord{Tool: "checkpoint_status", Refused: "cancelled before it began", Cancelled: true, IsError: true}, OutcomeRefused, ""},
+		// A tool the server does not serve is never a label value.
+		{"unknown tool", auditRecord{Tool: "made-up", Backend: "direct", IsError: true}, OutcomeError, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := NewMetrics(New(Options{}))
 			tc.rec.observe(m)
-			if got := testutil.ToFloat64(m.calls.WithLabelValues("t", tc.rec.Backend, tc.outcome)); got != 1 {
+			label := tc.rec.Tool
+			if label == "made-up" {
+				label = "other"
+			}
+			if got := testutil.ToFloat64(m.calls.WithLabelValues(label, tc.rec.Backend, tc.outcome)); got != 1 {
 				t.Errorf("calls{outcome=%s} = %v, want 1", tc.outcome, got)
 			}
 			if n := testutil.CollectAndCount(m.calls); n != 1 {
@@ -375,5 +381,5 @@ func TestAuditObserve(t *testing.T) {
 		})
 	}
 	var none *Metrics
-	(&auditRecord{Tool: "t"}).observe(none) // no metrics: nothing to count, no panic
+	(&auditRecord{Tool: "checkpoint_status"}).observe(none) // no metrics: nothing to count, no panic
 }

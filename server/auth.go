@@ -22,7 +22,7 @@ type Principal struct {
 	// file's name of the token, or the OAuth token's subject as
 	// showClaim escapes it (two subjects never show the same).
 	Name string
-	// Method is AuthToken, AuthOAuth or AuthNone.
+	// Method is AuthToken, AuthOAuth or AuthLocal.
 	Method string
 	// Issuer and Subject are an OAuth principal's iss and sub exactly as
 	// the token says: the pair is who it is (key), whatever Name shows.
@@ -33,24 +33,39 @@ type Principal struct {
 	// Client is the OAuth client the token was issued to (azp or
 	// client_id), when the token says.
 	Client string
+	// peerUID is the uid of the process at the other end of a unix
+	// socket (SO_PEERCRED): the local principal's.
+	peerUID opt[int]
 }
 
 // The ways a principal is authenticated.
 const (
 	AuthToken = "token" // a static bearer token of --auth-tokens
 	AuthOAuth = "oauth" // a JWT access token of --oauth-issuer
-	AuthNone  = "none"  // a loopback listener without authentication
+	AuthLocal = "local" // a unix socket listener without authentication: whoever the socket's mode lets connect
 )
 
-// key identifies p in sessions and per-principal queues. It is
+// LocalPrincipal is the principal of every request over a unix socket
+// listener without authentication; its audit records carry the peer's uid
+// too (peer_uid), and sessions and queues are each uid's own.
+const LocalPrincipal = "local"
+
+func localPrincipal(uid int) Principal {
+	return Principal{Name: LocalPrincipal, Method: AuthLocal, peerUID: some(uid)}
+}
+
+// key identifies p in sessions, queues and cancellation. It is
 // injective: a token file's name and an OAuth subject that happen to be
-// equal are not one principal, and an OAuth principal is its exact
-// (issuer, subject) pair, each quoted (strconv.Quote is reversible, and
-// a quoted string ends where its closing quote is), never the Name that
-// shows it.
+// equal are not one principal, nor are two uids on a unix socket, and an
+// OAuth principal is its exact (issuer, subject) pair, each quoted
+// (strconv.Quote is reversible, and a quoted string ends where its
+// closing quote is), never the Name that shows it.
 func (p Principal) key() string {
 	if p.Method == AuthOAuth {
 		return p.Method + "/" + strconv.Quote(p.Issuer) + "/" + strconv.Quote(p.Subject)
+	}
+	if p.peerUID.ok {
+		return p.Method + "/" + p.Name + "/" + strconv.Itoa(p.peerUID.v)
 	}
 	return p.Method + "/" + p.Name
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -53,7 +54,8 @@ const (
 // HTTPOptions configure the streamable HTTP transport.
 type HTTPOptions struct {
 	// Auth checks bearer tokens; nil serves without authentication, which
-	// Listen refuses on anything but a loopback address.
+	// Serve accepts only on a unix socket (ListenUnix): every request is
+	// then principal "local" (AuthLocal).
 	Auth Authenticator
 	// OAuth, when set, is also in Auth: its issuer is named in the
 	// protected resource metadata, and /readyz waits for its keys.
@@ -68,6 +70,20 @@ type HTTPOptions struct {
 	// AllowOrigins are the Origin values accepted besides loopback ones
 	// (scheme://host[:port]).
 	AllowOrigins []string
+	// AllowHosts are the host names a request's Host may name besides IP
+	// literals and localhost (serve --allow-host, and the host names of
+	// --listen and --metrics-listen); Resource's host is one too. A
+	// request naming any other is refused 403 on every path of both
+	// listeners (DNS rebinding); one over a unix socket is not checked.
+	AllowHosts []string
+	// MaxConns bounds the connections open at once on each listener, and
+	// MaxConnsPerClient those of one client address (a unix socket's: of
+	// one uid); 0 is no bound. A connection over either is closed as soon
+	// as it is accepted.
+	MaxConns, MaxConnsPerClient int
+	// IdleTimeout closes a keep-alive connection idle that long
+	// (DefaultIdleTimeout if 0).
+	IdleTimeout time.Duration
 	// MaxBodyBytes bounds a request body (DefaultMaxRequestBytes if 0).
 	MaxBodyBytes int
 	// MaxPerPrincipal bounds one principal's concurrent calls (0: no
@@ -95,6 +111,9 @@ type HTTP struct {
 	prmPath  string
 	prmURL   string
 	mux      *http.ServeMux
+	handler  http.Handler // mux behind the Host check
+	hosts    map[string]bool
+	inflight inflight
 	draining atomic.Bool
 	calls    sync.WaitGroup
 	inFlight atomic.Int64
@@ -115,6 +134,20 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 	if opts.ShutdownGrace <= 0 {
 		opts.ShutdownGrace = DefaultShutdownGrace
 	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.MaxConns < 0 || opts.MaxConnsPerClient < 0 {
+		return nil, errors.New("--max-connections and --max-connections-per-client: want 0 (no bound) or more")
+	}
+	hosts := map[string]bool{}
+	for _, name := range opts.AllowHosts {
+		n, err := normalHostName(name)
+		if err != nil {
+			return nil, fmt.Errorf("--allow-host %q: %w", name, err)
+		}
+		hosts[n] = true
+	}
 	for _, o := range opts.AllowOrigins {
 		if _, err := normalOrigin(o); err != nil {
 			return nil, fmt.Errorf("--allow-origin %q: %w", o, err)
@@ -128,6 +161,8 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 		opts:     opts,
 		sessions: newSessions(maxSessionsPerPrincipal, DefaultSessionIdle),
 		limits:   newPrincipalLimits(opts.MaxPerPrincipal),
+		hosts:    hosts,
+		inflight: inflight{m: map[inflightKey][]*inflightCall{}},
 	}
 	if opts.OAuth != nil {
 		if opts.Resource == "" {
@@ -139,6 +174,7 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 		}
 		h.prmPath = mcpserver.ProtectedResourceMetadataPath(opts.Resource)
 		h.prmURL = u.Scheme + "://" + u.Host + h.prmPath
+		h.hosts[strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")] = true
 	}
 	s.metrics = opts.Metrics
 	mcpserver.WithToolFilter(scopeFilter(opts.Scopes))(s.mcp)
@@ -149,6 +185,8 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 		mcpserver.WithSessionIdManagerResolver(h.sessions),
 		mcpserver.WithSessionIdleTTL(DefaultSessionIdle),
 		mcpserver.WithStreamableHTTPLogger(slogger),
+		// One Host rule decides, for every path: checkHost's.
+		mcpserver.WithDisableLocalhostProtection(true),
 	)
 	h.mux = http.NewServeMux()
 	h.mux.HandleFunc(MCPPath, h.serveMCP)
@@ -171,11 +209,12 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not found: MCP is served at "+MCPPath, http.StatusNotFound)
 	})
+	h.handler = h.checkHost(h.mux)
 	return h, nil
 }
 
-// Handler is the HTTP handler of every path.
-func (h *HTTP) Handler() http.Handler { return h.mux }
+// Handler is the HTTP handler of every path, behind the Host check.
+func (h *HTTP) Handler() http.Handler { return h.handler }
 
 // InFlight is the number of tool calls being served over HTTP.
 func (h *HTTP) InFlight() int { return int(h.inFlight.Load()) }
@@ -183,19 +222,23 @@ func (h *HTTP) InFlight() int { return int(h.inFlight.Load()) }
 // Sessions is the number of live 2025-11-25 sessions.
 func (h *HTTP) Sessions() int { return h.sessions.count() }
 
-// CheckListen refuses to serve without authentication on an address that
-// is not loopback: addr is the address bound (a listener's), so a host
-// name that resolves elsewhere, or an empty host (every interface), is
-// caught.
+// CheckListen refuses to serve without authentication on anything but a
+// unix socket: on a TCP address, loopback included, every local user (and
+// every sandboxed server given network access) could connect and run every
+// tool, while a unix socket's mode says who may (ListenUnix). addr is the
+// address bound (a listener's).
 func CheckListen(addr net.Addr, authenticated bool) error {
 	if authenticated {
 		return nil
 	}
-	tcp, ok := addr.(*net.TCPAddr)
-	if ok && tcp.IP.IsLoopback() {
+	if _, ok := addr.(*net.UnixAddr); ok {
 		return nil
 	}
-	return fmt.Errorf("refusing to serve MCP over HTTP on %s without authentication: anyone who can reach it could run every tool; listen on 127.0.0.1 or [::1], or give --auth-tokens or --oauth-issuer", addr)
+	who := "anyone who can reach it"
+	if tcp, ok := addr.(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
+		who = "every local user, and every sandboxed server given network access,"
+	}
+	return fmt.Errorf("refusing to serve MCP over HTTP on %s without authentication: %s could run every tool; give --auth-tokens or --oauth-issuer, or serve local clients on a unix socket only your user may open (--listen unix:/run/toolgate/mcp.sock; --listen-group for a group)", addr, who)
 }
 
 // Serve serves on ln until ctx is done, then shuts down gracefully:
@@ -215,13 +258,15 @@ func (h *HTTP) Serve(ctx context.Context, ln, metrics net.Listener) error {
 	defer kill()
 	errorLog := log.New(h.s.log.WriterLevel(logrus.DebugLevel), "http: ", 0)
 	srv := &http.Server{
-		Handler:           h.mux,
+		Handler:           h.handler,
 		BaseContext:       func(net.Listener) context.Context { return base },
+		ConnContext:       connContext,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       h.opts.IdleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          errorLog,
 	}
+	ln = newLimitListener(ln, listenerMCP, h.opts.MaxConns, h.opts.MaxConnsPerClient, h.opts.Metrics)
 	tlsOn := h.opts.TLSCert != "" || h.opts.TLSKey != ""
 	if tlsOn {
 		if h.opts.TLSCert == "" || h.opts.TLSKey == "" {
@@ -249,8 +294,10 @@ func (h *HTTP) Serve(ctx context.Context, ln, metrics net.Listener) error {
 		mmux.HandleFunc("/healthz", h.healthz)
 		mmux.HandleFunc("/readyz", h.readyz)
 		mmux.HandleFunc("/metrics", h.metrics)
-		msrv = &http.Server{Handler: mmux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errorLog}
-		go func() { errc <- msrv.Serve(metrics) }()
+		msrv = &http.Server{Handler: h.checkHost(mmux), ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout: h.opts.IdleTimeout, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errorLog}
+		mln := newLimitListener(metrics, listenerMetrics, h.opts.MaxConns, h.opts.MaxConnsPerClient, h.opts.Metrics)
+		go func() { errc <- msrv.Serve(mln) }()
 	}
 	select {
 	case err := <-errc:
@@ -377,8 +424,8 @@ func normalOrigin(o string) (string, error) {
 // neither loopback nor allowed (DNS-rebinding protection, as the MCP
 // transport asks: a page of evil.example whose name now resolves to this
 // server still sends Origin: http://evil.example). A request without
-// Origin (any non-browser client) passes. mcp-go itself answers 403 to a
-// request that reached a loopback address with a Host that is not one.
+// Origin (any non-browser client) passes. The Host is checked before, on
+// every path (checkHost).
 func (h *HTTP) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
 	o := r.Header.Get("Origin")
 	if o == "" {
@@ -398,6 +445,52 @@ func (h *HTTP) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
 	h.opts.Metrics.authFailure("origin")
 	http.Error(w, "Forbidden: Origin "+strconv.Quote(bounded(o, 256))+" is not allowed (toolgate serve --allow-origin)", http.StatusForbidden)
 	return false
+}
+
+// normalHostName checks an --allow-host value, a host name without port
+// or scheme, and returns it lowercased.
+func normalHostName(name string) (string, error) {
+	n := strings.TrimSuffix(strings.ToLower(name), ".")
+	if n == "" || strings.ContainsAny(n, ":/[]@ ") {
+		return "", errors.New("want a host name, without port or scheme (toolgate.example.com)")
+	}
+	return n, nil
+}
+
+// checkHost wraps next in the Host check (DNS-rebinding protection) of
+// every path: a page of evil.example whose name now resolves to this
+// server's address sends Host: evil.example, which is refused 403; a
+// request naming the server by an IP literal (a kubelet probe,
+// Prometheus, a client given an address), by localhost, or by an allowed
+// name passes, as does one over a unix socket (no browser reaches one).
+func (h *HTTP) checkHost(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, unix := r.Context().Value(http.LocalAddrContextKey).(*net.UnixAddr); unix || h.hostAllowed(r.Host) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		h.opts.Metrics.authFailure("host")
+		http.Error(w, "Forbidden: Host "+strconv.Quote(bounded(r.Host, 256))+
+			" is not allowed: name this server by its IP address, localhost, the host of --listen or --oauth-resource, or a name given to toolgate serve --allow-host (DNS-rebinding protection)",
+			http.StatusForbidden)
+	})
+}
+
+// hostAllowed reports whether a Host value names this server in a way DNS
+// rebinding cannot produce: an IP literal (a rebinding page's requests
+// carry its own name), localhost, or an allowed name. No Host (HTTP/1.0)
+// is no browser's.
+func (h *HTTP) hostAllowed(host string) bool {
+	name := host
+	if n, _, err := net.SplitHostPort(host); err == nil {
+		name = n
+	}
+	name = strings.TrimSuffix(strings.ToLower(strings.Trim(name, "[]")), ".")
+	if name == "" || name == "localhost" || h.hosts[name] {
+		return true
+	}
+	_, err := netip.ParseAddr(name)
+	return err == nil
 }
 
 // challenge writes the WWW-Authenticate header of a refusal.
@@ -432,7 +525,17 @@ func writeAuthError(w http.ResponseWriter, status int, code, desc string) {
 // false. Nothing of the token is ever logged or echoed.
 func (h *HTTP) authenticate(w http.ResponseWriter, r *http.Request) (Principal, bool) {
 	if h.opts.Auth == nil {
-		return Principal{Name: "anonymous", Method: AuthNone}, true
+		// Serve takes no TCP listener without authentication: a request
+		// without a unix socket peer reached this handler some other
+		// way, and is refused.
+		uid, ok := unixPeer(r.Context())
+		if !ok {
+			h.opts.Metrics.authFailure("missing")
+			h.challenge(w, "", "", "")
+			writeAuthError(w, http.StatusUnauthorized, "invalid_request", "a bearer token is required (only a unix socket listener serves without one)")
+			return Principal{}, false
+		}
+		return localPrincipal(uid), true
 	}
 	token, present, err := bearerToken(r)
 	if !present {
@@ -472,9 +575,25 @@ type envelope struct {
 	Method string          `json:"method"`
 	ID     json.RawMessage `json:"id"`
 	Params struct {
-		Name string         `json:"name"`
-		Meta map[string]any `json:"_meta"`
+		Name      string          `json:"name"`
+		RequestID json.RawMessage `json:"requestId"` // notifications/cancelled's
+		Meta      map[string]any  `json:"_meta"`
 	} `json:"params"`
+}
+
+// stateless reports whether a request is of the 2026-07-28 revision (or
+// later), decided as mcp-go decides it (its detectRequestEra): by the
+// MCP-Protocol-Version header or by the _meta protocol version, either.
+// Such a request has no session, whatever header it carries.
+func (e *envelope) stateless(r *http.Request) bool {
+	v, _ := e.Params.Meta[mcp.MetaKeyProtocolVersion].(string)
+	return mcp.IsModernProtocol(v) || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion))
+}
+
+// isRequest reports a message with a method and an id: a request, which
+// a notifications/cancelled may name.
+func (e *envelope) isRequest() bool {
+	return e.Method != "" && len(e.ID) > 0 && string(e.ID) != "null"
 }
 
 // serveMCP is /mcp: Origin, token, session ownership, body cap, the scope
@@ -483,11 +602,7 @@ type envelope struct {
 func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
 	w = rec
-	defer func() {
-		if h.opts.Metrics != nil {
-			h.opts.Metrics.requests.WithLabelValues(r.Method, strconv.Itoa(rec.code)).Inc()
-		}
-	}()
+	defer func() { h.opts.Metrics.request(r.Method, rec.code) }()
 	if !h.checkOrigin(w, r) {
 		return
 	}
@@ -529,18 +644,77 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case string(mcp.MethodNotificationCancelled):
-			if sid == "" {
-				// Without a session (2026-07-28, or a sessionless client)
-				// mcp-go would match the request id across every client;
-				// such a call is cancelled by closing its request.
-				w.WriteHeader(http.StatusAccepted)
-				return
+			// Never handed to mcp-go, whose in-flight map keys a
+			// stateless request by its id alone (every 2026-07-28
+			// request's session id is ""), so that one principal's cancel
+			// named another's call. A 2025-11-25 cancel in the sender's
+			// own session reaches that principal's request of that id in
+			// that session (h.inflight). A 2026-07-28 one is answered and
+			// ignored, as that revision says of HTTP: closing the
+			// request's stream is the cancellation, no notification is
+			// expected, and its id (unique only per client) could name
+			// another client's call of the same principal.
+			if !env.stateless(r) && sid != "" {
+				h.inflight.cancel(p.key(), sid, env.Params.RequestID)
 			}
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		if !env.stateless(r) && sid != "" && env.isRequest() {
+			ctx, done := h.inflight.add(r.Context(), p.key(), sid, env.ID)
+			defer done()
+			r = r.WithContext(ctx)
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 	}
 	h.mcp.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+}
+
+// inflight are the 2025-11-25 requests being served over HTTP, by
+// principal, session and request id: all a notifications/cancelled can
+// reach. A principal's cancel names its own session (one of another's is
+// answered 404 before), so it never reaches another principal's request.
+type inflight struct {
+	mu sync.Mutex
+	m  map[inflightKey][]*inflightCall
+}
+
+type inflightKey struct{ principal, session, id string }
+
+type inflightCall struct{ cancel context.CancelFunc }
+
+// add registers a request; done forgets it.
+func (f *inflight) add(ctx context.Context, principal, session string, id json.RawMessage) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	k := inflightKey{principal, session, canonicalID(id)}
+	c := &inflightCall{cancel: cancel}
+	f.mu.Lock()
+	f.m[k] = append(f.m[k], c)
+	f.mu.Unlock()
+	return ctx, func() {
+		cancel()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		list := slices.DeleteFunc(f.m[k], func(x *inflightCall) bool { return x == c })
+		if len(list) == 0 {
+			delete(f.m, k)
+		} else {
+			f.m[k] = list
+		}
+	}
+}
+
+// cancel cancels the requests of principal's session with that id.
+func (f *inflight) cancel(principal, session string, id json.RawMessage) {
+	if len(id) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.m[inflightKey{principal, session, canonicalID(id)}] {
+		c.cancel()
+	}
 }
 
 // refuseScope answers a tools/call of a tool the principal's scopes do

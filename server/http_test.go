@@ -22,11 +22,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,6 +76,8 @@ func (s *httpLog) String() string {
 type httpFixture struct {
 	url     string
 	base    string
+	sock    string // the unix socket served on (a fixture without authentication)
+	metrics string // the base URL of the metrics listener, when started
 	h       *HTTP
 	srv     *Server
 	direct  *fakeRunner
@@ -86,7 +90,57 @@ type httpFixture struct {
 
 type fixtureOpt func(*Options)
 
+// unixSocketPath is a socket path in a fresh directory of root's (short:
+// a socket path has at most 107 bytes).
+func unixSocketPath(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "tg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "mcp.sock")
+}
+
+// unixClients are the HTTP clients of the unix sockets the tests serve
+// on, by the made-up host of their base URL.
+var (
+	unixClients sync.Map // host → *http.Client
+	unixSeq     atomic.Int64
+)
+
+// registerUnixSocket returns a base URL whose requests testHTTPClient
+// sends through the socket at path.
+func registerUnixSocket(path string) string {
+	host := fmt.Sprintf("sock%d.localhost", unixSeq.Add(1))
+	unixClients.Store(host, &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+	}})
+	return "http://" + host
+}
+
+// testHTTPClient is the client for rawURL: through its unix socket when a
+// fixture registered one, otherwise net/http's default.
+func testHTTPClient(rawURL string) *http.Client {
+	if u, err := url.Parse(rawURL); err == nil {
+		if c, ok := unixClients.Load(u.Host); ok {
+			return c.(*http.Client)
+		}
+	}
+	return http.DefaultClient
+}
+
 func startHTTP(t *testing.T, hopts HTTPOptions, fopts ...fixtureOpt) *httpFixture {
+	t.Helper()
+	return startHTTPWith(t, hopts, false, fopts...)
+}
+
+// startHTTPWith is startHTTP, also serving a metrics listener (the
+// --metrics-listen one) on 127.0.0.1 when metrics is set.
+func startHTTPWith(t *testing.T, hopts HTTPOptions, metrics bool, fopts ...fixtureOpt) *httpFixture {
 	t.Helper()
 	f := &httpFixture{
 		direct:  &fakeRunner{res: rt.Result{Output: []byte("hi\n")}},
@@ -116,16 +170,33 @@ func startHTTP(t *testing.T, hopts HTTPOptions, fopts ...fixtureOpt) *httpFixtur
 		t.Fatal(err)
 	}
 	f.h = h
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// Without authentication Serve takes only a unix socket.
+	var ln net.Listener
+	if hopts.Auth == nil {
+		f.sock = unixSocketPath(t)
+		ln, err = ListenUnix(f.sock, -1)
+		f.base = registerUnixSocket(f.sock)
+	} else {
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		if err == nil {
+			f.base = "http://" + ln.Addr().String()
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.base = "http://" + ln.Addr().String()
 	f.url = f.base + MCPPath
 	ctx, cancel := context.WithCancel(context.Background())
 	f.stop = cancel
 	f.done = make(chan error, 1)
-	go func() { f.done <- h.Serve(ctx, ln, nil) }()
+	var mln net.Listener
+	if metrics {
+		if mln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		f.metrics = "http://" + mln.Addr().String()
+	}
+	go func() { f.done <- h.Serve(ctx, ln, mln) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -192,7 +263,7 @@ func (f *httpFixture) post(t *testing.T, r rpcReq) rpcResp {
 		}
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testHTTPClient(f.url).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +282,7 @@ func callBody(tool string) string {
 // 2025-11-25 session era (legacy) or the stateless 2026-07-28 one.
 func mcpClient(t *testing.T, url, token string, legacy bool) *client.Client {
 	t.Helper()
-	var topts []transport.StreamableHTTPCOption
+	topts := []transport.StreamableHTTPCOption{transport.WithHTTPBasicClient(testHTTPClient(url))}
 	if token != "" {
 		topts = append(topts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
 	}
@@ -679,46 +750,58 @@ func TestHTTPProtectedResourceMetadata(t *testing.T) {
 	}
 }
 
+// TestCheckListen: without authentication, Serve takes no TCP listener,
+// loopback included (every local user could connect), and says what to
+// do; a unix socket serves without.
 func TestCheckListen(t *testing.T) {
+	const local = "every local user, and every sandboxed server given network access, could run every tool; give --auth-tokens or --oauth-issuer, or serve local clients on a unix socket only your user may open (--listen unix:/run/toolgate/mcp.sock; --listen-group for a group)"
+	const anyone = "anyone who can reach it could run every tool; give --auth-tokens or --oauth-issuer, or serve local clients on a unix socket"
 	for _, tc := range []struct {
 		addr string
 		auth bool
-		ok   bool
+		want string // "" for accepted
 	}{
-		{"127.0.0.1:8080", false, true},
-		{"[::1]:8080", false, true},
-		{"127.0.0.2:8080", false, true},
-		{"0.0.0.0:8080", false, false},
-		{"[::]:8080", false, false},
-		{"10.1.2.3:8080", false, false},
-		{"0.0.0.0:8080", true, true},
+		{"127.0.0.1:8080", false, local},
+		{"[::1]:8080", false, local},
+		{"127.0.0.2:8080", false, local},
+		{"0.0.0.0:8080", false, anyone},
+		{"[::]:8080", false, anyone},
+		{"10.1.2.3:8080", false, anyone},
+		{"127.0.0.1:8080", true, ""},
+		{"0.0.0.0:8080", true, ""},
 	} {
 		a, err := net.ResolveTCPAddr("tcp", tc.addr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := CheckListen(a, tc.auth); (err == nil) != tc.ok {
-			t.Errorf("CheckListen(%s, auth %v) = %v, want ok %v", tc.addr, tc.auth, err, tc.ok)
+		err = CheckListen(a, tc.auth)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), "refusing to serve MCP over HTTP on "+a.String()+" without authentication: "+tc.want)) {
+			t.Errorf("CheckListen(%s, auth %v) = %v, want %q", tc.addr, tc.auth, err, tc.want)
 		}
 	}
-	// Serve itself refuses, whatever its caller checked.
+	if err := CheckListen(&net.UnixAddr{Name: "/run/toolgate/mcp.sock", Net: "unix"}, false); err != nil {
+		t.Errorf("CheckListen(unix socket, no auth) = %v, want accepted", err)
+	}
+	// Serve itself refuses, whatever its caller checked: loopback too.
 	s := New(Options{Conf: loadConf(t, httpConf)})
 	h, err := NewHTTP(s, HTTPOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	if err := h.Serve(context.Background(), ln, nil); err == nil || !strings.Contains(err.Error(), "without authentication") {
-		t.Fatalf("Serve on %s without auth = %v, want refused", ln.Addr(), err)
+	for _, addr := range []string{"0.0.0.0:0", "127.0.0.1:0"} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Serve(context.Background(), ln, nil); err == nil || !strings.Contains(err.Error(), "without authentication") {
+			t.Fatalf("Serve on %s without auth = %v, want refused", ln.Addr(), err)
+		}
+		ln.Close()
 	}
 }
 
 func TestHTTPOrigin(t *testing.T) {
-	f := startHTTP(t, HTTPOptions{AllowOrigins: []string{"https://agents.example.com"}})
+	f := startHTTP(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken)), AllowOrigins: []string{"https://agents.example.com"}})
 	port := strings.TrimPrefix(f.base, "http://127.0.0.1:")
 	for _, tc := range []struct {
 		name    string
@@ -735,7 +818,7 @@ func TestHTTPOrigin(t *testing.T) {
 		{"DNS rebinding: Host only", map[string]string{"Host": "evil.example.com:" + port}, 403},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := f.post(t, rpcReq{body: initBody, headers: tc.headers}); got.status != tc.status {
+			if got := f.post(t, rpcReq{token: aliceToken, body: initBody, headers: tc.headers}); got.status != tc.status {
 				t.Errorf("status %d (%s), want %d", got.status, got.body, tc.status)
 			}
 		})
@@ -752,7 +835,7 @@ func TestHTTPBodyCap(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, f.url, io.MultiReader(strings.NewReader(big)))
 	req.Header.Set("Content-Type", "application/json")
 	req.ContentLength = -1
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testHTTPClient(f.url).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -851,7 +934,7 @@ func getStatus(t *testing.T, url, token string) (int, string) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testHTTPClient(url).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -945,7 +1028,7 @@ func TestHTTPGracefulShutdown(t *testing.T) {
 			waitFor(t, func() bool { return f.h.draining.Load() })
 			// No new connection is accepted.
 			waitFor(t, func() bool {
-				c, err := net.DialTimeout("tcp", strings.TrimPrefix(f.base, "http://"), time.Second)
+				c, err := net.DialTimeout("unix", f.sock, time.Second)
 				if err == nil {
 					c.Close()
 				}
@@ -1126,7 +1209,7 @@ func TestHTTPTLS(t *testing.T) {
 	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
 
 	s := New(Options{Conf: loadConf(t, httpConf), Direct: &fakeRunner{}})
-	h, err := NewHTTP(s, HTTPOptions{TLSCert: certFile, TLSKey: keyFile})
+	h, err := NewHTTP(s, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken)), TLSCert: certFile, TLSKey: keyFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1147,6 +1230,7 @@ func TestHTTPTLS(t *testing.T) {
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	req, _ := http.NewRequest(http.MethodPost, "https://"+ln.Addr().String()+MCPPath, strings.NewReader(initBody))
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
 	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatalf("HTTPS initialize: %v", err)

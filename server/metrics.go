@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,11 +13,14 @@ import (
 )
 
 // Metrics are the Prometheus metrics of a server, in a registry of their
-// own (served at /metrics over HTTP). Their labels are bounded: tool names
-// are fixed at start-up, backends and outcomes are closed sets, principals
-// are never a label.
+// own (served at /metrics over HTTP). No label takes a value a client
+// chose: tool names are the served ones (any other is counted as
+// "other"), HTTP methods outside net/http's nine are "other", backends,
+// outcomes, limits, reasons and listeners are closed sets, principals are
+// never a label.
 type Metrics struct {
 	reg       *prometheus.Registry
+	known     func(tool string) bool
 	calls     *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
 	queueWait *prometheus.HistogramVec
@@ -24,7 +28,13 @@ type Metrics struct {
 	limits    *prometheus.CounterVec
 	auth      *prometheus.CounterVec
 	requests  *prometheus.CounterVec
+	conns     *prometheus.GaugeVec
+	connsMax  *prometheus.GaugeVec
+	refused   *prometheus.CounterVec
 }
+
+// otherLabel stands for every label value outside a closed set.
+const otherLabel = "other"
 
 // The outcomes of a call (toolgate_calls_total's outcome label).
 const (
@@ -43,7 +53,7 @@ var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 
 // NewMetrics registers the metrics of s, including the sandbox backend's
 // state, read at each scrape.
 func NewMetrics(s *Server) *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry()}
+	m := &Metrics{reg: prometheus.NewRegistry(), known: s.known}
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolgate_calls_total",
 		Help: "Tool calls by tool, backend and outcome (ok, error, timeout, cancelled, limit, refused, failed).",
@@ -68,12 +78,24 @@ func NewMetrics(s *Server) *Metrics {
 	}, []string{"limit"})
 	m.auth = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolgate_http_auth_failures_total",
-		Help: "HTTP requests refused before MCP: missing (no token), invalid (refused token), unavailable (issuer keys not loaded), origin (Origin not allowed).",
+		Help: "HTTP requests refused before MCP: missing (no token), invalid (refused token), unavailable (issuer keys not loaded), origin (Origin not allowed), host (Host not allowed: DNS rebinding).",
 	}, []string{"reason"})
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolgate_http_requests_total",
-		Help: "HTTP requests to the MCP endpoint by method and status code.",
+		Help: "HTTP requests to the MCP endpoint by method (GET, POST, ...; other for any other) and status code.",
 	}, []string{"method", "code"})
+	m.conns = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "toolgate_http_connections",
+		Help: "HTTP connections open now, by listener (mcp: --listen, metrics: --metrics-listen).",
+	}, []string{"listener"})
+	m.connsMax = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "toolgate_http_connections_max",
+		Help: "The bound of open HTTP connections, by listener and per (listener: --max-connections, client: --max-connections-per-client); 0 is no bound.",
+	}, []string{"listener", "per"})
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolgate_http_connections_refused_total",
+		Help: "HTTP connections closed as soon as accepted, by listener and the bound they were over (max_connections, max_connections_per_client).",
+	}, []string{"listener", "limit"})
 	sandbox := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "toolgate_sandbox_ready",
 		Help:        "1 when the sandbox backend's self-test passed, 0 while it runs or when it failed (see toolgate_sandbox_state).",
@@ -84,7 +106,8 @@ func NewMetrics(s *Server) *Metrics {
 		}
 		return 0
 	})
-	m.reg.MustRegister(m.calls, m.duration, m.queueWait, m.inFlight, m.limits, m.auth, m.requests, sandbox,
+	m.reg.MustRegister(m.calls, m.duration, m.queueWait, m.inFlight, m.limits, m.auth, m.requests,
+		m.conns, m.connsMax, m.refused, sandbox,
 		&sandboxState{s: s, desc: prometheus.NewDesc("toolgate_sandbox_state",
 			"The sandbox backend's probe state: 1 for the current one of pending, ready, unavailable.",
 			[]string{"backend", "state"}, nil)},
@@ -162,14 +185,67 @@ func (r *auditRecord) observe(m *Metrics) {
 		m.limits.WithLabelValues("output").Inc()
 	}
 	// A record of a call refused before it began may have no backend.
-	m.calls.WithLabelValues(r.Tool, r.Backend, outcome).Inc()
+	m.calls.WithLabelValues(m.tool(r.Tool), r.Backend, outcome).Inc()
+}
+
+// tool is the tool label of name: a served tool's name, or "other".
+func (m *Metrics) tool(name string) string {
+	if m.known != nil && !m.known(name) {
+		return otherLabel
+	}
+	return name
 }
 
 func (m *Metrics) observeCall(tool, backend string, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.duration.WithLabelValues(tool, backend).Observe(d.Seconds())
+	m.duration.WithLabelValues(m.tool(tool), backend).Observe(d.Seconds())
+}
+
+// request counts an HTTP request to the MCP endpoint: its method when it
+// is one of net/http's, "other" when not (a client may send any token as
+// a method), and its status code.
+func (m *Metrics) request(method string, code int) {
+	if m == nil {
+		return
+	}
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+	default:
+		method = otherLabel
+	}
+	c := otherLabel
+	if code >= 100 && code <= 599 {
+		c = strconv.Itoa(code)
+	}
+	m.requests.WithLabelValues(method, c).Inc()
+}
+
+// connBounds publishes a listener's connection bounds, and starts its
+// series at 0.
+func (m *Metrics) connBounds(listener string, max, perClient int) {
+	if m == nil {
+		return
+	}
+	m.connsMax.WithLabelValues(listener, "listener").Set(float64(max))
+	m.connsMax.WithLabelValues(listener, "client").Set(float64(perClient))
+	m.conns.WithLabelValues(listener)
+	m.refused.WithLabelValues(listener, limitConns)
+	m.refused.WithLabelValues(listener, limitConnsPerClient)
+}
+
+func (m *Metrics) connOpened(listener string, delta float64) {
+	if m != nil {
+		m.conns.WithLabelValues(listener).Add(delta)
+	}
+}
+
+func (m *Metrics) connRefused(listener, limit string) {
+	if m != nil {
+		m.refused.WithLabelValues(listener, limit).Inc()
+	}
 }
 
 func (m *Metrics) authFailure(reason string) {

@@ -7,7 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os/user"
+	"path/filepath"
 	goruntime "runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,10 +32,17 @@ type httpFlags struct {
 	oauthAlgs       string
 	toolScopes      listFlag
 	allowOrigins    listFlag
+	allowHosts      listFlag
+	listenGroup     string
 	perPrincipal    int
+	maxConns        int
+	maxConnsClient  int
+	idleTimeout     time.Duration
 	shutdownGrace   time.Duration
 	scopes          server.ToolScopes
 	oauthConfigured bool
+	unixPath        string // --listen unix:PATH
+	gid             int    // --listen-group, resolved (-1: none)
 }
 
 // listFlag is a flag that may be given more than once.
@@ -41,8 +52,9 @@ func (l *listFlag) String() string     { return strings.Join(*l, " ") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func (f *httpFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.listen, "listen", "", "serve MCP over streamable HTTP at http://ADDR/mcp instead of stdio (ADDR: host:port); anything but a loopback address needs --auth-tokens or --oauth-issuer")
-	fs.StringVar(&f.metricsListen, "metrics-listen", "", "also serve /metrics, /healthz and /readyz without authentication on ADDR (for Prometheus and kubelet probes)")
+	fs.StringVar(&f.listen, "listen", "", "serve MCP over streamable HTTP instead of stdio, at http://ADDR/mcp: ADDR is host:port, which needs --auth-tokens or --oauth-issuer (loopback too: every local user can reach it), or unix:/PATH, a unix socket only toolgate's user may open (mode 0600; --listen-group), served without a token")
+	fs.StringVar(&f.listenGroup, "listen-group", "", "with --listen unix:/PATH: the socket's group (a name or a gid), mode 0660, so that the group's members may connect too")
+	fs.StringVar(&f.metricsListen, "metrics-listen", "", "also serve /metrics, /healthz and /readyz without authentication on ADDR (host:port, for Prometheus and kubelet probes)")
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key)")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "the private key of --tls-cert (PEM)")
 	fs.StringVar(&f.tokens, "auth-tokens", "", "static bearer tokens: a file of `NAME TOKEN [SCOPE...]` lines (TOKEN may be sha256:HEX), owned and moded as tools.conf must be")
@@ -52,7 +64,11 @@ func (f *httpFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.oauthAlgs, "oauth-algs", strings.Join(server.DefaultOAuthAlgorithms, ","), "signature algorithms accepted (asymmetric only)")
 	fs.Var(&f.toolScopes, "tool-scope", "SCOPE=TOOL[,TOOL...]: a token with SCOPE lists and calls these tools (* for all); once given, a tool no scope names is served to no one over HTTP (repeatable)")
 	fs.Var(&f.allowOrigins, "allow-origin", "an Origin (scheme://host[:port]) accepted besides loopback ones; a request with any other Origin is refused 403 (repeatable)")
+	fs.Var(&f.allowHosts, "allow-host", "a host name a request's Host may give besides IP addresses, localhost and the hosts of --listen, --metrics-listen and --oauth-resource; any other name is refused 403 on every path (DNS rebinding) (repeatable)")
 	fs.IntVar(&f.perPrincipal, "max-concurrent-per-principal", goruntime.NumCPU()*2, "calls one principal runs at once over HTTP; the excess queues (0: no bound but --max-concurrent)")
+	fs.IntVar(&f.maxConns, "max-connections", server.DefaultMaxConns, "HTTP connections open at once on each listener; one more is closed as soon as it is accepted (0: no bound)")
+	fs.IntVar(&f.maxConnsClient, "max-connections-per-client", server.DefaultMaxConnsPerClient, "HTTP connections open at once from one client address (on a unix socket: one uid); one more is closed as soon as it is accepted (0: no bound; raise it behind a proxy, whose connections all come from its address)")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close an HTTP keep-alive connection idle this long")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", server.DefaultShutdownGrace, "on SIGTERM, how long in-flight HTTP calls may finish before they are killed")
 }
 
@@ -65,13 +81,40 @@ func (f *httpFlags) check() error {
 				return fmt.Errorf("%s is a flag of the HTTP transport: give --listen too", name)
 			}
 		}
-		if len(f.toolScopes) > 0 || len(f.allowOrigins) > 0 {
-			return errors.New("--tool-scope and --allow-origin are flags of the HTTP transport: give --listen too")
+		if len(f.toolScopes) > 0 || len(f.allowOrigins) > 0 || len(f.allowHosts) > 0 {
+			return errors.New("--tool-scope, --allow-origin and --allow-host are flags of the HTTP transport: give --listen too")
+		}
+		if f.listenGroup != "" {
+			return errors.New("--listen-group is the group of a unix socket listener: give --listen unix:/PATH too")
 		}
 		return nil
 	}
-	if _, _, err := net.SplitHostPort(f.listen); err != nil {
-		return fmt.Errorf("--listen %q: want host:port (127.0.0.1:8080, [::1]:8080, :8080): %w", f.listen, err)
+	f.gid = -1
+	if p, ok := strings.CutPrefix(f.listen, server.UnixPrefix); ok {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("--listen %q: want unix:/PATH, an absolute path (unix:/run/toolgate/mcp.sock)", f.listen)
+		}
+		f.unixPath = p
+		if f.listenGroup != "" {
+			gid, err := lookupGroup(f.listenGroup)
+			if err != nil {
+				return fmt.Errorf("--listen-group %q: %w", f.listenGroup, err)
+			}
+			f.gid = gid
+		}
+	} else {
+		if _, _, err := net.SplitHostPort(f.listen); err != nil {
+			return fmt.Errorf("--listen %q: want host:port (127.0.0.1:8080, [::1]:8080, :8080) or unix:/PATH: %w", f.listen, err)
+		}
+		if f.listenGroup != "" {
+			return fmt.Errorf("--listen-group is the group of a unix socket listener, and --listen %q is a TCP address: give --listen unix:/PATH, or drop --listen-group", f.listen)
+		}
+	}
+	if f.maxConns < 0 || f.maxConnsClient < 0 {
+		return errors.New("--max-connections and --max-connections-per-client: want 0 (no bound) or more")
+	}
+	if f.idleTimeout <= 0 {
+		return errors.New("--idle-timeout: want a duration above 0 (60s)")
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
 		return errors.New("--tls-cert and --tls-key go together")
@@ -112,13 +155,17 @@ func serveHTTP(ctx context.Context, a *app, srv *server.Server, f *httpFlags, ma
 	}
 	var auths []server.Authenticator
 	opts := server.HTTPOptions{
-		Scopes:          f.scopes,
-		AllowOrigins:    f.allowOrigins,
-		MaxBodyBytes:    maxBody,
-		MaxPerPrincipal: f.perPrincipal,
-		ShutdownGrace:   f.shutdownGrace,
-		TLSCert:         f.tlsCert,
-		TLSKey:          f.tlsKey,
+		Scopes:            f.scopes,
+		AllowOrigins:      f.allowOrigins,
+		AllowHosts:        append(slices.Clone(f.allowHosts), listenHostNames(f.listen, f.metricsListen)...),
+		MaxBodyBytes:      maxBody,
+		MaxPerPrincipal:   f.perPrincipal,
+		MaxConns:          f.maxConns,
+		MaxConnsPerClient: f.maxConnsClient,
+		IdleTimeout:       f.idleTimeout,
+		ShutdownGrace:     f.shutdownGrace,
+		TLSCert:           f.tlsCert,
+		TLSKey:            f.tlsKey,
 	}
 	if f.tokens != "" {
 		t, err := conf.LoadTokens(f.tokens)
@@ -153,11 +200,16 @@ func serveHTTP(ctx context.Context, a *app, srv *server.Server, f *httpFlags, ma
 	if err != nil {
 		return fail(2, "%v", err)
 	}
-	ln, err := net.Listen("tcp", f.listen)
+	var ln net.Listener
+	if f.unixPath != "" {
+		ln, err = server.ListenUnix(f.unixPath, f.gid)
+	} else {
+		ln, err = net.Listen("tcp", f.listen)
+	}
 	if err != nil {
 		return fail(1, "--listen: %v", err)
 	}
-	defer ln.Close()
+	defer ln.Close() // a unix socket's Close removes it
 	if err := server.CheckListen(ln.Addr(), opts.Auth != nil); err != nil {
 		return fail(2, "%v", err)
 	}
@@ -189,17 +241,58 @@ func serveHTTP(ctx context.Context, a *app, srv *server.Server, f *httpFlags, ma
 		scheme = "https"
 	}
 	if opts.Auth == nil {
-		a.log.Warn("serving MCP over HTTP without authentication (loopback only)")
+		who := "toolgate's user"
+		if f.gid >= 0 {
+			who = fmt.Sprintf("toolgate's user and group %d", f.gid)
+		}
+		a.log.WithField("socket", f.unixPath).Infof("serving MCP on a unix socket without authentication: every process of %s may connect, as principal %q", who, server.LocalPrincipal)
 	} else if scheme == "http" {
 		if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 			a.log.Warn("serving MCP over plain HTTP on a non-loopback address: bearer tokens cross the network in the clear unless a TLS proxy or mesh is in front (--tls-cert, --tls-key)")
 		}
 	}
-	fmt.Fprintf(stderr, "toolgate serve: MCP on %s://%s%s\n", scheme, ln.Addr(), server.MCPPath)
+	if f.unixPath != "" {
+		fmt.Fprintf(stderr, "toolgate serve: MCP on %s%s (%s through the socket)\n", server.UnixPrefix, f.unixPath, server.MCPPath)
+	} else {
+		fmt.Fprintf(stderr, "toolgate serve: MCP on %s://%s%s\n", scheme, ln.Addr(), server.MCPPath)
+	}
 	a.log.WithField("tools", len(srv.Served())).Info("serving MCP over streamable HTTP")
 	if err := h.Serve(ctx, ln, mln); err != nil && !errors.Is(err, context.Canceled) {
 		return fail(1, "%v", err)
 	}
 	a.log.Info("signal: HTTP server stopped")
 	return 0
+}
+
+// lookupGroup resolves --listen-group: a group name, or a numeric gid.
+func lookupGroup(name string) (int, error) {
+	if gid, err := strconv.Atoi(name); err == nil {
+		if gid < 0 {
+			return 0, errors.New("want a group name or a gid of 0 or more")
+		}
+		return gid, nil
+	}
+	g, err := user.LookupGroup(name)
+	if err != nil {
+		return 0, fmt.Errorf("no such group (want a group name or a gid): %w", err)
+	}
+	return strconv.Atoi(g.Gid)
+}
+
+// listenHostNames are the host names of the --listen and --metrics-listen
+// addresses (not IP literals, not empty): a request may name them in its
+// Host.
+func listenHostNames(addrs ...string) []string {
+	var out []string
+	for _, a := range addrs {
+		if strings.HasPrefix(a, server.UnixPrefix) {
+			continue
+		}
+		h, _, err := net.SplitHostPort(a)
+		if err != nil || h == "" || net.ParseIP(h) != nil {
+			continue
+		}
+		out = append(out, h)
+	}
+	return out
 }

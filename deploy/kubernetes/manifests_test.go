@@ -172,7 +172,7 @@ func TestDeploymentSandboxSettings(t *testing.T) {
 		t.Error("resources.limits: want cpu and memory")
 	}
 	args := strings.Join(c.Args, " ")
-	for _, want := range []string{"--listen=:8080", "--auth-tokens=/etc/toolgate/auth/tokens", "--tool-mcp-dir=/etc/toolgate/tool-mcp.d", "--sandbox-pids=0", "--sandbox-memory=0", "--root=/workspace"} {
+	for _, want := range []string{"--listen=:8080", "--allow-host=toolgate", "--auth-tokens=/etc/toolgate/auth/tokens", "--tool-mcp-dir=/etc/toolgate/tool-mcp.d", "--sandbox-pids=0", "--sandbox-memory=0", "--root=/workspace"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
 		}

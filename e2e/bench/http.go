@@ -15,8 +15,13 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// The HTTP rows: toolgate serve --listen 127.0.0.1:0 (no authentication:
-// a loopback listener), driven by mcp-go's streamable HTTP client.
+// The HTTP rows: toolgate serve --listen 127.0.0.1:0 --auth-tokens (a TCP
+// listener, loopback too, serves only with authentication), driven by
+// mcp-go's streamable HTTP client with the bench's bearer token.
+
+// benchToken is the bearer token of the HTTP rows (its file is in the
+// cache, mode 0600).
+const benchToken = "bench-0123456789abcdef0123456789abcdef0123456789"
 
 // httpServer is one toolgate serving MCP over HTTP.
 type httpServer struct {
@@ -73,7 +78,8 @@ func (h *httpServer) close() {
 // session, or the stateless 2026-07-28 revision.
 func dialHTTP(h *httpServer, stateless bool) (*session, error) {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-	tr, err := transport.NewStreamableHTTP(h.url, transport.WithHTTPBasicClient(hc))
+	tr, err := transport.NewStreamableHTTP(h.url, transport.WithHTTPBasicClient(hc),
+		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + benchToken}))
 	if err != nil {
 		return nil, err
 	}
@@ -98,9 +104,15 @@ func dialHTTP(h *httpServer, stateless bool) (*session, error) {
 }
 
 // httpServerFor starts toolgate over HTTP for sandbox path p, with enough
-// concurrency for the throughput rows.
+// concurrency for the throughput rows: 128 clients, each with its own
+// connections, all from 127.0.0.1 (so no per-client connection bound).
 func (b *bench) httpServerFor(conf, p string) (*httpServer, error) {
-	argv := b.serverArgv(conf, append(backendFlags(p), "--listen", "127.0.0.1:0", "--max-concurrent", "128", "--max-concurrent-per-principal", "0")...)
+	tokens, err := b.writeConf("tokens", "bench "+benchToken+"\n")
+	if err != nil {
+		return nil, err
+	}
+	argv := b.serverArgv(conf, append(backendFlags(p), "--listen", "127.0.0.1:0", "--auth-tokens", tokens,
+		"--max-concurrent", "128", "--max-concurrent-per-principal", "0", "--max-connections-per-client", "0")...)
 	return startHTTP(argv, httpEnv(), b.log)
 }
 
