@@ -248,7 +248,7 @@ func (b *bench) perCall(conf string) {
 		const g = "toolgate (MCP stdio)"
 		s, err := b.sessionFor(conf, "bwrap")
 		add(b.mcpPath(s, g, "direct (read tool)", "per-call cgroup2 group (CLONE_INTO_CGROUP, cgroup.kill)", "rd", nil), err)
-		add(b.mcpPath(s, g, "bwrap", "pool off: the full bwrap policy made on the call's path; uid 65534; enter shim only to join v1 pids+memory cgroups (hybrid host); rlimits set inside", "ts", nil), err)
+		add(b.mcpPath(s, g, "bwrap", "pool off: the full bwrap policy made on the call's path; host ids of its own; the enter shim (v1 cgroup joins on a hybrid host, the uid, a new session keyring); rlimits set inside", "ts", nil), err)
 		add(b.mcpPath(s, g, "bwrap + egress", "the same tool with an egress line: a proxy per call, the shim as PID 1 bridging 127.0.0.1:3128", "tse", nil), err)
 		add(b.mcpPathWant(s, g, egressConnsRow("bwrap"), "the egress tool making 20 CONNECTs in a row through its proxy (each dialled to a server on 127.0.0.1)", "tsg", nil, fmt.Sprintf("200=%d", egressConns)), err)
 		s, err = b.sessionFor(conf, "bwrap"+poolSuffix)
