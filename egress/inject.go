@@ -36,6 +36,11 @@ type Injection struct {
 	StripCookies bool
 }
 
+// Format prints an Injection without its value, however it is formatted.
+func (i Injection) Format(f fmt.State, _ rune) {
+	fmt.Fprintf(f, "{Header:%s Value:[redacted] StripCookies:%v}", i.Header, i.StripCookies)
+}
+
 // CA is the certificate authority of one server start that the proxies'
 // terminated TLS connections present certificates of: its key lives in
 // this process's memory only, and sandboxes with a credential trust its

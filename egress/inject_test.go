@@ -244,3 +244,13 @@ func benchRequest(b *testing.B, keyed, fresh bool) {
 		resp.Body.Close()
 	}
 }
+
+// TestInjectionPrintsNoValue: an Injection never shows its value in print.
+func TestInjectionPrintsNoValue(t *testing.T) {
+	i := Injection{Header: "Authorization", Value: testSecret}
+	for _, s := range []string{fmt.Sprint(i), fmt.Sprintf("%v %+v %#v %s", i, i, i, i), fmt.Sprint(map[string]Injection{"a:1": i})} {
+		if strings.Contains(s, "sk-injected") || !strings.Contains(s, "[redacted]") {
+			t.Errorf("printed %q", s)
+		}
+	}
+}
