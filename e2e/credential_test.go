@@ -187,7 +187,9 @@ func TestSandboxedAgentCredential(t *testing.T) {
 				writeFile(t, filepath.Join(ws, name), strings.ReplaceAll(text, "DEST", dest))
 			}
 			conf := writeConf(t, a.lines(exe, ws, dest, secretFile(t, secret)))
-			sv := serveCmd(t, conf)
+			// OpenCode's runtime (Bun) takes more than the default 512 MiB
+			// of a call: the operator raises --sandbox-memory for it.
+			sv := serveCmd(t, conf, "--sandbox-memory", "2147483648")
 			cmd := exec.Command(sv.argv[0], sv.argv[1:]...)
 			cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+caFile)
 			stdin, _ := cmd.StdinPipe()
