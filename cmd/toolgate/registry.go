@@ -189,7 +189,7 @@ func registryShow(r *conf.Registry, id, format string, stdout, stderr io.Writer)
 	if format == "json" {
 		render = conf.RenderServerJSON
 	}
-	out, err := render(s)
+	out, err := render(s, r.Pins)
 	if err != nil {
 		fmt.Fprintf(stderr, "toolgate registry show: %v\n", err)
 		return 1
