@@ -120,7 +120,7 @@ func registryValidateLive(s *settings, dir string, r *conf.Registry, id string, 
 			failed++
 		}
 	}
-	fmt.Fprintf(stdout, "\n%s listed as serve would serve it, %d not\n", plural(len(live)-failed, "server"), failed)
+	fmt.Fprintf(stdout, "\n%s served as listed, %d not (a tool withheld, or not listed)\n", plural(len(live)-failed, "server"), failed)
 	if failed > 0 {
 		return 1
 	}
