@@ -17,13 +17,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -175,90 +175,168 @@ func CanonicalJSON(raw []byte) ([]byte, error) {
 	if !utf8.Valid(raw) {
 		return nil, errors.New("not UTF-8")
 	}
+	if !json.Valid(raw) {
+		var v any
+		err := json.Unmarshal(raw, &v) // says what is wrong, and where
+		if err == nil {
+			err = errors.New("invalid JSON")
+		}
+		if strings.Contains(err.Error(), "after top-level value") {
+			return nil, errors.New("more than one JSON value")
+		}
+		return nil, fmt.Errorf("decode: %w", err)
+	}
 	if err := checkSurrogates(raw); err != nil {
 		return nil, err
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var b bytes.Buffer
-	if err := canonValue(dec, &b, "", 0); err != nil {
+	c := canonicaliser{in: raw}
+	c.out.Grow(len(raw))
+	if err := c.value(0); err != nil {
 		return nil, err
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("more than one JSON value")
-	}
-	return b.Bytes(), nil
+	return c.out.Bytes(), nil
 }
 
-func canonValue(dec *json.Decoder, b *bytes.Buffer, path string, depth int) error {
+// canonicaliser re-encodes a valid JSON value; path is where it is (keys
+// and [i] indexes), rendered only for a refusal.
+type canonicaliser struct {
+	in   []byte
+	pos  int
+	out  bytes.Buffer
+	path []pathSeg
+}
+
+func (c *canonicaliser) where() string { return renderPath(c.path) }
+
+func (c *canonicaliser) skipSpace() {
+	for c.pos < len(c.in) {
+		switch c.in[c.pos] {
+		case ' ', '\t', '\n', '\r':
+			c.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (c *canonicaliser) value(depth int) error {
 	if depth > maxJSONDepth {
-		return fmt.Errorf("%s: nested deeper than %d", rootPath(path), maxJSONDepth)
+		return fmt.Errorf("%s: nested deeper than %d", c.where(), maxJSONDepth)
 	}
-	tok, err := dec.Token()
-	if err != nil {
-		return fmt.Errorf("decode: %w", err)
-	}
-	switch v := tok.(type) {
-	case json.Delim:
-		switch v {
-		case '[':
-			b.WriteByte('[')
-			for i := 0; dec.More(); i++ {
-				if i > 0 {
-					b.WriteByte(',')
-				}
-				if err := canonValue(dec, b, path+"["+strconv.Itoa(i)+"]", depth+1); err != nil {
-					return err
-				}
+	c.skipSpace()
+	switch ch := c.in[c.pos]; {
+	case ch == '{':
+		return c.object(depth)
+	case ch == '[':
+		c.pos++
+		c.out.WriteByte('[')
+		for i := 0; ; i++ {
+			c.skipSpace()
+			if c.in[c.pos] == ']' {
+				c.pos++
+				break
 			}
-			b.WriteByte(']')
-		case '{':
-			type member struct {
-				key string
-				val []byte
+			if i > 0 {
+				c.pos++ // the comma
+				c.out.WriteByte(',')
 			}
-			var members []member
-			seen := map[string]bool{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return fmt.Errorf("decode: %w", err)
-				}
-				key := kt.(string) // an object's next token is its key
-				if seen[key] {
-					return fmt.Errorf("%s: key %s twice in one object (a reader could take either)", rootPath(path), strconv.QuoteToASCII(key))
-				}
-				seen[key] = true
-				var vb bytes.Buffer
-				if err := canonValue(dec, &vb, jsonPath(path, key), depth+1); err != nil {
-					return err
-				}
-				members = append(members, member{key, vb.Bytes()})
+			c.path = append(c.path, pathSeg{index: i})
+			err := c.value(depth + 1)
+			c.path = c.path[:len(c.path)-1]
+			if err != nil {
+				return err
 			}
-			slices.SortFunc(members, func(x, y member) int { return compareUTF16(x.key, y.key) })
-			b.WriteByte('{')
-			for i, m := range members {
-				if i > 0 {
-					b.WriteByte(',')
-				}
-				writeJSONString(b, m.key)
-				b.WriteByte(':')
-				b.Write(m.val)
-			}
-			b.WriteByte('}')
 		}
-		if _, err := dec.Token(); err != nil { // the closing delimiter
-			return fmt.Errorf("decode: %w", err)
+		c.out.WriteByte(']')
+	case ch == '"':
+		raw := c.stringToken()
+		if bytes.IndexByte(raw, '\\') < 0 {
+			c.out.Write(raw) // nothing to unescape: already canonical
+			break
 		}
-	case string:
-		writeJSONString(b, v)
-	case json.Number:
-		b.WriteString(v.String())
-	case bool:
-		b.WriteString(strconv.FormatBool(v))
-	case nil:
-		b.WriteString("null")
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return fmt.Errorf("%s: %w", c.where(), err)
+		}
+		writeJSONString(&c.out, s)
+	default: // a number, true, false or null: as written
+		start := c.pos
+		for c.pos < len(c.in) && !strings.ContainsRune(" \t\n\r,]}", rune(c.in[c.pos])) {
+			c.pos++
+		}
+		c.out.Write(c.in[start:c.pos])
 	}
+	return nil
+}
+
+// stringToken returns the string literal at pos, quotes included.
+func (c *canonicaliser) stringToken() []byte {
+	start := c.pos
+	c.pos++
+	for c.in[c.pos] != '"' {
+		if c.in[c.pos] == '\\' {
+			c.pos++
+		}
+		c.pos++
+	}
+	c.pos++
+	return c.in[start:c.pos]
+}
+
+func (c *canonicaliser) object(depth int) error {
+	type member struct {
+		key        string
+		start, end int // of its canonical value in out
+	}
+	c.pos++
+	base := c.out.Len()
+	var members []member
+	seen := map[string]bool{}
+	for {
+		c.skipSpace()
+		if c.in[c.pos] == '}' {
+			c.pos++
+			break
+		}
+		if c.in[c.pos] == ',' {
+			c.pos++
+			c.skipSpace()
+		}
+		raw := c.stringToken()
+		key := string(raw[1 : len(raw)-1])
+		if bytes.IndexByte(raw, '\\') >= 0 {
+			if err := json.Unmarshal(raw, &key); err != nil {
+				return fmt.Errorf("%s: %w", c.where(), err)
+			}
+		}
+		if seen[key] {
+			return fmt.Errorf("%s: key %s twice in one object (a reader could take either)", c.where(), strconv.QuoteToASCII(key))
+		}
+		seen[key] = true
+		c.skipSpace()
+		c.pos++ // the colon
+		start := c.out.Len()
+		c.path = append(c.path, keySeg(key))
+		err := c.value(depth + 1)
+		c.path = c.path[:len(c.path)-1]
+		if err != nil {
+			return err
+		}
+		members = append(members, member{key, start - base, c.out.Len() - base})
+	}
+	vals := bytes.Clone(c.out.Bytes()[base:])
+	c.out.Truncate(base)
+	slices.SortFunc(members, func(x, y member) int { return compareUTF16(x.key, y.key) })
+	c.out.WriteByte('{')
+	for i, m := range members {
+		if i > 0 {
+			c.out.WriteByte(',')
+		}
+		writeJSONString(&c.out, m.key)
+		c.out.WriteByte(':')
+		c.out.Write(vals[m.start:m.end])
+	}
+	c.out.WriteByte('}')
 	return nil
 }
 

@@ -1,11 +1,14 @@
 package conf
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -338,4 +341,60 @@ func parseRange(t *testing.T, r string) (start, n int) {
 		fmt.Sscan(c, &n)
 	}
 	return start, n
+}
+
+// BenchmarkCanonicalDigest: what a listing pays per enabled tool, for a
+// definition of 256 KiB (the most a served tool may have): its canonical
+// form, its digest and the text check.
+func BenchmarkCanonicalDigest(b *testing.B) {
+	props := map[string]any{}
+	for i := range 2000 {
+		props[fmt.Sprintf("p%04d", i)] = map[string]any{"type": "string", "description": strings.Repeat("describe it ", 9)}
+	}
+	raw, _ := json.Marshal(map[string]any{"name": "big", "description": "A big one.", "inputSchema": map[string]any{"type": "object", "properties": props}})
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		c, err := CanonicalJSON(raw)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = Digest(c)
+		if err := CheckDefinitionText(c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// FuzzCanonicalJSON: whatever the bytes, CanonicalJSON does not panic;
+// what it accepts is JSON meaning the same as its input (decoded, equal),
+// in a form it gives back unchanged, and clean text passes
+// CheckDefinitionText or is refused with a TextError, never a panic.
+func FuzzCanonicalJSON(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":[true,null,"x\u00e9"]}`, `{"a":{"a":1},"b":"\ud83d\ude00"}`, `[1.50,-0,1e3]`, `"\n"`,
+		`{"name":"echo","inputSchema":{"type":"object","properties":{"q":{"description":"ok"}}}}`, `{"a":1,"a":2}`, `{"s":"\udc00"}`, `{} {}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		out, err := CanonicalJSON(in)
+		if err != nil {
+			return
+		}
+		var a, b any
+		if err := json.Unmarshal(in, &a); err != nil {
+			t.Fatalf("accepted %q, which does not decode: %v", in, err)
+		}
+		if err := json.Unmarshal(out, &b); err != nil {
+			t.Fatalf("CanonicalJSON(%q) = %q, not JSON: %v", in, out, err)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("CanonicalJSON(%q) = %q: a different value", in, out)
+		}
+		if again, err := CanonicalJSON(out); err != nil || !bytes.Equal(again, out) {
+			t.Fatalf("CanonicalJSON not idempotent on %q: %q, %v", out, again, err)
+		}
+		var te *TextError
+		if err := CheckDefinitionText(out); err != nil && !errors.As(err, &te) {
+			t.Fatalf("CheckDefinitionText(%q) = %v, want nil or a TextError", out, err)
+		}
+	})
 }

@@ -150,18 +150,29 @@ func CheckDefinitionText(def []byte) error {
 	if err := dec.Decode(&v); err != nil {
 		return fmt.Errorf("decode: %w", err)
 	}
-	return checkText("", v)
+	return checkText(nil, v)
 }
 
-func checkText(path string, v any) error {
+// pathSeg is one step of a JSON path: an object key, or (index >= 0) an
+// array index.
+type pathSeg struct {
+	key   string
+	index int
+}
+
+func keySeg(k string) pathSeg { return pathSeg{key: k, index: -1} }
+
+// checkText walks v; path holds the steps above it, rendered only for a
+// refusal.
+func checkText(path []pathSeg, v any) error {
 	switch v := v.(type) {
 	case string:
 		if off, r, why, bad := TextProblem(v); bad {
-			return &TextError{Path: rootPath(path), Offset: off, Rune: r, What: why}
+			return &TextError{Path: renderPath(path), Offset: off, Rune: r, What: why}
 		}
 	case []any:
 		for i, e := range v {
-			if err := checkText(path+"["+strconv.Itoa(i)+"]", e); err != nil {
+			if err := checkText(append(path, pathSeg{index: i}), e); err != nil {
 				return err
 			}
 		}
@@ -173,14 +184,27 @@ func checkText(path string, v any) error {
 		slices.Sort(keys)
 		for _, k := range keys {
 			if off, r, why, bad := TextProblem(k); bad {
-				return &TextError{Path: rootPath(path), Key: strconv.QuoteToASCII(k), Offset: off, Rune: r, What: why}
+				return &TextError{Path: renderPath(path), Key: strconv.QuoteToASCII(k), Offset: off, Rune: r, What: why}
 			}
-			if err := checkText(jsonPath(path, k), v[k]); err != nil {
+			if err := checkText(append(path, keySeg(k)), v[k]); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// renderPath renders a path as a JSON path.
+func renderPath(path []pathSeg) string {
+	p := ""
+	for _, seg := range path {
+		if seg.index >= 0 {
+			p += "[" + strconv.Itoa(seg.index) + "]"
+		} else {
+			p = jsonPath(p, seg.key)
+		}
+	}
+	return rootPath(p)
 }
 
 func rootPath(p string) string {

@@ -39,7 +39,7 @@ func writeChanges(t *testing.T, path, changes string) {
 // pinRegistry is a registry of the probe (unsandboxed), reading its
 // definition changes from changes, with the entry's extra lines, and pins
 // when not nil.
-func pinRegistry(t *testing.T, changes, extra string, pins *conf.Pins) *conf.Registry {
+func pinRegistry(t testing.TB, changes, extra string, pins *conf.Pins) *conf.Registry {
 	t.Helper()
 	dir := t.TempDir()
 	frag := fmt.Sprintf(`schema_version = 8
@@ -74,7 +74,7 @@ startup_timeout_sec = 60
 
 // livePins lists the registry's servers as `registry pin` does and pins
 // every definition it may.
-func livePins(t *testing.T, r *conf.Registry) (*conf.Pins, []LiveServer) {
+func livePins(t testing.TB, r *conf.Registry) (*conf.Pins, []LiveServer) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -467,5 +467,56 @@ func TestDownstreamNotListedServesPins(t *testing.T) {
 	}
 	if ds := h.status(t).Registry.Servers[0]; ds.State != "listed" {
 		t.Errorf("status once listed = %+v", ds)
+	}
+}
+
+// BenchmarkDownstreamCallPins: a downstream call costs the same with every
+// tool pinned as without a pins file: digests are computed when a server
+// is listed, never per call.
+//
+//	go test -tags seccomp ./server -run '^$' -bench DownstreamCallPins
+func BenchmarkDownstreamCallPins(b *testing.B) {
+	changes := filepath.Join(b.TempDir(), "changes.json")
+	if err := os.WriteFile(changes, []byte(`{}`), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		pins bool
+	}{{"unpinned", false}, {"pinned", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			r := pinRegistry(b, changes, "", nil)
+			if tc.pins {
+				pins, _ := livePins(b, r)
+				r = pinRegistry(b, changes, "", pins)
+			}
+			log := logrus.New()
+			log.SetOutput(&syncBuffer{})
+			s := New(Options{Log: log, Audit: log, Direct: &fakeRunner{}})
+			s.ConnectDownstream(context.Background(), DownstreamOptions{Registry: r, Eager: true, DirectServices: &rt.DirectServices{Shim: testbin.Shim(b)}})
+			b.Cleanup(s.Close)
+			c, err := client.NewInProcessClient(s.MCP())
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			if err := c.Start(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { c.Close() })
+			ireq := mcp.InitializeRequest{}
+			ireq.Params.ProtocolVersion = "2025-06-18"
+			if _, err := c.Initialize(ctx, ireq); err != nil {
+				b.Fatal(err)
+			}
+			req := mcp.CallToolRequest{}
+			req.Params.Name = "probe__echo"
+			req.Params.Arguments = map[string]any{"x": 1}
+			for b.Loop() {
+				if res, err := c.CallTool(ctx, req); err != nil || res.IsError {
+					b.Fatal(err, res)
+				}
+			}
+		})
 	}
 }
