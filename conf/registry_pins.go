@@ -224,10 +224,10 @@ func (c *canonicaliser) value(depth int) error {
 		return fmt.Errorf("%s: nested deeper than %d", c.where(), maxJSONDepth)
 	}
 	c.skipSpace()
-	switch ch := c.in[c.pos]; {
-	case ch == '{':
+	switch c.in[c.pos] {
+	case '{':
 		return c.object(depth)
-	case ch == '[':
+	case '[':
 		c.pos++
 		c.out.WriteByte('[')
 		for i := 0; ; i++ {
@@ -248,7 +248,7 @@ func (c *canonicaliser) value(depth int) error {
 			}
 		}
 		c.out.WriteByte(']')
-	case ch == '"':
+	case '"':
 		raw := c.stringToken()
 		if bytes.IndexByte(raw, '\\') < 0 {
 			c.out.Write(raw) // nothing to unescape: already canonical
