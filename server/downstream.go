@@ -305,6 +305,7 @@ func (d *downstream) discover(ctx context.Context) {
 		d.log.WithError(err).Error("downstream server not listed at start-up: its enabled tools are served with an open schema and each call tries to start it again")
 		return
 	}
+	c.drainChanged() // this listing covers it
 	lctx, cancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
 	l, err := listTools(lctx, c.client, d.srv.Enabled)
 	cancel()

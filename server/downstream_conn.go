@@ -128,6 +128,8 @@ func (d *downstream) get(ctx context.Context) (*dconn, error) {
 	}
 	// Every start is listed again: what it serves is judged against the
 	// pins (and the definitions first served) before any call reaches it.
+	// This listing covers a list_changed the server sent while starting.
+	c.drainChanged()
 	lctx, cancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
 	l, err := listTools(lctx, c.client, d.srv.Enabled)
 	cancel()
@@ -175,6 +177,25 @@ func (d *downstream) watch(c *dconn) {
 		}
 		d.log.WithFields(logrus.Fields{"start": c.n, "offered": l.offered}).Info("downstream server listed again: it said its tools changed")
 		d.relisted(l, c.n)
+		// At most one listing a second, however often a server says so.
+		select {
+		case <-c.dead:
+			return
+		case <-time.After(relistInterval):
+		}
+	}
+}
+
+// relistInterval is the least time between two listings a server asks
+// for.
+const relistInterval = time.Second
+
+// drainChanged forgets a list_changed the server sent before a listing
+// that covers it.
+func (c *dconn) drainChanged() {
+	select {
+	case <-c.changed:
+	default:
 	}
 }
 

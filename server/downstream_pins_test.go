@@ -395,6 +395,17 @@ func TestDownstreamListChangedRelist(t *testing.T) {
 	if res := h.call(t, "probe__pid", nil); res.IsError {
 		t.Errorf("probe__pid on the same process = %q", resultText(res))
 	}
+	// A server that says so over and over is listed at most once a second.
+	begin := time.Now()
+	before := strings.Count(h.logs.String(), "downstream server listed again")
+	for range 10 {
+		h.call(t, "probe__relist", nil)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	n := strings.Count(h.logs.String(), "downstream server listed again") - before
+	if limit := int(time.Since(begin)/relistInterval) + 1; n < 1 || n > limit {
+		t.Errorf("%d listings for 10 list_changed in %s, want 1 to %d", n, time.Since(begin).Round(time.Millisecond), limit)
+	}
 }
 
 // TestHTTPDownstreamPinDrift: an HTTP server is listed again each time
