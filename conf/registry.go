@@ -248,6 +248,11 @@ type ToolServer struct {
 	// SupportsParallelToolCalls says the server may be sent concurrent
 	// calls; otherwise calls to it are serialised.
 	SupportsParallelToolCalls bool
+	// Pinned (pinned = true) serves an enabled tool only when it has a
+	// pin in the registry's pins file; without it a tool with no pin is
+	// served with a warning. A pinned tool is served only while its
+	// definition matches its pin, either way.
+	Pinned bool
 
 	// Fragment is the file that defines the entry.
 	Fragment string
@@ -275,6 +280,23 @@ func (s ToolServer) SandboxState() string {
 		return "on, network: only " + strings.Join(s.AllowedHosts.Strings(), ", ")
 	}
 	return "on, no network"
+}
+
+// RequiresPin reports whether an enabled tool of s is served only with a
+// pin: the entry says pinned = true, or serve runs with --require-pins
+// (requireAll).
+func (s ToolServer) RequiresPin(requireAll bool) bool { return s.Pinned || requireAll }
+
+// UnpinnedPolicy says what serve does with an enabled tool of s that has
+// no pin.
+func (s ToolServer) UnpinnedPolicy(requireAll bool) string {
+	switch {
+	case s.Pinned:
+		return "pinned = true: not served"
+	case requireAll:
+		return "--require-pins: not served"
+	}
+	return "served with a warning; not served with pinned = true or serve --require-pins"
 }
 
 // Enabled reports whether the operator allows tool.
@@ -384,6 +406,10 @@ type Registry struct {
 	// Errors are the refusals, each a *RegistryError, in fragment and line
 	// order. Non-empty exactly when State is StateRefused.
 	Errors []error
+	// Pins are the approved tool definitions of PinsFile in Dir; nil when
+	// there is no such file (every tool unpinned). A pins file that is
+	// refused refuses the registry.
+	Pins *Pins
 }
 
 // Err returns every refusal joined, or nil.
@@ -545,8 +571,14 @@ func LoadRegistry(dir string, opts RegistryOptions) *Registry {
 		r.refuse(errs)
 		return r
 	}
+	pins, errs := loadPins(dir)
+	if len(errs) > 0 {
+		r.refuse(errs)
+		return r
+	}
 	r.State = StateLoaded
 	r.Servers = servers
+	r.Pins = pins
 	return r
 }
 
@@ -588,6 +620,14 @@ func ParseFragment(path string, data []byte, opts RegistryOptions) ([]ToolServer
 // readFragment reads one fragment, refusing what is not a regular file, a
 // file others can write, and an oversized file.
 func readFragment(path string) ([]byte, error) {
+	return readTrusted(path, MaxFragmentSize, "run a server as toolgate")
+}
+
+// readTrusted reads a file of the registry (a fragment, the pins file) of
+// at most limit bytes, refusing what is not a regular file, a file others
+// can write or that is on a path others could change (checkTrusted), and
+// a larger file. risk says what whoever could write it could do.
+func readTrusted(path string, limit int, risk string) ([]byte, error) {
 	fileErr := func(format string, a ...any) error {
 		return &RegistryError{File: path, Err: fmt.Errorf(format, a...)}
 	}
@@ -604,19 +644,19 @@ func readFragment(path string) ([]byte, error) {
 		return nil, fileErr("not a regular file (mode %s)", fi.Mode().Type())
 	}
 	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
-		return nil, fileErr("group- or world-writable (mode %04o): anyone who can write it can run a server as toolgate; chmod go-w %s", perm, path)
+		return nil, fileErr("group- or world-writable (mode %04o): anyone who can write it can %s; chmod go-w %s", perm, risk, path)
 	}
 	if checked, err := checkTrusted(path, os.Geteuid()); err != nil {
 		return nil, &RegistryError{File: path, Err: err}
 	} else if err := checkSame(path, fi, checked); err != nil {
 		return nil, &RegistryError{File: path, Err: err}
 	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFragmentSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
 	if err != nil {
 		return nil, fileErr("unreadable: %v", err)
 	}
-	if len(data) > MaxFragmentSize {
-		return nil, fileErr("larger than %d bytes", MaxFragmentSize)
+	if len(data) > limit {
+		return nil, fileErr("larger than %d bytes", limit)
 	}
 	return data, nil
 }
@@ -663,6 +703,7 @@ func mergeEntries(entries []*registryEntry) []ToolServer {
 func (r *Registry) refuse(errs []error) {
 	r.State = StateRefused
 	r.Servers = nil
+	r.Pins = nil
 	r.Errors = errs
 }
 
@@ -699,6 +740,7 @@ type rawServer struct {
 	StartupTimeoutSec         *int64                 `toml:"startup_timeout_sec"`
 	ToolTimeoutSec            *int64                 `toml:"tool_timeout_sec"`
 	SupportsParallelToolCalls *bool                  `toml:"supports_parallel_tool_calls"`
+	Pinned                    *bool                  `toml:"pinned"`
 	Tools                     map[string]rawOverride `toml:"tools"`
 }
 
@@ -713,7 +755,7 @@ var serverFields = []string{
 	"transport", "command", "args", "cwd", "env", "env_vars", "sandbox", "network", "allowed_hosts",
 	"url", "bearer_token_env_var", "http_headers", "env_http_headers",
 	"enabled_tools", "default_tools_approval_mode", "startup_timeout_sec", "tool_timeout_sec",
-	"supports_parallel_tool_calls", "tools",
+	"supports_parallel_tool_calls", "pinned", "tools",
 }
 
 // fragment is one decoded file.
@@ -881,7 +923,7 @@ func wantType(key []string) string {
 		return "an array of strings"
 	case "env", "http_headers", "env_http_headers":
 		return "a table of strings"
-	case "sandbox", "network", "supports_parallel_tool_calls":
+	case "sandbox", "network", "supports_parallel_tool_calls", "pinned":
 		return "a boolean"
 	case "startup_timeout_sec", "tool_timeout_sec":
 		return "an integer"

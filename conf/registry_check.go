@@ -561,6 +561,7 @@ func normaliseEntry(e *registryEntry, opts RegistryOptions) []error {
 		StartupTimeout:            DefaultStartupTimeoutSec * time.Second,
 		ToolTimeout:               DefaultToolTimeoutSec * time.Second,
 		SupportsParallelToolCalls: deref(r.SupportsParallelToolCalls, false),
+		Pinned:                    deref(r.Pinned, false),
 		Fragment:                  e.frag.path,
 		Line:                      e.frag.line(e.path()),
 	}

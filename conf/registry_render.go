@@ -38,6 +38,7 @@ type serverDoc struct {
 	StartupTimeoutSec         int64              `toml:"startup_timeout_sec" json:"startup_timeout_sec"`
 	ToolTimeoutSec            int64              `toml:"tool_timeout_sec" json:"tool_timeout_sec"`
 	SupportsParallelToolCalls bool               `toml:"supports_parallel_tool_calls" json:"supports_parallel_tool_calls"`
+	Pinned                    bool               `toml:"pinned" json:"pinned"`
 	Tools                     map[string]toolDoc `toml:"tools,omitempty" json:"tools,omitempty"`
 }
 
@@ -53,6 +54,7 @@ func newServerDoc(s ToolServer) serverDoc {
 		StartupTimeoutSec:         int64(s.StartupTimeout / time.Second),
 		ToolTimeoutSec:            int64(s.ToolTimeout / time.Second),
 		SupportsParallelToolCalls: s.SupportsParallelToolCalls,
+		Pinned:                    s.Pinned,
 	}
 	if len(s.ToolApproval) > 0 {
 		d.Tools = make(map[string]toolDoc, len(s.ToolApproval))
@@ -79,8 +81,10 @@ func newServerDoc(s ToolServer) serverDoc {
 
 // RenderServerTOML renders s as a complete fragment with every default
 // written out and the command resolved: loading it gives back the same
-// server. A comment header says where the entry was defined.
-func RenderServerTOML(s ToolServer) ([]byte, error) {
+// server. A comment header says where the entry was defined, and comment
+// lines at the end give each enabled tool's pin of pins (when there is a
+// pins file, or the entry says pinned = true).
+func RenderServerTOML(s ToolServer, pins *Pins) ([]byte, error) {
 	doc := struct {
 		SchemaVersion int                  `toml:"schema_version"`
 		Servers       map[string]serverDoc `toml:"tool_mcp_servers"`
@@ -102,6 +106,20 @@ func RenderServerTOML(s ToolServer) ([]byte, error) {
 	if err := enc.Encode(doc); err != nil {
 		return nil, fmt.Errorf("render %q as TOML: %w", s.ID, err)
 	}
+	if pins != nil || s.Pinned {
+		where := "no " + PinsFile
+		if pins != nil {
+			where = pins.Path
+		}
+		fmt.Fprintf(&b, "\n# pins (%s):\n", where)
+		for _, t := range s.EnabledTools {
+			if pin, ok := pins.Lookup(s.ID, t); ok {
+				fmt.Fprintf(&b, "#   %s: sha256 %s\n", t, pin.SHA256)
+			} else {
+				fmt.Fprintf(&b, "#   %s: no pin (%s)\n", t, s.UnpinnedPolicy(false))
+			}
+		}
+	}
 	return b.Bytes(), nil
 }
 
@@ -110,16 +128,19 @@ type servedToolDoc struct {
 	Name         string       `json:"name"`
 	Tool         string       `json:"tool"`
 	ApprovalMode ApprovalMode `json:"approval_mode"`
+	// PinSHA256 is the digest its pin approves; none without a pin.
+	PinSHA256 string `json:"pin_sha256,omitempty"`
 }
 
 // RenderServerJSON renders s as one indented JSON object: the fields of
 // RenderServerTOML plus the id, where it was defined, the command as
 // written and resolved, and the served tool names with their effective
-// approval modes.
-func RenderServerJSON(s ToolServer) ([]byte, error) {
+// approval modes and the digests pins approve.
+func RenderServerJSON(s ToolServer, pins *Pins) ([]byte, error) {
 	served := make([]servedToolDoc, 0, len(s.EnabledTools))
 	for _, t := range s.EnabledTools {
-		served = append(served, servedToolDoc{Name: s.ServedName(t), Tool: t, ApprovalMode: s.Approval(t)})
+		pin, _ := pins.Lookup(s.ID, t)
+		served = append(served, servedToolDoc{Name: s.ServedName(t), Tool: t, ApprovalMode: s.Approval(t), PinSHA256: pin.SHA256})
 	}
 	doc := struct {
 		ID               string   `json:"id"`

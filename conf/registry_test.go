@@ -699,7 +699,7 @@ startup_timeout_sec = 15
 		t.Fatal(joinRegErrs(errs))
 	}
 	for _, s := range servers {
-		out, err := RenderServerTOML(s)
+		out, err := RenderServerTOML(s, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -715,12 +715,12 @@ startup_timeout_sec = 15
 		if !reflect.DeepEqual(back[0], want) {
 			t.Errorf("RenderServerTOML(%s) round trip:\n got %+v\nwant %+v\n%s", s.ID, back[0], want, out)
 		}
-		again, _ := RenderServerTOML(back[0])
+		again, _ := RenderServerTOML(back[0], nil)
 		back[0].Fragment, back[0].Line = s.Fragment, s.Line
-		if again2, _ := RenderServerTOML(back[0]); string(again2) != string(out) {
+		if again2, _ := RenderServerTOML(back[0], nil); string(again2) != string(out) {
 			t.Errorf("RenderServerTOML not idempotent:\n%s\nthen\n%s", out, again)
 		}
-		js, err := RenderServerJSON(s)
+		js, err := RenderServerJSON(s, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -738,7 +738,7 @@ func TestRegistryRenderSeedTOML(t *testing.T) {
 	f := newRegFixture(t)
 	r := loadSeedRegistry(t, f)
 	s, _ := r.Server("firecrawl")
-	out, err := RenderServerTOML(s)
+	out, err := RenderServerTOML(s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -755,6 +755,7 @@ default_tools_approval_mode = 'writes'
 startup_timeout_sec = 15
 tool_timeout_sec = 120
 supports_parallel_tool_calls = false
+pinned = false
 
 [tool_mcp_servers.firecrawl.tools]
 [tool_mcp_servers.firecrawl.tools.scrape]

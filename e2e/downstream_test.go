@@ -211,7 +211,13 @@ startup_timeout_sec = 30
 				`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"probe__pid"}}`,
 			} {
 				fmt.Fprintln(stdin, line)
-				if l, err := out.ReadString('\n'); err != nil || !strings.Contains(l, fmt.Sprintf(`"id":%d,"result"`, i+1)) {
+				l, err := out.ReadString('\n')
+				// The session may be told the tool list changed (the
+				// downstream tools joined it) before the answer.
+				for err == nil && strings.Contains(l, `"method":"notifications/tools/list_changed"`) {
+					l, err = out.ReadString('\n')
+				}
+				if err != nil || !strings.Contains(l, fmt.Sprintf(`"id":%d,"result"`, i+1)) {
 					t.Fatalf("answer %d: %v %q", i+1, err, l)
 				}
 			}

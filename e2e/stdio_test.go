@@ -121,8 +121,10 @@ func TestProtocolNegotiation(t *testing.T) {
 			if res.ServerInfo.Name != "toolgate" {
 				t.Errorf("serverInfo.name = %q", res.ServerInfo.Name)
 			}
-			if res.Capabilities.Tools == nil || res.Capabilities.Tools.ListChanged {
-				t.Errorf("tools capability = %+v, want listChanged false", res.Capabilities.Tools)
+			// listChanged: a downstream tool joins or leaves the list
+			// when a listing of its server says so (docs/registry.md).
+			if res.Capabilities.Tools == nil || !res.Capabilities.Tools.ListChanged {
+				t.Errorf("tools capability = %+v, want listChanged true", res.Capabilities.Tools)
 			}
 		})
 	}

@@ -197,6 +197,38 @@ func egressRecorder(l *logrus.Logger, call *auditRecord) func(egress.Record) {
 	}
 }
 
+// pinAudit is the audit record of a pin check that changed what toolgate
+// serves of one downstream tool (kind "pin", msg "pin"): written when a
+// listing withholds a tool (its definition drifted from its pin, it has
+// no pin where one is required, it holds text a reviewer cannot see),
+// serves one without a pin, or serves again one it had withheld. Never
+// arguments or results; the definitions are the server's own.
+type pinAudit struct {
+	Tool      string // tool: the served name; always written
+	Server    string // server: always written
+	Transport string // transport: always written
+	Start     int    // start: which start of the server listed it (1: at start-up); 0 not written
+	Decision  string // decision: "served" or "withheld"; always written
+	Pin       string // pin: how the definition compared with its pin: match, drift, none; "" not written
+	Reason    string // reason: why; always written
+	SHA256    string // sha256: the listed definition's digest
+	Pinned    string // pinned_sha256: the pin's
+	Diff      string // diff: a drift's unified diff (at most conf.MaxPinDiff bytes)
+}
+
+func (r pinAudit) write(l *logrus.Logger) {
+	f := logrus.Fields{"kind": "pin", "tool": r.Tool, "server": r.Server, "transport": r.Transport, "decision": r.Decision, "reason": r.Reason}
+	if r.Start != 0 {
+		f["start"] = r.Start
+	}
+	for k, v := range map[string]string{"pin": r.Pin, "sha256": r.SHA256, "pinned_sha256": r.Pinned, "diff": r.Diff} {
+		if v != "" {
+			f[k] = v
+		}
+	}
+	l.WithFields(f).Info("pin")
+}
+
 // write writes the record to the audit log with msg ("call", or "call
 // could not run").
 func (r *auditRecord) write(l *logrus.Logger, msg string) {

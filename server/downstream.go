@@ -3,15 +3,18 @@ package server
 // Downstream tools: the allowed tools of the tool-MCP servers of the
 // registry (conf.LoadRegistry), served as ID__TOOL after the externals.
 //
-// Listing. The tool set is fixed at start-up (listChanged is false), yet a
-// server's tools and schemas are known only by asking it. ConnectDownstream
-// therefore starts (stdio) or connects to (HTTP) every server once, in
-// parallel, each within its startup_timeout_sec, lists its tools, and
-// registers the enabled ones it offers with their own schemas. Without
-// --eager the server is then stopped again and started lazily on the first
-// call; with --eager the connection is kept. A server that cannot be listed
-// at start-up is not dropped: its enabled tools are served with an open
-// schema and each call tries to start it again.
+// Listing. A server's tools and schemas are known only by asking it.
+// ConnectDownstream therefore starts (stdio) or connects to (HTTP) every
+// server once, in parallel, each within its startup_timeout_sec, lists its
+// tools, and registers the enabled ones it offers with their own schemas.
+// Without --eager the server is then stopped again and started lazily on
+// the first call; with --eager the connection is kept. A server that
+// cannot be listed at start-up is not dropped: its enabled tools are
+// served as pinned (or with an open schema, without a pin) and each call
+// tries to start it again. Every later start lists the server again, and
+// so does a notifications/tools/list_changed it sends; each listing is
+// judged against the pins (downstream_pins.go), and a tool whose verdict
+// changes joins or leaves toolgate's tools/list at once (listChanged).
 //
 // Gating. Only names registered here have a handler, and each handler is
 // bound to one (server, enabled tool) pair: a tool the allowlist omits, or
@@ -20,6 +23,7 @@ package server
 //
 // Files. This one starts the discovery and stops every server (Close).
 // downstream_served.go decides what is served and under which name;
+// downstream_pins.go judges each listing (text, pins) and what changes;
 // downstream_backend.go which backend runs a server; downstream_conn.go
 // owns a connection's life (with downstream_stdio.go bounding its writes
 // and downstream_cap.go what it reads); downstream_creds.go the variables,
@@ -65,6 +69,9 @@ type DownstreamOptions struct {
 	// MaxBytes caps the JSON size of one downstream result; 0 means
 	// DefaultDownstreamMaxBytes.
 	MaxBytes int
+	// RequirePins (serve --require-pins) serves a downstream tool only
+	// when it has a pin, as pinned = true does for one server.
+	RequirePins bool
 }
 
 // downstreamSet is the Server's part for downstream servers. servers and
@@ -94,6 +101,13 @@ type downstreamDeps struct {
 	// egress returns what audits each egress connection of a server with
 	// allowed_hosts (rec names the server).
 	egress func(rec *auditRecord) func(egress.Record)
+	// pinAudit writes the audit record of a pin check (kind pin).
+	pinAudit func(pinAudit)
+	// update changes what is served of the server's tools, and
+	// setStatus its part of checkpoint_status; both are no-ops before the
+	// server is registered.
+	update    func(put []entry, drop []string)
+	setStatus func(d *downstream)
 }
 
 // downstreamDeps are the Server's parts its downstream servers use.
@@ -108,6 +122,9 @@ func (s *Server) downstreamDeps(opts DownstreamOptions) downstreamDeps {
 		cancelled:   s.cancelled.add,
 		keepEscapes: func(tool string) bool { return s.keepEscapes[tool] },
 		stopping:    s.stopping.Load,
+		pinAudit:    func(r pinAudit) { r.write(s.auditLog) },
+		update:      s.updateDownstream,
+		setStatus:   s.setDownstreamStatus,
 	}
 }
 
@@ -127,9 +144,14 @@ type downstream struct {
 	mu      sync.Mutex
 	conn    *dconn
 	starts  int
-	offered map[string]remoteTool // the enabled tools it listed; nil until listed
-	refused map[string]string     // enabled tools it listed that are not served, and why
+	listed  bool                  // listed at least once
+	first   *listing              // the start-up listing, until registered
+	tools   map[string]*toolState // every enabled tool: its last verdict
 	listErr error                 // why the start-up listing failed
+	index   int                   // its place in the registry status
+
+	// listMu orders the listings' changes of what is served.
+	listMu sync.Mutex
 
 	// slot serialises calls unless supports_parallel_tool_calls.
 	slot chan struct{}
@@ -198,7 +220,10 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts DownstreamOptions) 
 	if r == nil || s.down != nil {
 		return
 	}
-	st := &status.Registry{Dir: r.Dir, State: string(r.State), Reason: r.Reason}
+	st := &status.Registry{Dir: r.Dir, State: string(r.State), Reason: r.Reason, RequirePins: opts.RequirePins}
+	if r.Pins != nil {
+		st.Pins = r.Pins.Path
+	}
 	if r.State == conf.StateLoaded && len(r.Servers) > 0 {
 		st.Listing = true
 	}
@@ -220,8 +245,10 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts DownstreamOptions) 
 	}
 	deps := s.downstreamDeps(opts)
 	downs := make([]*downstream, 0, len(r.Servers))
-	for _, srv := range r.Servers {
-		downs = append(downs, newDownstream(srv, deps, s.opts.Sandbox.Name()))
+	for i, srv := range r.Servers {
+		d := newDownstream(srv, deps, s.opts.Sandbox.Name())
+		d.index = i
+		downs = append(downs, d)
 	}
 	var wg sync.WaitGroup
 	for _, d := range downs {
@@ -236,14 +263,15 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts DownstreamOptions) 
 	}
 	wg.Wait()
 	for _, d := range downs {
-		entries, ds := d.register()
-		if len(entries) > 0 {
-			s.add(entries...)
-		}
+		s.reserve(d)
 		s.updateStatus(func(st *status.Registry) {
 			s.down.servers = append(s.down.servers, d)
-			st.Servers = append(st.Servers, ds)
+			st.Servers = append(st.Servers, status.Downstream{})
 		})
+		d.register()
+		if c := d.live(); c != nil { // --eager: the start-up connection
+			go d.watch(c)
+		}
 	}
 	s.updateStatus(func(st *status.Registry) { st.Listing = false })
 	// The pages read are garbage now; give their memory back to the
@@ -277,6 +305,7 @@ func (d *downstream) discover(ctx context.Context) {
 		d.log.WithError(err).Error("downstream server not listed at start-up: its enabled tools are served with an open schema and each call tries to start it again")
 		return
 	}
+	c.drainChanged() // this listing covers it
 	lctx, cancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
 	l, err := listTools(lctx, c.client, d.srv.Enabled)
 	cancel()
@@ -286,7 +315,7 @@ func (d *downstream) discover(ctx context.Context) {
 		d.log.WithError(d.listErr).Error("downstream server not listed at start-up: its enabled tools are served with an open schema and each call tries to start it again")
 		return
 	}
-	d.offered, d.refused = l.tools, l.refused
+	d.first = l
 	d.log.WithFields(logrus.Fields{"offered": l.offered, "ms": time.Since(start).Milliseconds()}).Info("downstream server listed")
 	if d.deps.opts.Eager {
 		d.mu.Lock()

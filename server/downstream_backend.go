@@ -22,7 +22,10 @@ var ErrNeedsBwrap = errors.New("downstream servers need the bwrap backend")
 // newDownstream is the server srv of the registry, run by the backend its
 // entry and deps.opts choose (sandbox names the sandbox backend).
 func newDownstream(srv conf.ToolServer, deps downstreamDeps, sandbox string) *downstream {
-	d := &downstream{deps: deps, srv: srv, backend: "http", starting: make(chan struct{}, 1)}
+	d := &downstream{deps: deps, srv: srv, backend: "http", starting: make(chan struct{}, 1), tools: map[string]*toolState{}}
+	for _, tool := range srv.EnabledTools {
+		d.tools[tool] = &toolState{}
+	}
 	opts := deps.opts
 	if !srv.SupportsParallelToolCalls {
 		d.slot = make(chan struct{}, 1)

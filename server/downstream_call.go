@@ -75,11 +75,12 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 			d.log.WithError(err).Warn("downstream server could not be started")
 			return done(errorResult("toolgate: %s: the downstream server %q could not be started: %v", served, d.srv.ID, err))
 		}
-		if _, ok := d.offers(tool); !ok {
-			if why, refused := d.refusal(tool); refused {
-				return refuse("refused tool", "the downstream server %q lists %q, but toolgate does not serve it: %s", d.srv.ID, tool, why)
-			}
-			return refuse("not offered", "the downstream server %q does not offer %q", d.srv.ID, tool)
+		switch refused, why := d.servable(tool); refused {
+		case "":
+		case refusedNotOffered:
+			return refuse(refused, "the downstream server %q does not offer %q", d.srv.ID, tool)
+		default:
+			return refuse(refused, "the downstream server %q lists %q, but toolgate does not serve it: %s", d.srv.ID, tool, why)
 		}
 		var creq mcp.CallToolRequest
 		creq.Params.Name = tool

@@ -41,6 +41,10 @@ type dconn struct {
 	proc   *rt.Process // nil for HTTP
 	n      int         // start number, for logs
 
+	// changed is signalled by the server's
+	// notifications/tools/list_changed: watch lists it again.
+	changed chan struct{}
+
 	mu     sync.Mutex
 	reason string // why it ended; "" while alive
 	dead   chan struct{}
@@ -122,21 +126,18 @@ func (d *downstream) get(ctx context.Context) (*dconn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.offered == nil { // written only here and at start-up, under starting
-		lctx, cancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
-		l, err := listTools(lctx, c.client, d.srv.Enabled)
-		cancel()
-		if err != nil {
-			d.close(c, "listing failed", 0)
-			return nil, fmt.Errorf("tools/list: %s", d.redact(err.Error()))
-		}
-		d.mu.Lock()
-		d.offered, d.refused = l.tools, l.refused
-		d.mu.Unlock()
-		for tool, why := range l.refused {
-			d.log.WithFields(logrus.Fields{"tool": tool, "reason": why}).Error("downstream tool not served")
-		}
+	// Every start is listed again: what it serves is judged against the
+	// pins (and the definitions first served) before any call reaches it.
+	// This listing covers a list_changed the server sent while starting.
+	c.drainChanged()
+	lctx, cancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
+	l, err := listTools(lctx, c.client, d.srv.Enabled)
+	cancel()
+	if err != nil {
+		d.close(c, "listing failed", 0)
+		return nil, fmt.Errorf("tools/list: %s", d.redact(err.Error()))
 	}
+	d.relisted(l, c.n)
 	d.mu.Lock()
 	if d.deps.stopping() { // Close ran while it started: shutdown saw no connection
 		d.mu.Unlock()
@@ -145,7 +146,57 @@ func (d *downstream) get(ctx context.Context) (*dconn, error) {
 	}
 	d.conn = c
 	d.mu.Unlock()
+	go d.watch(c)
 	return c, nil
+}
+
+// watch re-lists the server on each notifications/tools/list_changed it
+// sends while c is its connection (one at a time; those that come during
+// a listing make one more).
+func (d *downstream) watch(c *dconn) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-c.dead
+		cancel()
+	}()
+	for {
+		select {
+		case <-c.dead:
+			return
+		case <-c.changed:
+		}
+		lctx, lcancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
+		l, err := listTools(lctx, c.client, d.srv.Enabled)
+		lcancel()
+		if err != nil {
+			if _, ended := c.ended(); !ended {
+				d.log.WithFields(logrus.Fields{"start": c.n, "reason": d.redact(err.Error())}).Warn("downstream server said its tools changed, and could not be listed: what is served of it stays as it was")
+			}
+			continue
+		}
+		d.log.WithFields(logrus.Fields{"start": c.n, "offered": l.offered}).Info("downstream server listed again: it said its tools changed")
+		d.relisted(l, c.n)
+		// At most one listing a second, however often a server says so.
+		select {
+		case <-c.dead:
+			return
+		case <-time.After(relistInterval):
+		}
+	}
+}
+
+// relistInterval is the least time between two listings a server asks
+// for.
+const relistInterval = time.Second
+
+// drainChanged forgets a list_changed the server sent before a listing
+// that covers it.
+func (c *dconn) drainChanged() {
+	select {
+	case <-c.changed:
+	default:
+	}
 }
 
 // live returns the current connection if it has not ended.
@@ -170,7 +221,7 @@ func (d *downstream) connect(ctx context.Context) (*dconn, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
 	defer cancel()
 	d.starts++
-	c := &dconn{n: d.starts, dead: make(chan struct{})}
+	c := &dconn{n: d.starts, dead: make(chan struct{}), changed: make(chan struct{}, 1)}
 	start := time.Now()
 	var err error
 	if d.srv.Transport == conf.TransportStdio {
@@ -181,6 +232,14 @@ func (d *downstream) connect(ctx context.Context) (*dconn, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.client.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == string(mcp.MethodNotificationToolsListChanged) {
+			select {
+			case c.changed <- struct{}{}:
+			default: // a listing is due already
+			}
+		}
+	})
 	req := mcp.InitializeRequest{}
 	req.Params.ProtocolVersion = DownstreamProtocol
 	req.Params.ClientInfo = mcp.Implementation{Name: "toolgate", Version: d.deps.version}

@@ -12,6 +12,8 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolgate/toolgate/conf"
 )
 
 // remoteTool is one tool as the downstream server listed it, its schemas
@@ -23,6 +25,12 @@ type remoteTool struct {
 	InputSchema  json.RawMessage    `json:"inputSchema,omitempty"`
 	OutputSchema json.RawMessage    `json:"outputSchema,omitempty"`
 	Annotations  mcp.ToolAnnotation `json:"annotations"`
+
+	// canonical is the whole definition (every key of the tool's object
+	// in the listing) in canonical JSON, and digest its SHA-256: what a
+	// pin approves (conf.Pins). Computed once per listing, never per call.
+	canonical []byte
+	digest    string
 }
 
 // MaxDownstreamTool bounds the definition of one downstream tool (its
@@ -107,6 +115,12 @@ func listTools(ctx context.Context, c *client.Client, enabled func(string) bool)
 					len(raw), len(t.InputSchema), len(t.OutputSchema), len(t.Description), MaxDownstreamTool)
 				continue
 			}
+			c, err := conf.CanonicalJSON(raw)
+			if err != nil {
+				l.refused[name] = fmt.Sprintf("its definition could be read more than one way: %v", err)
+				continue
+			}
+			t.canonical, t.digest = c, conf.Digest(c)
 			l.tools[name] = t
 		}
 		if res.NextCursor == "" || res.NextCursor == cursor {

@@ -1,17 +1,19 @@
 package server
 
 // What toolgate serves of a downstream server, and under which name: the
-// served-name collisions that disable the registry, the enabled tools it
-// registers with their own schemas (or an open one), the description and
-// annotations it gives them, and the listed tools it refuses.
+// served-name collisions that disable the registry, the registration of
+// its tools and the later changes to what is served, the description and
+// annotations it gives them.
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/sirupsen/logrus"
+	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/status"
@@ -36,60 +38,88 @@ func (s *Server) collisions(r *conf.Registry) []error {
 	return conf.Collisions(r.Servers, taken)
 }
 
-// register returns the server's tools to serve, and its status.
-func (d *downstream) register() ([]entry, status.Downstream) {
-	var entries []entry
-	st := status.Downstream{ID: d.srv.ID, Transport: string(d.srv.Transport), Sandbox: d.sandboxState(), State: status.DownstreamListed, Served: []string{}}
-	switch {
-	case d.unavailable != nil:
-		st.State, st.Reason = status.DownstreamUnavailable, d.unavailable.Error()
+// register serves the server's tools as its start-up listing (or, not
+// listed, its pins) says, and fills in its status; from then on each
+// listing changes what is served (downstream_pins.go).
+func (d *downstream) register() {
+	if d.unavailable != nil {
 		d.log.WithError(d.unavailable).Error("downstream server unavailable: its tools answer isError; it never runs unsandboxed")
-	case d.offered == nil:
-		st.State, st.Reason = status.DownstreamFailed, d.listErr.Error()
 	}
+	d.listMu.Lock()
+	defer d.listMu.Unlock()
+	put, _ := d.apply(d.first, 1)
+	d.mu.Lock()
+	d.first = nil
+	d.mu.Unlock()
+	d.deps.update(put, nil)
+	d.deps.setStatus(d)
+}
+
+// relisted applies a later listing of the server (its start number n):
+// what toolgate serves of it changes at once.
+func (d *downstream) relisted(l *listing, n int) {
+	d.listMu.Lock()
+	defer d.listMu.Unlock()
+	put, drop := d.apply(l, n)
+	d.deps.update(put, drop)
+	d.deps.setStatus(d)
+}
+
+// reserve gives every tool the server may serve its place in tools/list
+// (servers by id, tools in enabled_tools order), so that a tool withheld
+// and served again comes back where it was.
+func (s *Server) reserve(d *downstream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, tool := range d.srv.EnabledTools {
-		name := d.srv.ServedName(tool)
-		if problem, refused := conf.ClientNameIssue(name); refused {
-			st.NotServed = append(st.NotServed, tool)
-			d.log.WithField("tool", tool).Error(problem)
-			continue
-		} else if problem != "" {
-			d.log.WithField("tool", tool).Warn(problem)
+		if _, ok := s.order[d.srv.ServedName(tool)]; !ok {
+			s.order[d.srv.ServedName(tool)] = len(s.order)
 		}
-		var t mcp.Tool
-		if d.offered == nil {
-			t = mcp.NewToolWithRawSchema(name, d.describe(tool, ""), openSchema)
-			t.Annotations = approvalAnnotations(d.srv.Approval(tool), mcp.ToolAnnotation{})
-		} else {
-			if why, ok := d.refused[tool]; ok {
-				st.NotServed = append(st.NotServed, tool)
-				st.Refused = append(st.Refused, status.ToolRefusal{Tool: tool, Reason: why})
-				d.log.WithFields(logrus.Fields{"tool": tool, "reason": why}).Error("downstream tool not served")
-				continue
-			}
-			rtool, ok := d.offered[tool]
-			if !ok {
-				st.NotServed = append(st.NotServed, tool)
-				d.log.WithField("tool", tool).Warn("enabled tool not offered by the downstream server: not served")
-				continue
-			}
-			var err error
-			if t, err = d.servedTool(rtool); err != nil {
-				st.NotServed = append(st.NotServed, tool)
-				d.log.WithField("tool", tool).WithError(err).Error("downstream tool not served")
-				continue
-			}
-		}
-		entries = append(entries, entry{t, d.handler(tool), status.Tool{Name: name, Kind: "downstream", Backend: d.backend}})
-		st.Served = append(st.Served, name)
 	}
-	return entries, st
+}
+
+// updateDownstream changes what is served of the downstream tools: put are
+// served (added, or replacing the definition served under the same name),
+// drop withdrawn. mcp-go sends every session
+// notifications/tools/list_changed (New declares listChanged).
+func (s *Server) updateDownstream(put []entry, drop []string) {
+	if len(put) == 0 && len(drop) == 0 {
+		return
+	}
+	tools := make([]mcpserver.ServerTool, 0, len(put))
+	s.mu.Lock()
+	served := slices.DeleteFunc(s.served, func(t status.Tool) bool {
+		return slices.Contains(drop, t.Name) || slices.ContainsFunc(put, func(e entry) bool { return e.tool.Name == t.Name })
+	})
+	for _, e := range put {
+		if _, ok := s.order[e.tool.Name]; !ok {
+			s.order[e.tool.Name] = len(s.order)
+		}
+		tools = append(tools, mcpserver.ServerTool{Tool: e.tool, Handler: e.handler})
+		served = append(served, e.status)
+	}
+	slices.SortStableFunc(served, func(a, b status.Tool) int { return s.order[a.Name] - s.order[b.Name] })
+	s.served = served
+	s.mu.Unlock()
+	if len(drop) > 0 {
+		s.mcp.DeleteTools(drop...)
+	}
+	if len(tools) > 0 {
+		s.mcp.AddTools(tools...)
+	}
+}
+
+// setDownstreamStatus writes d's part of checkpoint_status.
+func (s *Server) setDownstreamStatus(d *downstream) {
+	ds := d.downstreamStatus()
+	s.updateStatus(func(st *status.Registry) { st.Servers[d.index] = ds })
 }
 
 // servedTool is how toolgate serves a listed downstream tool: the served
-// name, the downstream schemas unchanged, the description with its origin,
-// and the annotations of the operator's approval mode.
-func (d *downstream) servedTool(r remoteTool) (mcp.Tool, error) {
+// name, the downstream schemas unchanged, the description with its origin
+// (and note, when not ""), and the annotations of the operator's approval
+// mode and of what toolgate knows of the server.
+func (d *downstream) servedTool(r remoteTool, note string) (mcp.Tool, error) {
 	in := r.InputSchema
 	if len(in) == 0 || string(in) == "null" {
 		in = openSchema
@@ -97,7 +127,10 @@ func (d *downstream) servedTool(r remoteTool) (mcp.Tool, error) {
 	if err := checkObjectSchema(in); err != nil {
 		return mcp.Tool{}, fmt.Errorf("inputSchema: %w", err)
 	}
-	t := mcp.NewToolWithRawSchema(d.srv.ServedName(r.Name), d.describe(r.Name, r.Description), in)
+	if c := claims(d.srv.Approval(r.Name), r.Annotations); c != "" {
+		note = strings.TrimPrefix(note+"\n"+c, "\n")
+	}
+	t := mcp.NewToolWithRawSchema(d.srv.ServedName(r.Name), d.describe(r.Name, r.Description, note), in)
 	t.Title = r.Title
 	if len(r.OutputSchema) > 0 && string(r.OutputSchema) != "null" {
 		if err := checkObjectSchema(r.OutputSchema); err != nil {
@@ -105,7 +138,7 @@ func (d *downstream) servedTool(r remoteTool) (mcp.Tool, error) {
 		}
 		t.RawOutputSchema = r.OutputSchema
 	}
-	t.Annotations = approvalAnnotations(d.srv.Approval(r.Name), r.Annotations)
+	t.Annotations = d.annotations(r.Name, r.Annotations)
 	if err := mcp.ValidateParamHeaderAnnotations(&t); err != nil {
 		return mcp.Tool{}, err
 	}
@@ -125,24 +158,62 @@ func checkObjectSchema(b json.RawMessage) error {
 	return nil
 }
 
-// describe is a downstream tool's description: its own, then where it comes
-// from and the operator's approval mode.
-func (d *downstream) describe(tool, own string) string {
+// describe is a downstream tool's description: its own, then where it
+// comes from and the operator's approval mode, then note.
+func (d *downstream) describe(tool, own, note string) string {
 	origin := fmt.Sprintf("Downstream tool %q of the tool-MCP server %q (%s", tool, d.srv.ID, d.srv.Transport)
 	if d.srv.Transport == conf.TransportStdio {
 		origin += ", sandbox " + d.sandboxState()
 	}
 	origin += fmt.Sprintf("), approval mode %s. Its results are external content.", d.srv.Approval(tool))
-	switch {
-	case d.unavailable != nil:
+	if d.unavailable != nil {
 		origin += " Unavailable: " + d.unavailable.Error() + "."
-	case d.offered == nil:
-		origin += " Not listed at start-up (" + d.listErr.Error() + "): the arguments are passed as given."
+	}
+	if note != "" {
+		origin += "\n" + note
 	}
 	if own == "" {
 		return origin
 	}
 	return own + "\n\n" + origin
+}
+
+// claims is the line a served description ends with when the server's
+// own annotations claim readOnlyHint or destructiveHint: toolgate does
+// not check them, and its served annotations follow the approval mode
+// (which, in mode writes, acts on the server's readOnlyHint: true).
+func claims(mode conf.ApprovalMode, own mcp.ToolAnnotation) string {
+	var parts []string
+	if own.ReadOnlyHint != nil {
+		parts = append(parts, fmt.Sprintf("readOnlyHint %v", *own.ReadOnlyHint))
+	}
+	if own.DestructiveHint != nil {
+		parts = append(parts, fmt.Sprintf("destructiveHint %v", *own.DestructiveHint))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	what := parts[0] + " is the server's claim"
+	if len(parts) == 2 {
+		what = parts[0] + " and " + parts[1] + " are the server's claims"
+	}
+	use := "the annotations toolgate serves follow approval mode " + string(mode)
+	if mode == conf.ApprovalWrites && own.ReadOnlyHint != nil && *own.ReadOnlyHint {
+		use = "approval mode writes serves the tool as read-only because of it"
+	}
+	return "(" + what + ", not checked by toolgate; " + use + ".)"
+}
+
+// annotations are a served tool's annotations: the approval mode's
+// (approvalAnnotations), and openWorldHint true when toolgate lets the
+// server reach a network (network = true, allowed_hosts, or sandbox =
+// false: the host's), whatever the server says.
+func (d *downstream) annotations(tool string, own mcp.ToolAnnotation) mcp.ToolAnnotation {
+	a := approvalAnnotations(d.srv.Approval(tool), own)
+	if d.srv.Transport == conf.TransportStdio && (d.srv.Network || len(d.srv.AllowedHosts) > 0 || !d.srv.Sandbox) {
+		a.OpenWorldHint = mcp.ToBoolPtr(true)
+	}
+	return a
 }
 
 // approvalAnnotations derives a served tool's annotations from the
@@ -171,20 +242,4 @@ func approvalAnnotations(mode conf.ApprovalMode, own mcp.ToolAnnotation) mcp.Too
 		a.IdempotentHint = mcp.ToBoolPtr(false)
 	}
 	return a
-}
-
-// offers reports whether the server listed tool.
-func (d *downstream) offers(tool string) (remoteTool, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	t, ok := d.offered[tool]
-	return t, ok
-}
-
-// refusal says why a tool the server listed is not served, if it is not.
-func (d *downstream) refusal(tool string) (string, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	why, ok := d.refused[tool]
-	return why, ok
 }

@@ -1,11 +1,15 @@
 package server
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/egress/allowlist"
 )
 
 func TestApprovalAnnotations(t *testing.T) {
@@ -27,5 +31,82 @@ func TestApprovalAnnotations(t *testing.T) {
 			t.Errorf("approvalAnnotations(%s, ro=%v) = ro %v destructive %v idempotent %v, want %v %v %v", tc.mode, deref(tc.own.ReadOnlyHint),
 				deref(a.ReadOnlyHint), deref(a.DestructiveHint), deref(a.IdempotentHint), tc.ro, tc.destr, tc.idm)
 		}
+	}
+}
+
+// TestDownstreamAnnotationsTruth: toolgate states what it knows over what
+// a server claims: a stdio server that can reach a network (network =
+// true, allowed_hosts, sandbox = false) serves openWorldHint true whatever
+// it says; a sandboxed one without a network, and an HTTP one, keep the
+// server's. A server's readOnlyHint and destructiveHint are named in the
+// description as its claims, not checked by toolgate.
+func TestDownstreamAnnotationsTruth(t *testing.T) {
+	yes, no := mcp.ToBoolPtr(true), mcp.ToBoolPtr(false)
+	hosts, err := allowlist.ParseList([]string{"api.example.com:443"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdio := conf.ToolServer{ID: "s", Transport: conf.TransportStdio, Sandbox: true, EnabledTools: []string{"t"}, DefaultApproval: conf.ApprovalAuto}
+	for _, tc := range []struct {
+		name      string
+		srv       func(s *conf.ToolServer)
+		own       *bool
+		openWorld any
+	}{
+		{"sandboxed, no network, claims closed", func(*conf.ToolServer) {}, no, false},
+		{"sandboxed, no network, no claim", func(*conf.ToolServer) {}, nil, nil},
+		{"network = true, claims closed", func(s *conf.ToolServer) { s.Network = true }, no, true},
+		{"allowed_hosts, no claim", func(s *conf.ToolServer) { s.AllowedHosts = hosts }, nil, true},
+		{"sandbox = false, claims closed", func(s *conf.ToolServer) { s.Sandbox = false }, no, true},
+		{"http, claims closed", func(s *conf.ToolServer) { s.Transport, s.Sandbox = conf.TransportStreamableHTTP, false }, no, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := stdio
+			tc.srv(&srv)
+			d := newDownstream(srv, downstreamDeps{log: logrus.New()}, "bwrap")
+			tool, err := d.servedTool(remoteTool{Name: "t", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: mcp.ToolAnnotation{OpenWorldHint: tc.own}}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := deref(tool.Annotations.OpenWorldHint); got != tc.openWorld {
+				t.Errorf("openWorldHint = %v, want %v", got, tc.openWorld)
+			}
+		})
+	}
+
+	for _, tc := range []struct {
+		name string
+		mode conf.ApprovalMode
+		own  mcp.ToolAnnotation
+		want string // the description's last line; "" none
+	}{
+		{"no claim", conf.ApprovalAuto, mcp.ToolAnnotation{OpenWorldHint: no}, ""},
+		{"read-only claim, mode writes", conf.ApprovalWrites, mcp.ToolAnnotation{ReadOnlyHint: yes},
+			"(readOnlyHint true is the server's claim, not checked by toolgate; approval mode writes serves the tool as read-only because of it.)"},
+		{"both claims, mode auto", conf.ApprovalAuto, mcp.ToolAnnotation{ReadOnlyHint: no, DestructiveHint: yes},
+			"(readOnlyHint false and destructiveHint true are the server's claims, not checked by toolgate; the annotations toolgate serves follow approval mode auto.)"},
+		{"destructive claim, mode prompt", conf.ApprovalPrompt, mcp.ToolAnnotation{DestructiveHint: no},
+			"(destructiveHint false is the server's claim, not checked by toolgate; the annotations toolgate serves follow approval mode prompt.)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := stdio
+			srv.DefaultApproval = tc.mode
+			d := newDownstream(srv, downstreamDeps{log: logrus.New()}, "bwrap")
+			tool, err := d.servedTool(remoteTool{Name: "t", Description: "Own.", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: tc.own}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(tool.Description, "\n")
+			last := lines[len(lines)-1]
+			switch {
+			case tc.want == "" && strings.Contains(tool.Description, "claim"):
+				t.Errorf("description = %q, want no claim line", tool.Description)
+			case tc.want != "" && last != tc.want:
+				t.Errorf("description's last line = %q\nwant %q", last, tc.want)
+			}
+			if !strings.HasPrefix(tool.Description, "Own.\n\nDownstream tool \"t\"") {
+				t.Errorf("description = %q", tool.Description)
+			}
+		})
 	}
 }

@@ -657,8 +657,16 @@ func TestDownstreamMissingVariable(t *testing.T) {
 	if res := h.call(t, "fake__echo", map[string]any{"text": "x"}); res.IsError || resultText(res) != "echo: x" {
 		t.Errorf("call once set = %q", resultText(res))
 	}
-	if res := h.call(t, "fake__absent", nil); !res.IsError || !strings.Contains(resultText(res), `does not offer "absent"`) {
-		t.Errorf("absent tool once listed = %q", resultText(res))
+	// Listed now: the enabled tool it does not offer is withdrawn from
+	// tools/list, as it is never served when the start-up listing shows it
+	// is not offered.
+	if _, ok := h.tools(t)["fake__absent"]; ok {
+		t.Error("fake__absent is still served once the server is listed and does not offer it")
+	}
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "fake__absent"
+	if res, err := h.sess.CallTool(context.Background(), req); err == nil || !strings.Contains(err.Error(), "tool 'fake__absent' not found") {
+		t.Errorf("absent tool once listed = %v, %v; want tool not found", res, err)
 	}
 }
 

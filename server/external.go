@@ -91,9 +91,12 @@ func Describe(t conf.Tool) string {
 func externalTool(t conf.Tool) mcp.Tool {
 	tool := mcp.NewToolWithRawSchema(t.Name, Describe(t), builtin.NoArgsSchema)
 	tool.RawOutputSchema = callOutputSchema
+	// openWorldHint: a read-class tool runs on the host, with its
+	// network; a test-class one has none, unless an egress line lists
+	// destinations it reaches.
 	tool.Annotations = mcp.ToolAnnotation{
 		ReadOnlyHint:  mcp.ToBoolPtr(true),
-		OpenWorldHint: mcp.ToBoolPtr(t.Class == conf.ClassRead),
+		OpenWorldHint: mcp.ToBoolPtr(t.Class == conf.ClassRead || len(t.Egress) > 0),
 	}
 	return tool
 }

@@ -90,8 +90,11 @@ type Server struct {
 	stopping atomic.Bool
 }
 
-// New builds the server and its tool registry. The tool set is fixed here:
-// listChanged is false and a reload is a restart.
+// New builds the server and its tool registry. The built-ins and
+// tools.conf tools are fixed here (a reload is a restart); the downstream
+// tools join once listed and change when a listing does
+// (downstream_pins.go), so listChanged is true: mcp-go tells every session
+// when a tool is added or withdrawn.
 func New(opts Options) *Server {
 	if opts.Log == nil {
 		opts.Log = logrus.New()
@@ -118,7 +121,7 @@ func New(opts Options) *Server {
 		s.keepEscapes[name] = true
 	}
 	s.mcp = mcpserver.NewMCPServer("toolgate", opts.Version,
-		mcpserver.WithToolCapabilities(false),
+		mcpserver.WithToolCapabilities(true),
 		mcpserver.WithRecovery(),
 		mcpserver.WithToolFilter(s.sortTools),
 		mcpserver.WithHooks(s.hooks()),

@@ -29,25 +29,37 @@ type Report struct {
 // Registry is the tool-MCP registry's load outcome and each
 // downstream server's state. It names variables, never their values.
 type Registry struct {
-	Dir     string       `json:"dir"`
-	State   string       `json:"state"`             // absent, loaded, refused
-	Listing bool         `json:"listing,omitempty"` // its servers' tools are being listed
-	Reason  string       `json:"reason,omitempty"`
-	Errors  []string     `json:"errors,omitempty"`
-	Servers []Downstream `json:"servers,omitempty"`
+	Dir     string   `json:"dir"`
+	State   string   `json:"state"`             // absent, loaded, refused
+	Listing bool     `json:"listing,omitempty"` // its servers' tools are being listed
+	Reason  string   `json:"reason,omitempty"`
+	Errors  []string `json:"errors,omitempty"`
+	// Pins is the pins file of the approved tool definitions (registry
+	// pin), when there is one; RequirePins is serve --require-pins.
+	Pins        string       `json:"pins,omitempty"`
+	RequirePins bool         `json:"require_pins,omitempty"`
+	Servers     []Downstream `json:"servers,omitempty"`
 }
 
 // Downstream is one downstream server.
 type Downstream struct {
-	ID        string   `json:"id"`
-	Transport string   `json:"transport"`
-	Sandbox   string   `json:"sandbox"`
-	State     string   `json:"state"` // DownstreamListed, DownstreamFailed, DownstreamUnavailable
-	Reason    string   `json:"reason,omitempty"`
+	ID        string `json:"id"`
+	Transport string `json:"transport"`
+	Sandbox   string `json:"sandbox"`
+	State     string `json:"state"` // DownstreamListed, DownstreamFailed, DownstreamUnavailable
+	Reason    string `json:"reason,omitempty"`
+	// Pinned is the entry's pinned = true: a tool without a pin is not
+	// served.
+	Pinned    bool     `json:"pinned,omitempty"`
 	Served    []string `json:"served"`
 	NotServed []string `json:"not_served,omitempty"` // enabled but not served
+	// Unpinned are the served tools that have no pin (served with a
+	// warning).
+	Unpinned []string `json:"unpinned,omitempty"`
 	// Refused are the enabled tools the server listed that are not served,
-	// with why (a definition over the size cap, a name listed twice).
+	// with why: a definition over the size cap, a name listed twice, text
+	// a reviewer cannot see, a definition that drifted from its pin (with
+	// the diff), no pin where one is required.
 	Refused []ToolRefusal `json:"refused,omitempty"`
 }
 
@@ -55,6 +67,10 @@ type Downstream struct {
 type ToolRefusal struct {
 	Tool   string `json:"tool"`
 	Reason string `json:"reason"`
+	// Diff is, for a definition that drifted, the unified diff from the
+	// definition approved (its pin, or the one first served) to the one
+	// listed.
+	Diff string `json:"diff,omitempty"`
 }
 
 // Conf is the tools.conf load outcome.
@@ -216,14 +232,26 @@ func (s Report) Text() string {
 		if r.State == "refused" {
 			b.WriteString("  every downstream server is disabled; built-in and tools.conf tools are unaffected\n")
 		}
+		if r.Pins != "" {
+			fmt.Fprintf(&b, "  pins: %s\n", r.Pins)
+		}
+		if r.RequirePins {
+			b.WriteString("  --require-pins: a tool without a pin is not served\n")
+		}
 		for _, d := range r.Servers {
 			fmt.Fprintf(&b, "  %s (%s, sandbox %s): %s, %d served", d.ID, d.Transport, d.Sandbox, d.State, len(d.Served))
 			if d.Reason != "" {
 				fmt.Fprintf(&b, ": %s", d.Reason)
 			}
 			b.WriteString("\n")
+			for _, t := range d.Unpinned {
+				fmt.Fprintf(&b, "    served without a pin: %s\n", t)
+			}
 			for _, r := range d.Refused {
 				fmt.Fprintf(&b, "    not served: %s: %s\n", r.Tool, r.Reason)
+				if r.Diff != "" {
+					fmt.Fprintf(&b, "      %s\n", strings.ReplaceAll(strings.TrimSuffix(r.Diff, "\n"), "\n", "\n      "))
+				}
 			}
 		}
 	}

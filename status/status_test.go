@@ -16,8 +16,9 @@ func TestReportJSON(t *testing.T) {
 		Conf:    Conf{Path: "/etc/tools.conf", State: "refused", Errors: []ConfError{{Line: 2, Text: "tool x", Field: "exe", Reason: "why"}}},
 		Sandbox: Sandbox{Backend: "bwrap", State: "ready", Available: true},
 		Tools:   []Tool{{Name: "t", Kind: "external", Class: "test", Backend: "bwrap", Egress: []string{"a:443"}}},
-		Registry: &Registry{Dir: "/etc/mcp", State: "loaded", Servers: []Downstream{{ID: "s", Transport: "stdio", Sandbox: "on, no network",
-			State: DownstreamListed, Served: []string{"s__a"}, NotServed: []string{"b"}, Refused: []ToolRefusal{{Tool: "b", Reason: "big"}}}}},
+		Registry: &Registry{Dir: "/etc/mcp", State: "loaded", Pins: "/etc/mcp/pins.json", RequirePins: true, Servers: []Downstream{{ID: "s", Transport: "stdio", Sandbox: "on, no network",
+			State: DownstreamListed, Pinned: true, Served: []string{"s__a"}, NotServed: []string{"b", "c"}, Unpinned: []string{"a"},
+			Refused: []ToolRefusal{{Tool: "b", Reason: "big"}, {Tool: "c", Reason: "drifted", Diff: "--- pinned\n+++ listed\n"}}}}},
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -27,10 +28,17 @@ func TestReportJSON(t *testing.T) {
 		`"conf":{"path":"/etc/tools.conf","state":"refused","errors":[{"line":2,"text":"tool x","field":"exe","reason":"why"}]},` +
 		`"sandbox":{"backend":"bwrap","state":"ready","available":true},` +
 		`"tools":[{"name":"t","kind":"external","class":"test","backend":"bwrap","egress":["a:443"]}],` +
-		`"registry":{"dir":"/etc/mcp","state":"loaded","servers":[{"id":"s","transport":"stdio","sandbox":"on, no network","state":"listed",` +
-		`"served":["s__a"],"not_served":["b"],"refused":[{"tool":"b","reason":"big"}]}]}}`
+		`"registry":{"dir":"/etc/mcp","state":"loaded","pins":"/etc/mcp/pins.json","require_pins":true,"servers":[{"id":"s","transport":"stdio","sandbox":"on, no network","state":"listed",` +
+		`"pinned":true,"served":["s__a"],"not_served":["b","c"],"unpinned":["a"],"refused":[{"tool":"b","reason":"big"},{"tool":"c","reason":"drifted","diff":"--- pinned\n+++ listed\n"}]}]}}`
 	if string(b) != want {
 		t.Errorf("json.Marshal(Report) =\n%s\nwant\n%s", b, want)
+	}
+	text := r.Text()
+	for _, line := range []string{"  pins: /etc/mcp/pins.json\n", "  --require-pins: a tool without a pin is not served\n",
+		"    served without a pin: a\n", "    not served: c: drifted\n      --- pinned\n      +++ listed\n"} {
+		if !strings.Contains(text, line) {
+			t.Errorf("Text() lacks %q:\n%s", line, text)
+		}
 	}
 }
 

@@ -17,14 +17,16 @@ const minDownstreamMaxBytes = 4096
 // downstreamFlags are serve's flags of the tool-MCP registry (the
 // downstream MCP servers, docs/registry.md).
 type downstreamFlags struct {
-	dir      string
-	eager    bool
-	maxBytes int
+	dir         string
+	eager       bool
+	maxBytes    int
+	requirePins bool
 }
 
 func (f *downstreamFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dir, "tool-mcp-dir", conf.DefaultRegistryDir, "directory of the tool-MCP registry's *.toml fragments: the downstream MCP servers to serve")
 	fs.BoolVar(&f.eager, "eager", false, "keep every downstream server running from start-up on (default: stop each once its tools are listed, start it again on its first call)")
+	fs.BoolVar(&f.requirePins, "require-pins", false, "serve a downstream tool only when it has a pin (toolgate registry pin), as pinned = true does for one server; a pinned tool is served only while its definition matches its pin, either way")
 	fs.IntVar(&f.maxBytes, "downstream-max-bytes", server.DefaultDownstreamMaxBytes, "cap on the JSON size of one downstream result; a larger one is cut and marked isError, and a message over max(N, 1 MiB) + 64 KiB is discarded as it is read")
 }
 
@@ -41,9 +43,10 @@ func (f *downstreamFlags) check() error {
 // runner for a sandboxed server.
 func (f *downstreamFlags) options(a *app, backend string) server.DownstreamOptions {
 	opts := server.DownstreamOptions{
-		Registry: conf.LoadRegistry(f.dir, conf.RegistryOptions{Taken: conf.TakenNames(builtin.Names(), a.conf)}),
-		Eager:    f.eager,
-		MaxBytes: f.maxBytes,
+		Registry:    conf.LoadRegistry(f.dir, conf.RegistryOptions{Taken: conf.TakenNames(builtin.Names(), a.conf)}),
+		Eager:       f.eager,
+		MaxBytes:    f.maxBytes,
+		RequirePins: f.requirePins,
 	}
 	shim, _ := rt.FindShim() // build already required it
 	opts.DirectServices = &rt.DirectServices{Cgroups: a.cgroups, Shim: shim}

@@ -18,13 +18,30 @@ import (
 const registryUsage = `usage:
   toolgate registry list [--tool-mcp-dir DIR]
   toolgate registry show [--tool-mcp-dir DIR] [--format toml|json] ID
-  toolgate registry validate [--tool-mcp-dir DIR] [ID]
+  toolgate registry validate [--tool-mcp-dir DIR] [--live [--require-pins]] [ID]
+  toolgate registry pin [--tool-mcp-dir DIR] [SERVER...]
 
 list, show and validate read the tool-MCP registry (every *.toml fragment
-of DIR, default ` + conf.DefaultRegistryDir + `) without launching or
-connecting to any server, and print variable names, never their values.
-validate exits 1 when the registry is refused, or when ID is given and is
-not ready (command missing, cwd missing, a referenced variable unset).
+of DIR, default ` + conf.DefaultRegistryDir + `) and its pins (DIR/` + conf.PinsFile + `)
+without launching or connecting to any server, and print variable names,
+never their values. validate exits 1 when the registry is refused, or when
+ID is given and is not ready (command missing, cwd missing, a referenced
+variable unset, a pin missing where pinned = true).
+
+validate --live also starts each server (or ID) as serve does (sandboxed,
+with serve's sandbox flags) or connects to it, lists its tools, compares
+each enabled tool's definition with its pin and prints the diff of a
+drift; it serves nothing. It exits 1 when a server cannot be listed or
+serve would withhold an enabled tool it lists.
+
+pin starts or connects to each server (or each SERVER) the same way, lists
+it, and writes the SHA-256 and a readable copy of each enabled tool's
+definition to DIR/` + conf.PinsFile + `, printing what it pinned and the diff of a
+pin it changes. serve then serves a pinned tool only while its server
+lists that very definition. pin refuses to pin a definition serve would
+refuse (text a reviewer cannot see, a schema that is not an object, over
+the size cap) and exits 1 then, or when a server cannot be listed; it keeps
+the pins of those tools, and writes the others.
 `
 
 // registryCmd runs `toolgate registry list|show|validate`.
@@ -35,7 +52,7 @@ func registryCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
-	case "list", "show", "validate":
+	case "list", "show", "validate", "pin":
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, registryUsage)
 		return 0
@@ -45,7 +62,21 @@ func registryCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("registry "+sub, flag.ContinueOnError)
 	dir := fs.String("tool-mcp-dir", conf.DefaultRegistryDir, "directory of the registry's *.toml fragments")
-	confPath := fs.String("conf", conf.PathFromEnv(os.Getenv), "tools.conf, whose tool names a served name may not take (as serve refuses)")
+	// validate --live and pin start the servers as serve does: with serve's
+	// sandbox settings (and its --conf).
+	var s settings
+	confPath := &s.confPath
+	var live, requirePins bool
+	switch sub {
+	case "validate", "pin":
+		s.register(fs)
+		if sub == "validate" {
+			fs.BoolVar(&live, "live", false, "start (sandboxed, as serve does) or connect to each server, list its tools and compare them with their pins; serves nothing")
+			fs.BoolVar(&requirePins, "require-pins", false, "with --live: judge as serve --require-pins does (a tool without a pin is not served)")
+		}
+	default:
+		confPath = fs.String("conf", conf.PathFromEnv(os.Getenv), "tools.conf, whose tool names a served name may not take (as serve refuses)")
+	}
 	format := "toml"
 	if sub == "show" {
 		fs.StringVar(&format, "format", "toml", "output format: toml or json")
@@ -54,13 +85,17 @@ func registryCmd(args []string, stdout, stderr io.Writer) int {
 	if code >= 0 {
 		return code
 	}
-	want := map[string][2]int{"list": {0, 0}, "show": {1, 1}, "validate": {0, 1}}[sub]
+	want := map[string][2]int{"list": {0, 0}, "show": {1, 1}, "validate": {0, 1}, "pin": {0, 1 << 20}}[sub]
 	if len(pos) < want[0] || len(pos) > want[1] {
 		fmt.Fprintf(stderr, "toolgate registry %s: want %s\n", sub, map[string]string{"list": "no argument", "show": "one server ID", "validate": "at most one server ID"}[sub])
 		return 2
 	}
 	if format != "toml" && format != "json" {
 		fmt.Fprintf(stderr, "toolgate registry show: --format %q: want toml or json\n", format)
+		return 2
+	}
+	if requirePins && !live {
+		fmt.Fprintln(stderr, "toolgate registry validate: --require-pins goes with --live")
 		return 2
 	}
 	// The registry is judged as serve judges it: with the names the
@@ -73,10 +108,15 @@ func registryCmd(args []string, stdout, stderr io.Writer) int {
 		return registryList(r, stdout)
 	case "show":
 		return registryShow(r, pos[0], format, stdout, stderr)
+	case "pin":
+		return registryPin(&s, *dir, r, pos, stdout, stderr)
 	}
 	id := ""
 	if len(pos) == 1 {
 		id = pos[0]
+	}
+	if live {
+		return registryValidateLive(&s, *dir, r, id, requirePins, stdout, stderr)
 	}
 	return registryValidate(r, id, os.LookupEnv, stdout, stderr)
 }
@@ -109,6 +149,10 @@ func writeRegistryState(w io.Writer, r *conf.Registry) {
 		fmt.Fprintf(w, "registry %s: absent (%s): no downstream servers\n", r.Dir, r.Reason)
 	case conf.StateLoaded:
 		fmt.Fprintf(w, "registry %s: loaded, %s from %s\n", r.Dir, plural(len(r.Servers), "server"), plural(len(r.Fragments), "fragment"))
+		if r.Pins != nil {
+			tools, servers := r.Pins.Count()
+			fmt.Fprintf(w, "pins %s: %s of %s\n", r.Pins.Path, plural(tools, "tool"), plural(servers, "server"))
+		}
 	case conf.StateRefused:
 		fmt.Fprintf(w, "registry %s: refused, %s\n", r.Dir, plural(len(r.Errors), "error"))
 		for _, err := range r.Errors {
@@ -189,7 +233,7 @@ func registryShow(r *conf.Registry, id, format string, stdout, stderr io.Writer)
 	if format == "json" {
 		render = conf.RenderServerJSON
 	}
-	out, err := render(s)
+	out, err := render(s, r.Pins)
 	if err != nil {
 		fmt.Fprintf(stderr, "toolgate registry show: %v\n", err)
 		return 1
@@ -218,6 +262,10 @@ func registryValidate(r *conf.Registry, id string, lookupEnv func(string) (strin
 	notReady := 0
 	for _, s := range servers {
 		rd := s.Readiness(lookupEnv)
+		pins := pinLines(r.Pins, s, false)
+		for _, p := range pins {
+			rd.Ready = rd.Ready && p.mark != "FAIL"
+		}
 		state := "ready"
 		if !rd.Ready {
 			state = "not ready"
@@ -239,6 +287,9 @@ func registryValidate(r *conf.Registry, id string, lookupEnv func(string) (strin
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", mark, c.Kind, subject, c.Detail)
 		}
+		for _, p := range pins {
+			fmt.Fprintf(tw, "  %s\tpin\t%s\t%s\n", p.mark, p.tool, p.detail)
+		}
 		tw.Flush()
 	}
 	if len(servers) > 0 {
@@ -248,4 +299,28 @@ func registryValidate(r *conf.Registry, id string, lookupEnv func(string) (strin
 		return 1
 	}
 	return 0
+}
+
+// pinLine is one line of validate about an enabled tool's pin.
+type pinLine struct{ mark, tool, detail string }
+
+// pinLines are validate's lines about the pins of s's enabled tools:
+// none without a pins file unless the entry (or requireAll:
+// --require-pins) wants every tool pinned.
+func pinLines(pins *conf.Pins, s conf.ToolServer, requireAll bool) []pinLine {
+	if pins == nil && !s.RequiresPin(requireAll) {
+		return nil
+	}
+	var out []pinLine
+	for _, t := range s.EnabledTools {
+		switch pin, ok := pins.Lookup(s.ID, t); {
+		case ok:
+			out = append(out, pinLine{"ok", t, "sha256 " + pin.SHA256})
+		case s.RequiresPin(requireAll):
+			out = append(out, pinLine{"FAIL", t, "no pin (" + s.UnpinnedPolicy(requireAll) + ")"})
+		default:
+			out = append(out, pinLine{"-", t, "no pin: served with a warning"})
+		}
+	}
+	return out
 }

@@ -153,6 +153,14 @@ func TestRegistryCommandGolden(t *testing.T) {
 		{"usage_unknown_command", "good", []string{"registry", "frob"}, 2},
 		{"usage_show_no_id", "good", []string{"registry", "show", "--tool-mcp-dir", "$DIR"}, 2},
 		{"usage_show_format", "good", []string{"registry", "show", "--format", "yaml", "--tool-mcp-dir", "$DIR", "ida_pro"}, 2},
+		{"list_pinned", "pinned", []string{"registry", "list", "--tool-mcp-dir", "$DIR"}, 0},
+		{"show_pinned_toml", "pinned", []string{"registry", "show", "--tool-mcp-dir", "$DIR", "ida_pro"}, 0},
+		{"show_pinned_json", "pinned", []string{"registry", "show", "--format", "json", "--tool-mcp-dir", "$DIR", "firecrawl"}, 0},
+		{"validate_pinned", "pinned", []string{"registry", "validate", "--tool-mcp-dir", "$DIR"}, 0},
+		{"validate_pinned_missing", "pinned", []string{"registry", "validate", "--tool-mcp-dir", "$DIR", "ida_pro"}, 1},
+		{"usage_require_pins", "pinned", []string{"registry", "validate", "--require-pins", "--tool-mcp-dir", "$DIR"}, 2},
+		{"pin_absent", "good", []string{"registry", "pin", "--tool-mcp-dir", "$DIR/nope"}, 1},
+		{"pin_unknown", "good", []string{"registry", "pin", "--tool-mcp-dir", "$DIR", "nope"}, 1},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
 			root := newRegistryFixture(t, tc.set)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -31,11 +32,19 @@ import (
 //   - stay: it keeps running once its stdin closes, as a server that does
 //     not watch its stdin: only a kill ends it.
 //   - slowstart=S: it reads nothing for S seconds after it starts.
+//   - an absolute path: a JSON file of changes to its definitions, read
+//     at start (and again by the tool "relist"): an object mapping a tool
+//     name to an object whose keys replace those of the tool's definition
+//     (a null value removes the key); a name it does not list is added
+//     as a tool. How the tests change a server's definitions between two
+//     starts.
 //
 // Its tools: echo (answers "echo: N bytes of arguments"), pid (its pid),
 // escapes (text with terminal control sequences), text (a text of
 // {"bytes": N} bytes), limits (its rlimits, from /proc/self/limits), forks
-// (how many of {"n": N} sleeping children it could start), deaf and big.
+// (how many of {"n": N} sleeping children it could start), relist (reads
+// the file of changes again, then sends notifications/tools/list_changed),
+// deaf and big.
 func mcpServer(args []string) {
 	opt := map[string]string{}
 	for _, a := range args {
@@ -53,7 +62,16 @@ func mcpServer(args []string) {
 	_, deaf := opt["deaf"]
 	_, dup := opt["dup"]
 	_, stay := opt["stay"]
-	tools := mcpTools(num("tools"), num("schema"), num("big"), dup)
+	changes := ""
+	for k := range opt {
+		if strings.HasPrefix(k, "/") {
+			changes = k
+		}
+	}
+	listing := func() []json.RawMessage {
+		return mcpChanged(mcpTools(num("tools"), num("schema"), num("big"), dup), changes)
+	}
+	tools := listing()
 	time.Sleep(time.Duration(num("slowstart")) * time.Second)
 	page := num("page")
 	if page <= 0 {
@@ -88,6 +106,10 @@ func mcpServer(args []string) {
 			check(err)
 		}
 		if len(bytes.TrimSpace(line)) > 0 {
+			if bytes.Contains(line, []byte(`"method":"tools/call"`)) && bytes.Contains(line, []byte(`"name":"relist"`)) {
+				tools = listing()
+				fmt.Fprintln(out, `{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`)
+			}
 			mcpAnswer(out, line, tools, page)
 			check(out.Flush())
 		}
@@ -111,7 +133,7 @@ func mcpTools(n, schema, big int, dup bool) []json.RawMessage {
 		return fmt.Sprintf(`{"type":"object","description":%q}`, strings.Repeat("p", size-32))
 	}
 	tools := []json.RawMessage{tool("echo", open), tool("pid", open), tool("escapes", open), tool("text", open),
-		tool("limits", open), tool("forks", open), tool("deaf", open), tool("big", padded(big))}
+		tool("limits", open), tool("forks", open), tool("deaf", open), tool("big", padded(big)), tool("relist", open)}
 	if dup {
 		tools = append(tools, tool("echo", `{"type":"object","description":"the second echo"}`))
 	}
@@ -119,6 +141,52 @@ func mcpTools(n, schema, big int, dup bool) []json.RawMessage {
 		tools = append(tools, tool(fmt.Sprintf("tool%05d", i), padded(schema)))
 	}
 	return tools
+}
+
+// mcpChanged applies the file of changes at path (none when "") to the
+// listing.
+func mcpChanged(tools []json.RawMessage, path string) []json.RawMessage {
+	if path == "" {
+		return tools
+	}
+	b, err := os.ReadFile(path)
+	check(err)
+	var changes map[string]map[string]json.RawMessage
+	check(json.Unmarshal(b, &changes))
+	out := make([]json.RawMessage, 0, len(tools)+len(changes))
+	seen := map[string]bool{}
+	apply := func(def map[string]json.RawMessage, name string) json.RawMessage {
+		for k, v := range changes[name] {
+			if string(v) == "null" {
+				delete(def, k)
+			} else {
+				def[k] = v
+			}
+		}
+		b, err := json.Marshal(def)
+		check(err)
+		return b
+	}
+	for _, raw := range tools {
+		var def map[string]json.RawMessage
+		check(json.Unmarshal(raw, &def))
+		var name string
+		check(json.Unmarshal(def["name"], &name))
+		seen[name] = true
+		out = append(out, apply(def, name))
+	}
+	names := make([]string, 0, len(changes))
+	for name := range changes {
+		if !seen[name] {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		n, _ := json.Marshal(name)
+		out = append(out, apply(map[string]json.RawMessage{"name": n, "inputSchema": json.RawMessage(`{"type":"object"}`)}, name))
+	}
+	return out
 }
 
 // Escapes is the text the escapes tool (and mode) writes: colour, an OSC 52
