@@ -1,11 +1,14 @@
 package conf
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/textproto"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -130,7 +133,7 @@ func attachCredentials(path string, lines []line, creds []credentialLine, tools 
 			err = fieldErrf("credential", "%q has a credential for %s already: one per destination", c.name, c.dest)
 		default:
 			var v Secret
-			v, err = readSecret(c.file, tools, opts)
+			v, err = readSecret(c.file, sandboxDirs(tools), opts.Visible)
 			if err == nil {
 				tools[i].Credentials = append(tools[i].Credentials, Credential{Dest: c.dest, Header: c.header, File: c.file, Value: v, Line: c.line})
 			} else {
@@ -162,12 +165,28 @@ func hasCredential(t Tool, r allowlist.Rule) bool {
 	return false
 }
 
+// sandboxDirs are the dirs the sandboxes of tools bind, each with whose.
+func sandboxDirs(tools []Tool) map[string]string {
+	m := map[string]string{}
+	for _, t := range tools {
+		if t.Class != ClassTest {
+			continue
+		}
+		for _, d := range []string{t.DirResolved, t.Dir} {
+			if d != "" {
+				m[d] = fmt.Sprintf("%q's sandbox", t.Name)
+			}
+		}
+	}
+	return m
+}
+
 // readSecret reads a secret file that is trusted as tools.conf is (owned by
 // root or toolgate's user, in directories no one else can write), mode
-// 0600 or 0400, a regular file that no sandbox binds (no tool's dir or
-// executable, nothing opts.Visible says a sandbox sees), holding one line of
-// printable characters.
-func readSecret(p string, tools []Tool, opts Options) (Secret, error) {
+// 0600 or 0400, a regular file that no sandbox binds (none of bound, a
+// path → whose sandbox binds it, nothing visible says every sandbox sees),
+// holding one line of printable characters.
+func readSecret(p string, bound map[string]string, visible func(string) bool) (Secret, error) {
 	fi, err := checkTrusted(p, os.Geteuid())
 	if err != nil {
 		return Secret{}, err
@@ -182,14 +201,12 @@ func readSecret(p string, tools []Tool, opts Options) (Secret, error) {
 	if err != nil {
 		return Secret{}, err
 	}
-	for _, t := range tools {
-		for _, d := range []string{t.DirResolved, t.Dir} {
-			if t.Class == ClassTest && d != "" && within(real, d) {
-				return Secret{}, fmt.Errorf("%s is inside %s, which %q's sandbox binds: keep secret files where no sandbox sees them", p, d, t.Name)
-			}
+	for _, d := range slices.Sorted(maps.Keys(bound)) {
+		if within(real, d) {
+			return Secret{}, fmt.Errorf("%s is inside %s, which %s binds: keep secret files where no sandbox sees them", p, d, bound[d])
 		}
 	}
-	if opts.Visible != nil && opts.Visible(real) {
+	if visible != nil && visible(real) {
 		return Secret{}, fmt.Errorf("%s is a path every sandbox sees: keep secret files where no sandbox sees them (e.g. /etc/toolgate/secrets, mode 0700)", p)
 	}
 	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
@@ -343,4 +360,81 @@ func toolIndex(tools []Tool) map[string]int {
 		}
 	}
 	return m
+}
+
+// checkCredentials: a sandboxed stdio server with allowed_hosts may name a
+// credential for a listed destination (never a wildcard), with a header
+// that is not the connection's or the proxy's own and an absolute secret
+// file; the file itself is read at normalise (entryCredentials).
+func checkCredentials(e *registryEntry) []error {
+	if e.foreign("egress_credentials") || e.raw.Credentials == nil {
+		return nil
+	}
+	if e.raw.AllowedHosts == nil {
+		return []error{e.errf([]string{"egress_credentials"}, errors.New("needs allowed_hosts: a credential goes to a listed destination, through toolgate's proxy"))}
+	}
+	listedHosts, err := allowlist.ParseList(*e.raw.AllowedHosts)
+	if err != nil {
+		return nil // checkAllowedHosts says why
+	}
+	var errs []error
+	for _, dest := range slices.Sorted(maps.Keys(e.raw.Credentials)) {
+		c := e.raw.Credentials[dest]
+		at := []string{"egress_credentials", dest}
+		r, err := allowlist.ParseRule(dest)
+		switch {
+		case err != nil:
+			errs = append(errs, e.errf(at, err))
+			continue
+		case r.Wildcard():
+			errs = append(errs, e.errf(at, errors.New("a credential goes to one destination, never a wildcard")))
+			continue
+		case !listed(listedHosts, r):
+			errs = append(errs, e.errf(at, fmt.Errorf("%s is not in allowed_hosts: a credential goes to a listed destination", r)))
+		}
+		switch {
+		case c.Header == nil:
+			errs = append(errs, e.errf(append(at, "header"), errors.New("missing: the header the proxy sets (Authorization, X-Api-Key)")))
+		case !validToken(*c.Header):
+			errs = append(errs, e.errf(append(at, "header"), fmt.Errorf("%q: want a header name", *c.Header)))
+		case hopHeaders[textproto.CanonicalMIMEHeaderKey(*c.Header)] || strings.HasPrefix(strings.ToLower(*c.Header), "proxy-"):
+			errs = append(errs, e.errf(append(at, "header"), fmt.Errorf("%q is the connection's or the proxy's own header, not a credential", *c.Header)))
+		}
+		switch {
+		case c.SecretFile == nil:
+			errs = append(errs, e.errf(append(at, "secret_file"), errors.New("missing: the file toolgate reads the header's value from")))
+		case !filepath.IsAbs(*c.SecretFile) || filepath.Clean(*c.SecretFile) != *c.SecretFile:
+			errs = append(errs, e.errf(append(at, "secret_file"), fmt.Errorf("%q: want an absolute, clean path", *c.SecretFile)))
+		}
+	}
+	return errs
+}
+
+// entryCredentials reads the secret files of a checked entry: each is
+// refused where the server's own sandbox binds it (its cwd, its read-only
+// paths) or every sandbox sees it, as a tools.conf credential is.
+func entryCredentials(e *registryEntry, s ToolServer, opts RegistryOptions) ([]Credential, []error) {
+	if len(e.raw.Credentials) == 0 {
+		return nil, nil
+	}
+	bound := map[string]string{}
+	who := fmt.Sprintf("server %q's sandbox", s.ID)
+	for _, d := range append([]string{s.Cwd}, s.ReadOnly...) {
+		if d != "" {
+			bound[d] = who
+		}
+	}
+	var out []Credential
+	var errs []error
+	for _, dest := range slices.Sorted(maps.Keys(e.raw.Credentials)) {
+		c := e.raw.Credentials[dest]
+		r, _ := allowlist.ParseRule(dest) // checked by checkCredentials
+		v, err := readSecret(*c.SecretFile, bound, opts.Visible)
+		if err != nil {
+			errs = append(errs, e.errf([]string{"egress_credentials", dest, "secret_file"}, err))
+			continue
+		}
+		out = append(out, Credential{Dest: r, Header: textproto.CanonicalMIMEHeaderKey(*c.Header), File: *c.SecretFile, Value: v})
+	}
+	return out, errs
 }

@@ -133,3 +133,63 @@ func TestEnvRules(t *testing.T) {
 		})
 	}
 }
+
+// TestRegistryCredentials: a sandboxed stdio server with allowed_hosts
+// may name a credential per listed destination; show renders its header
+// and file, never its value; every misplaced one, bad header or unsafe
+// file refuses the registry with the key path and reason.
+func TestRegistryCredentials(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testbin.Missing(t, "secret files are trusted as the registry is: this test makes them as root")
+	}
+	f := newRegFixture(t)
+	key := filepath.Join(f.root, "secrets", "api")
+	if err := os.MkdirAll(filepath.Dir(key), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, []byte("Bearer sk-registry-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inCwd := filepath.Join(f.work, "key")
+	if err := os.WriteFile(inCwd, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	entry := func(extra string) string {
+		return f.expand("schema_version = 8\n[tool_mcp_servers.api]\ntransport = \"stdio\"\ncommand = \"@EXE@\"\ncwd = \"@WORK@\"\nenabled_tools = [\"q\"]\ndefault_tools_approval_mode = \"auto\"\nstartup_timeout_sec = 10\ntool_timeout_sec = 10\n" + extra)
+	}
+	dir := filepath.Join(f.root, "ok.d")
+	regWrite(t, dir, map[string]string{"10-api.toml": entry("allowed_hosts = [\"api.example.com:443\"]\n[tool_mcp_servers.api.egress_credentials.\"api.example.com:443\"]\nheader = \"authorization\"\nsecret_file = \"" + key + "\"\n")})
+	r := LoadRegistry(dir, f.opts)
+	if r.State != StateLoaded {
+		t.Fatalf("refused: %v", r.Err())
+	}
+	s, _ := r.Server("api")
+	if len(s.Credentials) != 1 || s.Credentials[0].Dest.String() != "api.example.com:443" || s.Credentials[0].Header != "Authorization" || s.Credentials[0].Value.Reveal() != "Bearer sk-registry-1" {
+		t.Fatalf("credentials = %+v", s.Credentials)
+	}
+	out, err := RenderServerTOML(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "secret_file = '"+key+"'") || strings.Contains(string(out), "sk-registry") {
+		t.Errorf("show renders:\n%s\nwant the file, never the value", out)
+	}
+	for i, tc := range []struct{ name, extra, want string }{
+		{"no allowed_hosts", "[tool_mcp_servers.api.egress_credentials.\"api.example.com:443\"]\nheader = \"Authorization\"\nsecret_file = \"" + key + "\"\n", "needs allowed_hosts"},
+		{"not listed", "allowed_hosts = [\"api.example.com:443\"]\n[tool_mcp_servers.api.egress_credentials.\"other.example.com:443\"]\nheader = \"Authorization\"\nsecret_file = \"" + key + "\"\n", "not in allowed_hosts"},
+		{"a wildcard", "allowed_hosts = [\"*.example.com:443\"]\n[tool_mcp_servers.api.egress_credentials.\"*.example.com:443\"]\nheader = \"Authorization\"\nsecret_file = \"" + key + "\"\n", "never a wildcard"},
+		{"a hop header", "allowed_hosts = [\"api.example.com:443\"]\n[tool_mcp_servers.api.egress_credentials.\"api.example.com:443\"]\nheader = \"Host\"\nsecret_file = \"" + key + "\"\n", "the connection's or the proxy's own"},
+		{"no file", "allowed_hosts = [\"api.example.com:443\"]\n[tool_mcp_servers.api.egress_credentials.\"api.example.com:443\"]\nheader = \"Authorization\"\n", "secret_file: missing"},
+		{"in its cwd", "allowed_hosts = [\"api.example.com:443\"]\n[tool_mcp_servers.api.egress_credentials.\"api.example.com:443\"]\nheader = \"Authorization\"\nsecret_file = \"" + inCwd + "\"\n", "server \"api\"'s sandbox binds"},
+		{"unknown key", "allowed_hosts = [\"api.example.com:443\"]\n[tool_mcp_servers.api.egress_credentials.\"api.example.com:443\"]\nheader = \"Authorization\"\nsecret_file = \"" + key + "\"\nvalue = \"sk\"\n", "value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := filepath.Join(f.root, fmt.Sprintf("bad%d.d", i))
+			regWrite(t, d, map[string]string{"10-api.toml": entry(tc.extra)})
+			r := LoadRegistry(d, f.opts)
+			if r.State != StateRefused || !strings.Contains(fmt.Sprint(r.Err()), tc.want) || strings.Contains(fmt.Sprint(r.Err()), "sk-registry") {
+				t.Errorf("%s: %s %v, want refused with %q", tc.name, r.State, r.Err(), tc.want)
+			}
+		})
+	}
+}

@@ -97,7 +97,7 @@ type transportSpec struct {
 var transports = map[Transport]transportSpec{
 	TransportStdio: {
 		required: "command",
-		fields:   []string{"command", "args", "cwd", "env", "env_vars", "sandbox", "network", "allowed_hosts"},
+		fields:   []string{"command", "args", "cwd", "env", "env_vars", "sandbox", "network", "allowed_hosts", "egress_credentials"},
 	},
 	TransportStreamableHTTP: {
 		required: "url",
@@ -220,6 +220,9 @@ type ToolServer struct {
 	// sandboxed process reaches these destinations through toolgate's
 	// egress proxy, and nothing else. Nil for none; never beside Network.
 	AllowedHosts allowlist.List
+	// Credentials are headers the proxy sets on the server's requests to
+	// destinations of AllowedHosts (egress_credentials): the server holds no key.
+	Credentials []Credential
 
 	// URL is the streamable HTTP endpoint.
 	URL string
@@ -473,6 +476,9 @@ type RegistryOptions struct {
 	// served name (ID__TOOL of an enabled tool) equal to one refuses the
 	// registry. TakenNames builds it.
 	Taken map[string]string
+	// Visible reports whether a canonical host path is one every sandbox
+	// sees (Options.Visible): a credential's secret file there is refused.
+	Visible func(path string) bool
 }
 
 // TakenNames is RegistryOptions.Taken for the built-ins named and the
@@ -729,6 +735,8 @@ type rawServer struct {
 	Network *bool             `toml:"network"`
 	// AllowedHosts: allowed_hosts.
 	AllowedHosts *[]string `toml:"allowed_hosts"`
+	// Credentials: egress_credentials, by destination.
+	Credentials map[string]rawCredential `toml:"egress_credentials"`
 
 	URL               *string           `toml:"url"`
 	BearerTokenEnvVar *string           `toml:"bearer_token_env_var"`
@@ -744,6 +752,12 @@ type rawServer struct {
 	Tools                     map[string]rawOverride `toml:"tools"`
 }
 
+// rawCredential is one [tool_mcp_servers.ID.egress_credentials."HOST:PORT"] table.
+type rawCredential struct {
+	Header     *string `toml:"header"`
+	SecretFile *string `toml:"secret_file"`
+}
+
 // rawOverride is one [tool_mcp_servers.ID.tools.NAME] table.
 type rawOverride struct {
 	ApprovalMode *string `toml:"approval_mode"`
@@ -752,7 +766,7 @@ type rawOverride struct {
 // serverFields are the keys of a server table, for the unknown-field
 // message. Keep in step with rawServer.
 var serverFields = []string{
-	"transport", "command", "args", "cwd", "env", "env_vars", "sandbox", "network", "allowed_hosts",
+	"transport", "command", "args", "cwd", "env", "env_vars", "sandbox", "network", "allowed_hosts", "egress_credentials",
 	"url", "bearer_token_env_var", "http_headers", "env_http_headers",
 	"enabled_tools", "default_tools_approval_mode", "startup_timeout_sec", "tool_timeout_sec",
 	"supports_parallel_tool_calls", "pinned", "tools",
@@ -942,7 +956,7 @@ func unknownFieldReason(key []string) error {
 	case len(key) == 3 && isPlaintextCredentialField(last):
 		return fmt.Errorf("%w in field %s: never write a credential into the registry; put it in an environment variable and name the variable with bearer_token_env_var or env_http_headers (streamable_http) or env_vars (stdio)", ErrCredential, quoteValue(last))
 	case len(key) == 3 && isOAuthField(last):
-		return fmt.Errorf("%w (field %s): schema %d takes credentials by environment variable name only (bearer_token_env_var, env_http_headers, env_vars)", ErrOAuth, quoteValue(last), RegistrySchemaVersion)
+		return fmt.Errorf("%w (field %s): schema %d takes credentials by environment variable name only (bearer_token_env_var, env_http_headers, env_vars), or, for a sandboxed stdio server, as egress_credentials the proxy sets", ErrOAuth, quoteValue(last), RegistrySchemaVersion)
 	case len(key) == 3:
 		return fmt.Errorf("%w %s: want one of %s", ErrUnknownField, quoteValue(last), strings.Join(serverFields, ", "))
 	case len(key) == 5 && key[2] == "tools":

@@ -83,6 +83,7 @@ var registryChecks = []registryCheck{
 	checkEnvVars,
 	checkSandboxNetwork,
 	checkAllowedHosts,
+	checkCredentials,
 	checkURL,
 	checkBearerTokenEnvVar,
 	checkHeaders,
@@ -601,6 +602,11 @@ func normaliseEntry(e *registryEntry, opts RegistryOptions) []error {
 		if r.AllowedHosts != nil {
 			s.AllowedHosts, _ = allowlist.ParseList(*r.AllowedHosts) // checked by checkAllowedHosts
 		}
+		creds, errs := entryCredentials(e, s, opts)
+		if len(errs) > 0 {
+			return errs
+		}
+		s.Credentials = creds
 	case TransportStreamableHTTP:
 		s.URL = *r.URL
 		s.BearerTokenEnvVar = deref(r.BearerTokenEnvVar, "")

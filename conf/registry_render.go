@@ -27,6 +27,9 @@ type serverDoc struct {
 	Network *bool             `toml:"network,omitempty" json:"network,omitempty"`
 	// AllowedHosts: the server's network allowlist.
 	AllowedHosts []string `toml:"allowed_hosts,omitempty" json:"allowed_hosts,omitempty"`
+	// Credentials: by destination, the header and the secret file, never
+	// the value.
+	Credentials map[string]credentialDoc `toml:"egress_credentials,omitempty" json:"egress_credentials,omitempty"`
 
 	URL               string            `toml:"url,omitempty" json:"url,omitempty"`
 	BearerTokenEnvVar string            `toml:"bearer_token_env_var,omitempty" json:"bearer_token_env_var,omitempty"`
@@ -72,6 +75,12 @@ func newServerDoc(s ToolServer) serverDoc {
 		}
 		if s.AllowedHosts != nil {
 			d.AllowedHosts = s.AllowedHosts.Strings()
+		}
+		if len(s.Credentials) > 0 {
+			d.Credentials = map[string]credentialDoc{}
+			for _, c := range s.Credentials {
+				d.Credentials[c.Dest.String()] = credentialDoc{Header: c.Header, SecretFile: c.File}
+			}
 		}
 	case TransportStreamableHTTP:
 		d.URL, d.BearerTokenEnvVar, d.HTTPHeaders, d.EnvHTTPHeaders = s.URL, s.BearerTokenEnvVar, s.Headers, s.EnvHeaders
@@ -161,4 +170,10 @@ func RenderServerJSON(s ToolServer, pins *Pins) ([]byte, error) {
 		return nil, fmt.Errorf("render %q as JSON: %w", s.ID, err)
 	}
 	return append(out, '\n'), nil
+}
+
+// credentialDoc is a credential as show renders it: never its value.
+type credentialDoc struct {
+	Header     string `toml:"header" json:"header"`
+	SecretFile string `toml:"secret_file" json:"secret_file"`
 }

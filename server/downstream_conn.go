@@ -285,6 +285,7 @@ func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
 	if len(d.srv.AllowedHosts) > 0 {
 		svc.Egress = d.srv.AllowedHosts
 		svc.EgressRecord = d.deps.egress(&auditRecord{Tool: d.srv.ID, Server: d.srv.ID, Call: svc.ID})
+		svc.Inject = injections(d.srv.Credentials)
 	}
 	p, err := d.starter.StartService(ctx, svc)
 	if err != nil {

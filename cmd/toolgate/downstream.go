@@ -43,7 +43,7 @@ func (f *downstreamFlags) check() error {
 // runner for a sandboxed server.
 func (f *downstreamFlags) options(a *app, backend string) server.DownstreamOptions {
 	opts := server.DownstreamOptions{
-		Registry:    conf.LoadRegistry(f.dir, conf.RegistryOptions{Taken: conf.TakenNames(builtin.Names(), a.conf)}),
+		Registry:    conf.LoadRegistry(f.dir, conf.RegistryOptions{Taken: conf.TakenNames(builtin.Names(), a.conf), Visible: sandboxVisible}),
 		Eager:       f.eager,
 		MaxBytes:    f.maxBytes,
 		RequirePins: f.requirePins,
