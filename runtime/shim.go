@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	procfs "github.com/toolgate/toolgate/internal/proc"
 )
 
 // ShimArg is the first argument that turns the toolgate binary into one of
@@ -469,7 +471,7 @@ func reap(s ShimSpec) int {
 // process is a child subreaper.
 func killChildren() {
 	for {
-		for _, pid := range childPids() {
+		for _, pid := range procfs.ChildPids() {
 			_ = unix.Kill(-pid, unix.SIGKILL)
 			_ = unix.Kill(pid, unix.SIGKILL)
 		}
