@@ -30,19 +30,6 @@ func self(t *testing.T) string {
 	return p
 }
 
-// TestShimServiceArgs pins the service shim's argv and its parse.
-func TestShimServiceArgs(t *testing.T) {
-	spec := ShimSpec{Mode: ShimService, UID: -1, GID: -1, Path: "/usr/bin/node", Argv: []string{"/usr/bin/node", "x.js"}}
-	got := strings.Join(spec.Args(), " ")
-	if want := "__toolgate_shim service -- /usr/bin/node /usr/bin/node x.js"; got != want {
-		t.Errorf("Args() = %q, want %q", got, want)
-	}
-	back, err := parseShim(spec.Args()[1:])
-	if err != nil || back.Mode != ShimService || back.Path != spec.Path || strings.Join(back.Argv, " ") != "/usr/bin/node x.js" {
-		t.Errorf("parseShim(Args()) = %+v, %v", back, err)
-	}
-}
-
 // TestShimServiceEnv proves the service shim keeps its environment minus
 // PWD and leaves stdout and stderr apart (the init shim merges them).
 func TestShimServiceEnv(t *testing.T) {

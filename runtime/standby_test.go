@@ -63,32 +63,6 @@ func readyStandby(t *testing.T, h *hostPreparer, tpl Template) *Standby {
 	return sb
 }
 
-func TestShimStandbyAndHoldArgs(t *testing.T) {
-	for _, spec := range []ShimSpec{
-		{Mode: ShimStandby, UID: -1, GID: -1, ReleaseFD: 4, KeepStderr: true, KeepEnv: true,
-			Rlimits: []Rlimit{{"nofile", 64}}, Path: "/usr/bin/env", Argv: []string{"env"}},
-		{Mode: ShimHold, UID: -1, GID: -1, ReleaseFD: 3, PidFile: "/run/b/pid", Mask: "/run/x=/sys/fs/cgroup/unified/cgroup.controllers",
-			Start: []string{"/usr/bin/runc", "start", "c1"}, Path: "/usr/bin/runc", Argv: []string{"/usr/bin/runc", "create", "c1"}},
-	} {
-		back, err := parseShim(spec.Args()[1:])
-		if err != nil {
-			t.Fatalf("parseShim(%q): %v", spec.Args(), err)
-		}
-		if strings.Join(back.Args(), " ") != strings.Join(spec.Args(), " ") {
-			t.Errorf("parseShim(Args()).Args() = %q, want %q", back.Args(), spec.Args())
-		}
-	}
-	for _, bad := range [][]string{
-		{ShimStandby, "--release-fd", "2", "--", "/x", "x"},
-		{ShimStandby, "--env", "all", "--", "/x", "x"},
-		{ShimHold, "--mask", "relative=/x", "--", "/x", "x"},
-	} {
-		if _, err := parseShim(bad); err == nil {
-			t.Errorf("parseShim(%q) accepted", bad)
-		}
-	}
-}
-
 // TestStandbyRelease: the tool starts only at the release, gets exactly
 // the release's three streams (nothing else open) and exactly Env, and the
 // call's clock starts at the release.
