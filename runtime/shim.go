@@ -10,31 +10,7 @@ import (
 
 // The shims themselves (what runs inside a sandbox, or between the server
 // and bwrap) are package runtime/shim, which links nothing of this
-// package; these names are the server's side of them.
-type (
-	// ShimSpec is shim.Spec.
-	ShimSpec = shim.Spec
-	// Rlimit is shim.Rlimit.
-	Rlimit = shim.Rlimit
-)
-
-// The shim's argument and modes (shim.Arg, shim.Reap...).
-const (
-	ShimArg     = shim.Arg
-	ShimReap    = shim.Reap
-	ShimEnter   = shim.Enter
-	ShimInit    = shim.Init
-	ShimService = shim.Service
-	ShimStandby = shim.Standby
-	ShimHold    = shim.Hold
-	ShimMask    = shim.Mask
-)
-
-// The release channel's bytes (shim.ReadyByte, shim.GoByte).
-const (
-	ReadyByte = shim.ReadyByte
-	GoByte    = shim.GoByte
-)
+// package: the server renders a shim.Spec into the shim's argv.
 
 // MaybeShim is shim.MaybeShim: it runs a shim and never returns when
 // os.Args name one. TestMain of packages that run tools calls it.

@@ -14,6 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/toolgate/toolgate/internal/testbin"
+
+	"github.com/toolgate/toolgate/runtime/shim"
 )
 
 // TestShimEnterJoinsNewSessionKeyring: the enter shim gives what it execs
@@ -24,7 +26,7 @@ import (
 // as toolgate does under systemd, a pam session or runc; the probe started
 // directly from it reads the key, which proves the check can see one.
 func TestShimEnterJoinsNewSessionKeyring(t *testing.T) {
-	probe, shim := testbin.Probe(t), self(t)
+	probe, shimBin := testbin.Probe(t), self(t)
 	uids := []int{-1}
 	if os.Geteuid() == 0 {
 		uids = append(uids, SandboxUID)
@@ -62,8 +64,8 @@ func TestShimEnterJoinsNewSessionKeyring(t *testing.T) {
 		o.direct = run(probe, "session-keyring", strconv.Itoa(o.key))
 		o.entered = map[int]string{}
 		for _, uid := range uids {
-			spec := ShimSpec{Mode: ShimEnter, UID: uid, GID: uid, Path: probe, Argv: []string{probe, "session-keyring", strconv.Itoa(o.key)}}
-			o.entered[uid] = run(shim, spec.Args()...)
+			spec := shim.Spec{Mode: shim.Enter, UID: uid, GID: uid, Path: probe, Argv: []string{probe, "session-keyring", strconv.Itoa(o.key)}}
+			o.entered[uid] = run(shimBin, spec.Args()...)
 		}
 	}()
 	o := <-got

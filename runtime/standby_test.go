@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/toolgate/toolgate/runtime/shim"
 )
 
 // hostPreparer prepares "sandboxes" that are only the standby shim run on
@@ -27,7 +29,7 @@ type hostPreparer struct {
 
 func (h *hostPreparer) Prepare(tpl Template) (*Standby, error) {
 	h.prepared.Add(1)
-	spec := ShimSpec{Mode: ShimStandby, UID: -1, GID: -1, KeepStderr: tpl.SplitStderr, ReleaseFD: ReleaseFD(0), Path: tpl.Path, Argv: tpl.Argv}
+	spec := shim.Spec{Mode: shim.Standby, UID: -1, GID: -1, KeepStderr: tpl.SplitStderr, ReleaseFD: ReleaseFD(0), Path: tpl.Path, Argv: tpl.Argv}
 	return StartStandby(StandbyCmd{
 		Path: self(h.t), Args: append([]string{self(h.t)}, spec.Args()...), Env: Env, Dir: tpl.Dir,
 		Fixed: []string{tpl.Dir, tpl.Path},
@@ -142,8 +144,8 @@ func TestStandbyRefusesABadRelease(t *testing.T) {
 		data []byte
 		fds  int
 	}{
-		{"two descriptors", []byte{GoByte}, 2},
-		{"no descriptor", []byte{GoByte}, 0},
+		{"two descriptors", []byte{shim.GoByte}, 2},
+		{"no descriptor", []byte{shim.GoByte}, 0},
 		{"more bytes", []byte("G/usr/bin/id"), 3},
 		{"another byte", []byte{'X'}, 3},
 	} {

@@ -48,7 +48,7 @@ import (
 // With --egress SOCKET (a tool or service with an egress allowlist), the
 // init and service shims do not exec: they stay the sandbox's first
 // process, bridge the sandbox's loopback proxy port onto the egress
-// proxy's socket, and run the tool as their child (shim_egress.go).
+// proxy's socket, and run the tool as their child (egress.go).
 //
 // Shim options come before "--"; after it: the path to execve, then argv.
 const Arg = "__toolgate_shim"
@@ -92,7 +92,7 @@ type Spec struct {
 	// socket inside the sandbox: the shim stays as the sandbox's first
 	// process, bridges 127.0.0.1:bundle.EgressPort onto the socket, and
 	// runs the tool as its child with the proxy variables
-	// (shim_egress.go).
+	// (egress.go).
 	Egress string
 	// KeepEnv (standby) execs with the shim's own environment minus PWD,
 	// as the service mode does, instead of exactly bundle.Env.
