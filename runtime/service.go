@@ -385,7 +385,7 @@ func (d *DirectServices) StartService(ctx context.Context, s Service) (*Process,
 	if d.Shim == "" {
 		return nil, fmt.Errorf("start %s: no cgroup2 group and no reap shim to track it", s.Name)
 	}
-	spec := shim.Spec{Mode: shim.Reap, UID: -1, GID: -1, Path: s.Path, Argv: s.Argv}
+	spec := shim.Spec{Mode: shim.Reap, Path: s.Path, Argv: s.Argv}
 	c.Path = d.Shim
 	c.Args = append([]string{d.Shim}, spec.Args()...)
 	c.Stop = func(pid int) { _ = syscall.Kill(pid, syscall.SIGTERM) }

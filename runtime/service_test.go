@@ -39,7 +39,7 @@ func TestShimServiceEnv(t *testing.T) {
 	if err != nil {
 		t.Skipf("SKIPPING: no env program: %v", err)
 	}
-	spec := shim.Spec{Mode: shim.Service, UID: -1, GID: -1, Path: env, Argv: []string{"env"}}
+	spec := shim.Spec{Mode: shim.Service, Path: env, Argv: []string{"env"}}
 	cmd := exec.Command(self(t), spec.Args()...)
 	cmd.Env = []string{"PWD=/somewhere", "A=1", "PATH=/usr/bin:/bin", "B=two words"}
 	var stdout, stderr strings.Builder
@@ -51,7 +51,7 @@ func TestShimServiceEnv(t *testing.T) {
 		t.Errorf("environment through the service shim = %q, want %q", got, want)
 	}
 
-	spec = shim.Spec{Mode: shim.Service, UID: -1, GID: -1, Path: "/nonexistent/x", Argv: []string{"x"}}
+	spec = shim.Spec{Mode: shim.Service, Path: "/nonexistent/x", Argv: []string{"x"}}
 	cmd = exec.Command(self(t), spec.Args()...)
 	cmd.Env = []string{}
 	stdout.Reset()
@@ -290,7 +290,7 @@ func TestShimEnterKeepsParentDeathSignal(t *testing.T) {
 		testbin.Missing(t, "the enter shim drops privileges only when toolgate is root")
 	}
 	probe := testbin.Probe(t)
-	spec := shim.Spec{Mode: shim.Enter, UID: SandboxUID, GID: SandboxGID, Path: probe, Argv: []string{probe, "pdeathsig"}}
+	spec := shim.Spec{Mode: shim.Enter, Drop: &shim.IDs{UID: SandboxUID, GID: SandboxGID}, Path: probe, Argv: []string{probe, "pdeathsig"}}
 	cmd := exec.Command(self(t), spec.Args()...)
 	cmd.Env = Env
 	cmd.SysProcAttr = processAttr(nil, nil)

@@ -64,7 +64,10 @@ func TestShimEnterJoinsNewSessionKeyring(t *testing.T) {
 		o.direct = run(probe, "session-keyring", strconv.Itoa(o.key))
 		o.entered = map[int]string{}
 		for _, uid := range uids {
-			spec := shim.Spec{Mode: shim.Enter, UID: uid, GID: uid, Path: probe, Argv: []string{probe, "session-keyring", strconv.Itoa(o.key)}}
+			spec := shim.Spec{Mode: shim.Enter, Path: probe, Argv: []string{probe, "session-keyring", strconv.Itoa(o.key)}}
+			if uid >= 0 {
+				spec.Drop = &shim.IDs{UID: uid, GID: uid}
+			}
 			o.entered[uid] = run(shimBin, spec.Args()...)
 		}
 	}()

@@ -29,7 +29,7 @@ type hostPreparer struct {
 
 func (h *hostPreparer) Prepare(tpl Template) (*Standby, error) {
 	h.prepared.Add(1)
-	spec := shim.Spec{Mode: shim.Standby, UID: -1, GID: -1, KeepStderr: tpl.SplitStderr, ReleaseFD: ReleaseFD(0), Path: tpl.Path, Argv: tpl.Argv}
+	spec := shim.Spec{Mode: shim.Standby, KeepStderr: tpl.SplitStderr, ReleaseFD: ReleaseFD(0), Path: tpl.Path, Argv: tpl.Argv}
 	return StartStandby(StandbyCmd{
 		Path: self(h.t), Args: append([]string{self(h.t)}, spec.Args()...), Env: Env, Dir: tpl.Dir,
 		Fixed: []string{tpl.Dir, tpl.Path},

@@ -194,7 +194,7 @@ func Args(pol bundle.Policy, p Plan) []string {
 	}
 	rlimits := rt.ShimRlimits(pol.Rlimits)
 	if p.Service {
-		svc := shim.Spec{Mode: shim.Service, Rlimits: rlimits, UID: -1, GID: -1, Egress: egress, Path: p.Exe, Argv: p.Argv}
+		svc := shim.Spec{Mode: shim.Service, Rlimits: rlimits, Egress: egress, Path: p.Exe, Argv: p.Argv}
 		if p.Standby {
 			svc.Mode, svc.KeepStderr, svc.KeepEnv, svc.ReleaseFD = shim.Standby, true, true, ReleaseFD
 		}
@@ -207,7 +207,7 @@ func Args(pol bundle.Policy, p Plan) []string {
 		a = append(a, "--setenv", k, v)
 	}
 	a = append(a, "--", bundle.ShimPath)
-	init := shim.Spec{Mode: shim.Init, Rlimits: rlimits, UID: -1, GID: -1, KeepStderr: p.KeepStderr, Egress: egress, Env: p.Env, Path: p.Exe, Argv: p.Argv}
+	init := shim.Spec{Mode: shim.Init, Rlimits: rlimits, KeepStderr: p.KeepStderr, Egress: egress, Env: p.Env, Path: p.Exe, Argv: p.Argv}
 	if p.Standby {
 		init.Mode, init.ReleaseFD = shim.Standby, ReleaseFD
 	}

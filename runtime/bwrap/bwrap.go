@@ -383,6 +383,6 @@ func (r *Runner) enter(name string, plan Plan, id rt.SandboxID) (*rt.Group, star
 		group = g
 	}
 	argv := append([]string{r.bwrap}, Args(r.policy, plan)...)
-	enter := shim.Spec{Mode: shim.Enter, Joins: group.Joins(), UID: id.UID, GID: id.GID, Path: r.bwrap, Argv: argv}
+	enter := shim.Spec{Mode: shim.Enter, Joins: group.Joins(), Drop: id.Drop(), Path: r.bwrap, Argv: argv}
 	return group, start{path: r.shim, argv: append([]string{r.shim}, enter.Args()...)}, nil
 }

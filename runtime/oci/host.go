@@ -234,7 +234,7 @@ func (r *Runner) probe(ctx context.Context) error {
 // did could not be given back; ending it would send the parent-death
 // signal to every process it had started, prepared sandboxes included).
 func masked(shimPath, mask string, c rt.Cmd) rt.Cmd {
-	spec := shim.Spec{Mode: shim.Mask, UID: -1, GID: -1, Mask: mask + "=" + rt.UnifiedControllers, Path: c.Path, Argv: c.Args}
+	spec := shim.Spec{Mode: shim.Mask, Mask: mask + "=" + rt.UnifiedControllers, Path: c.Path, Argv: c.Args}
 	c.Path = shimPath
 	c.Args = append([]string{shimPath}, spec.Args()...)
 	return c

@@ -244,7 +244,7 @@ func render(pol bundle.Policy, fl flavour, inv rt.Invocation, egressDir string) 
 	if (egressDir != "") != (len(inv.Egress) > 0) {
 		return nil, fmt.Errorf("oci: spec of %s: an egress directory without an allowlist, or the reverse", inv.Name)
 	}
-	initSpec := shim.Spec{Mode: shim.Init, UID: -1, GID: -1, KeepStderr: inv.StderrMax > 0, Env: inv.Env, Path: inv.Path, Argv: inv.Argv}
+	initSpec := shim.Spec{Mode: shim.Init, KeepStderr: inv.StderrMax > 0, Env: inv.Env, Path: inv.Path, Argv: inv.Argv}
 	if egressDir != "" {
 		initSpec.Egress = bundle.EgressSocketPath
 	}
@@ -512,7 +512,7 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 		return nil, err
 	}
 	hold := shim.Spec{
-		Mode: shim.Hold, UID: -1, GID: -1,
+		Mode:      shim.Hold,
 		ReleaseFD: rt.ReleaseFD(0),
 		PidFile:   filepath.Join(b, "pid"),
 		Start:     r.fl.startArgv(r.bin, r.state, id),

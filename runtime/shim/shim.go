@@ -77,15 +77,15 @@ func enter(s Spec) {
 		}
 	}
 	setRlimits(s.Rlimits)
-	if s.UID >= 0 {
+	if id := s.Drop; id != nil {
 		if err := syscall.Setgroups(nil); err != nil {
 			die(126, "sandbox: setgroups: %v", err)
 		}
-		if err := syscall.Setresgid(s.GID, s.GID, s.GID); err != nil {
-			die(126, "sandbox: setresgid %d: %v", s.GID, err)
+		if err := syscall.Setresgid(id.GID, id.GID, id.GID); err != nil {
+			die(126, "sandbox: setresgid %d: %v", id.GID, err)
 		}
-		if err := syscall.Setresuid(s.UID, s.UID, s.UID); err != nil {
-			die(126, "sandbox: setresuid %d: %v", s.UID, err)
+		if err := syscall.Setresuid(id.UID, id.UID, id.UID); err != nil {
+			die(126, "sandbox: setresuid %d: %v", id.UID, err)
 		}
 		// A change of credentials clears the parent-death signal
 		// toolgate started this process with (prctl(2)); bwrap's

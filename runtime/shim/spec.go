@@ -84,8 +84,9 @@ type Spec struct {
 	Mode    string
 	Joins   []string // cgroup.procs files to join (enter)
 	Rlimits []Rlimit // enter
-	UID     int      // enter: drop to this uid/gid when >= 0
-	GID     int
+	// Drop (enter), when set, is the uid and gid to drop to; nil keeps
+	// the caller's.
+	Drop *IDs
 	// KeepStderr (init, standby) leaves stderr apart from stdout.
 	KeepStderr bool
 	// Egress (init, service, standby), when set, is the egress proxy's
@@ -113,6 +114,11 @@ type Spec struct {
 	Argv    []string // its argv
 }
 
+// IDs is a uid and gid to drop to, both set.
+type IDs struct {
+	UID, GID int
+}
+
 // Args returns the argv (after the binary) that runs s.
 func (s Spec) Args() []string {
 	a := []string{Arg, s.Mode}
@@ -122,8 +128,8 @@ func (s Spec) Args() []string {
 	for _, r := range s.Rlimits {
 		a = append(a, "--rlimit", r.Name+"="+strconv.FormatUint(r.Value, 10))
 	}
-	if s.UID >= 0 {
-		a = append(a, "--uid", strconv.Itoa(s.UID), "--gid", strconv.Itoa(s.GID))
+	if s.Drop != nil {
+		a = append(a, "--uid", strconv.Itoa(s.Drop.UID), "--gid", strconv.Itoa(s.Drop.GID))
 	}
 	if s.KeepStderr {
 		a = append(a, "--stderr", "keep")
@@ -154,7 +160,8 @@ func (s Spec) Args() []string {
 }
 
 func parse(args []string) (Spec, error) {
-	s := Spec{UID: -1, GID: -1}
+	var s Spec
+	uid, gid := -1, -1
 	if len(args) < 1 {
 		return s, errors.New("no mode")
 	}
@@ -213,13 +220,19 @@ func parse(args []string) (Spec, error) {
 				return s, fmt.Errorf("bad %s %q", opt, val)
 			}
 			if opt == "--uid" {
-				s.UID = n
+				uid = n
 			} else {
-				s.GID = n
+				gid = n
 			}
 		default:
 			return s, fmt.Errorf("unknown option %q", opt)
 		}
+	}
+	switch {
+	case uid >= 0 && gid >= 0:
+		s.Drop = &IDs{UID: uid, GID: gid}
+	case uid >= 0 || gid >= 0:
+		return s, errors.New("--uid and --gid go together")
 	}
 	if len(args) < 3 {
 		return s, errors.New("want -- PATH ARGV0 [ARGS...]")
