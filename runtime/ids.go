@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/toolgate/toolgate/runtime/shim"
 )
 
 // IDRange is where the host ids of sandboxes come from when toolgate runs
@@ -154,6 +156,14 @@ type SandboxID struct {
 
 // ownIDs is toolgate's own ids.
 var ownIDs = SandboxID{UID: -1, GID: -1}
+
+// Drop is what the enter shim drops to for id: nil for toolgate's own.
+func (id SandboxID) Drop() *shim.IDs {
+	if id.UID < 0 {
+		return nil
+	}
+	return &shim.IDs{UID: id.UID, GID: id.GID}
+}
 
 // Release gives the ids back; it may be called more than once.
 func (id SandboxID) Release() {

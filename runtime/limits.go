@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/toolgate/toolgate/bundle"
+
+	"github.com/toolgate/toolgate/runtime/shim"
 )
 
 // SandboxLimits are the per-call resource limits of a sandboxed call, shared
@@ -134,8 +136,8 @@ func (l SandboxLimits) Policy(host bundle.Host, shim string) bundle.Policy {
 
 // ShimRlimits returns a policy's rlimits in the form the shims take, in a
 // fixed order: nofile, nproc, core, fsize.
-func ShimRlimits(r bundle.Rlimits) []Rlimit {
-	return []Rlimit{
+func ShimRlimits(r bundle.Rlimits) []shim.Rlimit {
+	return []shim.Rlimit{
 		{Name: "nofile", Value: r.NoFile},
 		{Name: "nproc", Value: r.NProc},
 		{Name: "core", Value: r.Core},

@@ -5,14 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	procfs "github.com/toolgate/toolgate/internal/proc"
 )
 
 // Every process toolgate starts is started through startTracked, so that the
@@ -77,7 +76,7 @@ func reapOrphans() {
 	// that is not in pids now is an orphan.
 	startMu.Lock()
 	defer startMu.Unlock()
-	for _, pid := range childPids() {
+	for _, pid := range procfs.ChildPids() {
 		pidsMu.Lock()
 		_, ok := pids[pid]
 		pidsMu.Unlock()
@@ -87,23 +86,4 @@ func reapOrphans() {
 		var ws unix.WaitStatus
 		_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 	}
-}
-
-// childPids lists the children of this process, from every thread's
-// /proc/self/task/TID/children.
-func childPids() []int {
-	files, _ := filepath.Glob("/proc/self/task/*/children")
-	var pids []int
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, s := range strings.Fields(string(b)) {
-			if n, err := strconv.Atoi(s); err == nil {
-				pids = append(pids, n)
-			}
-		}
-	}
-	return pids
 }

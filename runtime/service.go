@@ -17,6 +17,8 @@ import (
 	"github.com/toolgate/toolgate/bundle"
 	"github.com/toolgate/toolgate/egress"
 	"github.com/toolgate/toolgate/egress/allowlist"
+
+	"github.com/toolgate/toolgate/runtime/shim"
 )
 
 // Service is a long-lived process that speaks a protocol on its stdin and
@@ -383,7 +385,7 @@ func (d *DirectServices) StartService(ctx context.Context, s Service) (*Process,
 	if d.Shim == "" {
 		return nil, fmt.Errorf("start %s: no cgroup2 group and no reap shim to track it", s.Name)
 	}
-	spec := ShimSpec{Mode: ShimReap, UID: -1, GID: -1, Path: s.Path, Argv: s.Argv}
+	spec := shim.Spec{Mode: shim.Reap, Path: s.Path, Argv: s.Argv}
 	c.Path = d.Shim
 	c.Args = append([]string{d.Shim}, spec.Args()...)
 	c.Stop = func(pid int) { _ = syscall.Kill(pid, syscall.SIGTERM) }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/testbin"
+
+	"github.com/toolgate/toolgate/runtime/shim"
 )
 
 func TestMain(m *testing.M) {
@@ -30,19 +32,6 @@ func self(t *testing.T) string {
 	return p
 }
 
-// TestShimServiceArgs pins the service shim's argv and its parse.
-func TestShimServiceArgs(t *testing.T) {
-	spec := ShimSpec{Mode: ShimService, UID: -1, GID: -1, Path: "/usr/bin/node", Argv: []string{"/usr/bin/node", "x.js"}}
-	got := strings.Join(spec.Args(), " ")
-	if want := "__toolgate_shim service -- /usr/bin/node /usr/bin/node x.js"; got != want {
-		t.Errorf("Args() = %q, want %q", got, want)
-	}
-	back, err := parseShim(spec.Args()[1:])
-	if err != nil || back.Mode != ShimService || back.Path != spec.Path || strings.Join(back.Argv, " ") != "/usr/bin/node x.js" {
-		t.Errorf("parseShim(Args()) = %+v, %v", back, err)
-	}
-}
-
 // TestShimServiceEnv proves the service shim keeps its environment minus
 // PWD and leaves stdout and stderr apart (the init shim merges them).
 func TestShimServiceEnv(t *testing.T) {
@@ -50,7 +39,7 @@ func TestShimServiceEnv(t *testing.T) {
 	if err != nil {
 		t.Skipf("SKIPPING: no env program: %v", err)
 	}
-	spec := ShimSpec{Mode: ShimService, UID: -1, GID: -1, Path: env, Argv: []string{"env"}}
+	spec := shim.Spec{Mode: shim.Service, Path: env, Argv: []string{"env"}}
 	cmd := exec.Command(self(t), spec.Args()...)
 	cmd.Env = []string{"PWD=/somewhere", "A=1", "PATH=/usr/bin:/bin", "B=two words"}
 	var stdout, stderr strings.Builder
@@ -62,7 +51,7 @@ func TestShimServiceEnv(t *testing.T) {
 		t.Errorf("environment through the service shim = %q, want %q", got, want)
 	}
 
-	spec = ShimSpec{Mode: ShimService, UID: -1, GID: -1, Path: "/nonexistent/x", Argv: []string{"x"}}
+	spec = shim.Spec{Mode: shim.Service, Path: "/nonexistent/x", Argv: []string{"x"}}
 	cmd = exec.Command(self(t), spec.Args()...)
 	cmd.Env = []string{}
 	stdout.Reset()
@@ -301,7 +290,7 @@ func TestShimEnterKeepsParentDeathSignal(t *testing.T) {
 		testbin.Missing(t, "the enter shim drops privileges only when toolgate is root")
 	}
 	probe := testbin.Probe(t)
-	spec := ShimSpec{Mode: ShimEnter, UID: SandboxUID, GID: SandboxGID, Path: probe, Argv: []string{probe, "pdeathsig"}}
+	spec := shim.Spec{Mode: shim.Enter, Drop: &shim.IDs{UID: SandboxUID, GID: SandboxGID}, Path: probe, Argv: []string{probe, "pdeathsig"}}
 	cmd := exec.Command(self(t), spec.Args()...)
 	cmd.Env = Env
 	cmd.SysProcAttr = processAttr(nil, nil)

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,27 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/toolgate/toolgate/internal/testbin"
-)
 
-// TestWithProxyEnv: a tool's environment gains exactly the proxy
-// variables; a service's own proxy settings are replaced, its own
-// NO_PROXY is kept.
-func TestWithProxyEnv(t *testing.T) {
-	tool := WithProxyEnv(Env)
-	want := append(slices.Clone(Env),
-		"HTTP_PROXY=http://127.0.0.1:3128", "HTTPS_PROXY=http://127.0.0.1:3128", "NO_PROXY=localhost,127.0.0.1,::1",
-		"http_proxy=http://127.0.0.1:3128", "https_proxy=http://127.0.0.1:3128", "no_proxy=localhost,127.0.0.1,::1")
-	if !slices.Equal(tool, want) {
-		t.Errorf("a tool's environment:\n got %q\nwant %q", tool, want)
-	}
-	svc := WithProxyEnv([]string{"PATH=/usr/bin", "https_proxy=http://evil:1", "All_Proxy=socks5://x:1", "NO_PROXY=", "TOKEN=t"})
-	want = []string{"PATH=/usr/bin", "NO_PROXY=", "TOKEN=t",
-		"HTTP_PROXY=http://127.0.0.1:3128", "HTTPS_PROXY=http://127.0.0.1:3128",
-		"http_proxy=http://127.0.0.1:3128", "https_proxy=http://127.0.0.1:3128"}
-	if !slices.Equal(svc, want) {
-		t.Errorf("a service's environment:\n got %q\nwant %q", svc, want)
-	}
-}
+	"github.com/toolgate/toolgate/runtime/shim"
+)
 
 // TestShimEnterJoinsNewSessionKeyring: the enter shim gives what it execs
 // (bwrap, which makes none) a new, empty, anonymous session keyring owned
@@ -45,7 +26,7 @@ func TestWithProxyEnv(t *testing.T) {
 // as toolgate does under systemd, a pam session or runc; the probe started
 // directly from it reads the key, which proves the check can see one.
 func TestShimEnterJoinsNewSessionKeyring(t *testing.T) {
-	probe, shim := testbin.Probe(t), self(t)
+	probe, shimBin := testbin.Probe(t), self(t)
 	uids := []int{-1}
 	if os.Geteuid() == 0 {
 		uids = append(uids, SandboxUID)
@@ -83,8 +64,11 @@ func TestShimEnterJoinsNewSessionKeyring(t *testing.T) {
 		o.direct = run(probe, "session-keyring", strconv.Itoa(o.key))
 		o.entered = map[int]string{}
 		for _, uid := range uids {
-			spec := ShimSpec{Mode: ShimEnter, UID: uid, GID: uid, Path: probe, Argv: []string{probe, "session-keyring", strconv.Itoa(o.key)}}
-			o.entered[uid] = run(shim, spec.Args()...)
+			spec := shim.Spec{Mode: shim.Enter, Path: probe, Argv: []string{probe, "session-keyring", strconv.Itoa(o.key)}}
+			if uid >= 0 {
+				spec.Drop = &shim.IDs{UID: uid, GID: uid}
+			}
+			o.entered[uid] = run(shimBin, spec.Args()...)
 		}
 	}()
 	o := <-got
@@ -115,27 +99,5 @@ func TestShimEnterJoinsNewSessionKeyring(t *testing.T) {
 		if !strings.Contains(out, fmt.Sprintf("read key %d: denied EACCES\n", o.key)) {
 			t.Errorf("uid %d: through the enter shim, the caller's key is not refused:\n%s", uid, out)
 		}
-	}
-}
-
-// BenchmarkJoinNewSessionKeyring is the cost of the enter shim's keyring
-// step alone: one keyctl that makes a new keyring (the one it replaces is
-// freed by the kernel's key collector).
-func BenchmarkJoinNewSessionKeyring(b *testing.B) {
-	done := make(chan error)
-	go func() {
-		// Never unlocked: the thread, with the keyrings it joined, ends
-		// with this goroutine.
-		runtime.LockOSThread()
-		var err error
-		for b.Loop() {
-			if err = joinNewSessionKeyring(); err != nil {
-				break
-			}
-		}
-		done <- err
-	}()
-	if err := <-done; err != nil {
-		b.Skipf("SKIPPING: %v", err)
 	}
 }

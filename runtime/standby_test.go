@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/toolgate/toolgate/runtime/shim"
 )
 
 // hostPreparer prepares "sandboxes" that are only the standby shim run on
@@ -27,7 +29,7 @@ type hostPreparer struct {
 
 func (h *hostPreparer) Prepare(tpl Template) (*Standby, error) {
 	h.prepared.Add(1)
-	spec := ShimSpec{Mode: ShimStandby, UID: -1, GID: -1, KeepStderr: tpl.SplitStderr, ReleaseFD: ReleaseFD(0), Path: tpl.Path, Argv: tpl.Argv}
+	spec := shim.Spec{Mode: shim.Standby, KeepStderr: tpl.SplitStderr, ReleaseFD: ReleaseFD(0), Path: tpl.Path, Argv: tpl.Argv}
 	return StartStandby(StandbyCmd{
 		Path: self(h.t), Args: append([]string{self(h.t)}, spec.Args()...), Env: Env, Dir: tpl.Dir,
 		Fixed: []string{tpl.Dir, tpl.Path},
@@ -61,32 +63,6 @@ func readyStandby(t *testing.T, h *hostPreparer, tpl Template) *Standby {
 		t.Fatal(err)
 	}
 	return sb
-}
-
-func TestShimStandbyAndHoldArgs(t *testing.T) {
-	for _, spec := range []ShimSpec{
-		{Mode: ShimStandby, UID: -1, GID: -1, ReleaseFD: 4, KeepStderr: true, KeepEnv: true,
-			Rlimits: []Rlimit{{"nofile", 64}}, Path: "/usr/bin/env", Argv: []string{"env"}},
-		{Mode: ShimHold, UID: -1, GID: -1, ReleaseFD: 3, PidFile: "/run/b/pid", Mask: "/run/x=/sys/fs/cgroup/unified/cgroup.controllers",
-			Start: []string{"/usr/bin/runc", "start", "c1"}, Path: "/usr/bin/runc", Argv: []string{"/usr/bin/runc", "create", "c1"}},
-	} {
-		back, err := parseShim(spec.Args()[1:])
-		if err != nil {
-			t.Fatalf("parseShim(%q): %v", spec.Args(), err)
-		}
-		if strings.Join(back.Args(), " ") != strings.Join(spec.Args(), " ") {
-			t.Errorf("parseShim(Args()).Args() = %q, want %q", back.Args(), spec.Args())
-		}
-	}
-	for _, bad := range [][]string{
-		{ShimStandby, "--release-fd", "2", "--", "/x", "x"},
-		{ShimStandby, "--env", "all", "--", "/x", "x"},
-		{ShimHold, "--mask", "relative=/x", "--", "/x", "x"},
-	} {
-		if _, err := parseShim(bad); err == nil {
-			t.Errorf("parseShim(%q) accepted", bad)
-		}
-	}
 }
 
 // TestStandbyRelease: the tool starts only at the release, gets exactly
@@ -168,8 +144,8 @@ func TestStandbyRefusesABadRelease(t *testing.T) {
 		data []byte
 		fds  int
 	}{
-		{"two descriptors", []byte{GoByte}, 2},
-		{"no descriptor", []byte{GoByte}, 0},
+		{"two descriptors", []byte{shim.GoByte}, 2},
+		{"no descriptor", []byte{shim.GoByte}, 0},
 		{"more bytes", []byte("G/usr/bin/id"), 3},
 		{"another byte", []byte{'X'}, 3},
 	} {

@@ -1,20 +1,12 @@
 // Command toolgate-shim is the small exec helper of toolgate: the reap,
-// enter and init shims of package runtime (see runtime.ShimArg). It is a
-// separate binary so that it starts in well under a millisecond: it links
-// nothing but the runtime package, while the toolgate binary's MCP
-// dependencies spend milliseconds in package initialisation. toolgate finds
-// it next to its own executable.
+// enter, init, service, standby, hold and mask shims of package
+// runtime/shim (see shim.Arg). It is a separate binary so that it starts
+// fast: it links runtime/shim alone, which imports nothing of the server's
+// side (package runtime, the egress proxy, net/http), while the toolgate
+// binary's dependencies spend milliseconds in package initialisation.
+// toolgate finds it next to its own executable.
 package main
 
-import (
-	"fmt"
-	"os"
+import "github.com/toolgate/toolgate/runtime/shim"
 
-	rt "github.com/toolgate/toolgate/runtime"
-)
-
-func main() {
-	rt.MaybeShim()
-	fmt.Fprintln(os.Stderr, "toolgate-shim: an internal helper of toolgate; not meant to be run by hand")
-	os.Exit(2)
-}
+func main() { shim.Main() }

@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
+	"github.com/toolgate/toolgate/runtime/shim"
 )
 
 // sandboxAttr runs a process as the sandbox uid when the bench is root, as
@@ -305,14 +306,14 @@ func (b *bench) enterPath(bwrapArgv []string, withGroup bool) (*path, error) {
 	}
 	cg := rt.SetupCgroups()
 	lim := rt.DefaultSandboxLimits()
-	uid, gid := -1, -1
+	var drop *shim.IDs
 	if os.Geteuid() == 0 {
-		uid, gid = rt.SandboxUID, rt.SandboxGID
+		drop = &shim.IDs{UID: rt.SandboxUID, GID: rt.SandboxGID}
 	}
 	i := 0
 	p.call = func() error {
 		i++
-		spec := rt.ShimSpec{Mode: rt.ShimEnter, UID: uid, GID: gid, Path: bwrapArgv[0], Argv: bwrapArgv}
+		spec := shim.Spec{Mode: shim.Enter, Drop: drop, Path: bwrapArgv[0], Argv: bwrapArgv}
 		if withGroup {
 			g, err := cg.NewGroup("bench-"+strconv.Itoa(i), rt.Limits{Pids: lim.Pids, Memory: lim.Memory})
 			if err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/shim"
 )
 
 // SeccompFD is the descriptor bwrap reads the seccomp program from: the
@@ -49,7 +50,7 @@ type Plan struct {
 	// The fields below are for services (Runner.StartService); a tool
 	// call leaves them zero.
 
-	// Service starts the exe through the service shim (rt.ShimService):
+	// Service starts the exe through the service shim (shim.Service):
 	// stdin, stdout and stderr untouched, and the environment bwrap itself
 	// was started with (rt.Env plus the service's variables, set by
 	// StartService) instead of --clearenv and --setenv of rt.Env. A Plan
@@ -76,7 +77,7 @@ type Plan struct {
 
 	// Standby prepares the sandbox ahead of its call (the pool, rt.Pool):
 	// the sandbox is the same in every respect, but its first process is
-	// the standby shim (rt.ShimStandby), which sets the rlimits, waits on
+	// the standby shim (shim.Standby), which sets the rlimits, waits on
 	// the release channel at ReleaseFD, and on release takes the call's
 	// streams and execs the tool exactly as the init (or service) shim
 	// would.
@@ -193,9 +194,9 @@ func Args(pol bundle.Policy, p Plan) []string {
 	}
 	rlimits := rt.ShimRlimits(pol.Rlimits)
 	if p.Service {
-		svc := rt.ShimSpec{Mode: rt.ShimService, Rlimits: rlimits, UID: -1, GID: -1, Egress: egress, Path: p.Exe, Argv: p.Argv}
+		svc := shim.Spec{Mode: shim.Service, Rlimits: rlimits, Egress: egress, Path: p.Exe, Argv: p.Argv}
 		if p.Standby {
-			svc.Mode, svc.KeepStderr, svc.KeepEnv, svc.ReleaseFD = rt.ShimStandby, true, true, ReleaseFD
+			svc.Mode, svc.KeepStderr, svc.KeepEnv, svc.ReleaseFD = shim.Standby, true, true, ReleaseFD
 		}
 		a = append(a, "--", bundle.ShimPath)
 		return append(a, svc.Args()...)
@@ -206,9 +207,9 @@ func Args(pol bundle.Policy, p Plan) []string {
 		a = append(a, "--setenv", k, v)
 	}
 	a = append(a, "--", bundle.ShimPath)
-	init := rt.ShimSpec{Mode: rt.ShimInit, Rlimits: rlimits, UID: -1, GID: -1, KeepStderr: p.KeepStderr, Egress: egress, Env: p.Env, Path: p.Exe, Argv: p.Argv}
+	init := shim.Spec{Mode: shim.Init, Rlimits: rlimits, KeepStderr: p.KeepStderr, Egress: egress, Env: p.Env, Path: p.Exe, Argv: p.Argv}
 	if p.Standby {
-		init.Mode, init.ReleaseFD = rt.ShimStandby, ReleaseFD
+		init.Mode, init.ReleaseFD = shim.Standby, ReleaseFD
 	}
 	return append(a, init.Args()...)
 }

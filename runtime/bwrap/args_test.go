@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/shim"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -127,11 +128,11 @@ func TestStandbyIsTheSameSandbox(t *testing.T) {
 			if !slices.Equal(pb, sb) {
 				t.Fatalf("the sandbox differs:\n plain   %q\n standby %q", pb, sb)
 			}
-			wantMode := rt.ShimInit
+			wantMode := shim.Init
 			if tc.plan.Service {
-				wantMode = rt.ShimService
+				wantMode = shim.Service
 			}
-			if ps[0] != bundle.ShimPath || ss[0] != bundle.ShimPath || ps[2] != wantMode || ss[2] != rt.ShimStandby {
+			if ps[0] != bundle.ShimPath || ss[0] != bundle.ShimPath || ps[2] != wantMode || ss[2] != shim.Standby {
 				t.Fatalf("shims: plain %q, standby %q", ps[:3], ss[:3])
 			}
 			// Standby adds the release descriptor (and, for a service, says
@@ -142,7 +143,7 @@ func TestStandbyIsTheSameSandbox(t *testing.T) {
 				extra = append([]string{"--stderr", "keep", "--env", "keep"}, extra...)
 			}
 			i := slices.Index(ps, "--")
-			want := slices.Concat(ps[:2], []string{rt.ShimStandby}, ps[3:i], extra, ps[i:])
+			want := slices.Concat(ps[:2], []string{shim.Standby}, ps[3:i], extra, ps[i:])
 			if !slices.Equal(ss, want) {
 				t.Errorf("standby shim argv = %q\nwant %q", ss, want)
 			}

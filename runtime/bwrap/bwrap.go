@@ -10,7 +10,7 @@
 // root-only files through binds and is exempt from RLIMIT_NPROC), with
 // lowered rlimits, inside the call's cgroup, which bounds its processes
 // and memory, and with a new session keyring of its own (keyrings are not
-// namespaced, and bwrap makes none). The enter shim (rt.ShimEnter) joins
+// namespaced, and bwrap makes none). The enter shim (shim.Enter) joins
 // the cgroups, drops the uid and joins the keyring, then execs bwrap; the
 // init shim inside sets the rlimits.
 package bwrap
@@ -28,6 +28,7 @@ import (
 
 	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/shim"
 )
 
 // Config configures the bwrap backend.
@@ -382,6 +383,6 @@ func (r *Runner) enter(name string, plan Plan, id rt.SandboxID) (*rt.Group, star
 		group = g
 	}
 	argv := append([]string{r.bwrap}, Args(r.policy, plan)...)
-	shim := rt.ShimSpec{Mode: rt.ShimEnter, Joins: group.Joins(), UID: id.UID, GID: id.GID, Path: r.bwrap, Argv: argv}
-	return group, start{path: r.shim, argv: append([]string{r.shim}, shim.Args()...)}, nil
+	enter := shim.Spec{Mode: shim.Enter, Joins: group.Joins(), Drop: id.Drop(), Path: r.bwrap, Argv: argv}
+	return group, start{path: r.shim, argv: append([]string{r.shim}, enter.Args()...)}, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/oci"
+	"github.com/toolgate/toolgate/runtime/shim"
 )
 
 // sandboxView is what a rendering of the sandbox policy means, whatever
@@ -134,11 +135,11 @@ func bwrapView(t *testing.T, argv []string) sandboxView {
 			v.Env = append(v.Env, k+"="+val)
 		case "--clearenv", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1":
 		case "--":
-			shim := argv[i+1:]
-			if shim[0] != bundle.ShimPath {
-				t.Fatalf("bwrap runs %q first, want the shim at %s", shim[0], bundle.ShimPath)
+			inside := argv[i+1:]
+			if inside[0] != bundle.ShimPath {
+				t.Fatalf("bwrap runs %q first, want the shim at %s", inside[0], bundle.ShimPath)
 			}
-			spec := parseInit(t, shim[1:])
+			spec := parseInit(t, inside[1:])
 			v.Exec, v.Argv, v.KeepStderr, v.Egress = spec.path, spec.argv, spec.keepStderr, spec.egress
 			v.Rlimits = spec.rlimits
 			i = len(argv)
@@ -163,12 +164,12 @@ type initSpec struct {
 	egress     string
 }
 
-// parseInit reads the init shim's arguments (rt.ShimSpec.Args).
+// parseInit reads the init shim's arguments (shim.Spec.Args).
 func parseInit(t *testing.T, a []string) initSpec {
 	t.Helper()
 	// A prepared sandbox's standby shim does what the init shim does,
 	// once released on its release descriptor.
-	if len(a) < 2 || a[0] != rt.ShimArg || (a[1] != rt.ShimInit && a[1] != rt.ShimStandby) {
+	if len(a) < 2 || a[0] != shim.Arg || (a[1] != shim.Init && a[1] != shim.Standby) {
 		t.Fatalf("the shim is not run in init (or standby) mode: %q", a)
 	}
 	var s initSpec

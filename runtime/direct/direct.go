@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/shim"
 )
 
 // Runner is the direct backend.
@@ -65,7 +66,7 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		}
 		// Tracking by the reap shim is as complete; only slower.
 	}
-	spec := rt.ShimSpec{Mode: rt.ShimReap, UID: -1, GID: -1, Path: inv.Path, Argv: inv.Argv}
+	spec := shim.Spec{Mode: shim.Reap, Path: inv.Path, Argv: inv.Argv}
 	c.Path = r.Shim
 	c.Args = append([]string{r.Shim}, spec.Args()...)
 	c.Stop = func(pid int) { _ = unix.Kill(pid, syscall.SIGTERM) }

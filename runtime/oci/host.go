@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/shim"
 )
 
 // prepare lays out the server directory once: RunDir/<pid> (0700) with the
@@ -225,16 +226,16 @@ func (r *Runner) probe(ctx context.Context) error {
 	return nil
 }
 
-// masked returns c run through the mask shim (rt.ShimMask): in a private
+// masked returns c run through the mask shim (shim.Mask): in a private
 // mount namespace in which the unified hierarchy's cgroup.controllers
 // reads empty, the workaround that lets crun 1.8 start on a hybrid-cgroup
 // host. The shim makes the namespace and execs c's program in it, so that
 // no thread of the server ever changes its own namespace (a thread that
 // did could not be given back; ending it would send the parent-death
 // signal to every process it had started, prepared sandboxes included).
-func masked(shim, mask string, c rt.Cmd) rt.Cmd {
-	spec := rt.ShimSpec{Mode: rt.ShimMask, UID: -1, GID: -1, Mask: mask + "=" + rt.UnifiedControllers, Path: c.Path, Argv: c.Args}
-	c.Path = shim
-	c.Args = append([]string{shim}, spec.Args()...)
+func masked(shimPath, mask string, c rt.Cmd) rt.Cmd {
+	spec := shim.Spec{Mode: shim.Mask, Mask: mask + "=" + rt.UnifiedControllers, Path: c.Path, Argv: c.Args}
+	c.Path = shimPath
+	c.Args = append([]string{shimPath}, spec.Args()...)
 	return c
 }

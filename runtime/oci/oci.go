@@ -6,7 +6,7 @@
 // skeleton rootfs once and sweeps what servers killed without cleaning up
 // left behind.
 //
-// The container process is toolgate's own init shim (rt.ShimInit), bound
+// The container process is toolgate's own init shim (shim.Init), bound
 // read-only at bundle.ShimPath: it makes stderr the same descriptor as
 // stdout inside the sandbox and execs the tool with exactly rt.Env (the
 // runtimes inject HOME; the shim removes it).
@@ -30,6 +30,7 @@ import (
 
 	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/shim"
 )
 
 // IDPrefix starts every container id: toolgate-<server pid>-<call id>.
@@ -243,14 +244,14 @@ func render(pol bundle.Policy, fl flavour, inv rt.Invocation, egressDir string) 
 	if (egressDir != "") != (len(inv.Egress) > 0) {
 		return nil, fmt.Errorf("oci: spec of %s: an egress directory without an allowlist, or the reverse", inv.Name)
 	}
-	shim := rt.ShimSpec{Mode: rt.ShimInit, UID: -1, GID: -1, KeepStderr: inv.StderrMax > 0, Env: inv.Env, Path: inv.Path, Argv: inv.Argv}
+	initSpec := shim.Spec{Mode: shim.Init, KeepStderr: inv.StderrMax > 0, Env: inv.Env, Path: inv.Path, Argv: inv.Argv}
 	if egressDir != "" {
-		shim.Egress = bundle.EgressSocketPath
+		initSpec.Egress = bundle.EgressSocketPath
 	}
 	t := bundle.Tool{
 		Exe:    inv.Path,
 		Dir:    inv.Dir,
-		Args:   append([]string{bundle.ShimPath}, shim.Args()...),
+		Args:   append([]string{bundle.ShimPath}, initSpec.Args()...),
 		Egress: egressDir,
 		Trust:  egressDir != "" && len(inv.Inject) > 0,
 	}
@@ -476,7 +477,7 @@ func (r *Runner) hostIDs(sid rt.SandboxID) (int, int) {
 // policy), through the runtime's own split of run: the runtime's create
 // sets it up (namespaces, mounts, cgroups and limits, the seccomp
 // profile's place) and leaves it waiting in the runtime's init; the call
-// runs the runtime's start. The hold shim (rt.ShimHold) owns the two
+// runs the runtime's start. The hold shim (shim.Hold) owns the two
 // steps on the host, as a child subreaper, so that the container's exit
 // status reaches the call as `run`'s does. The container's stdio are the
 // call's pipes, made now (the runtime fixes them at create); a release
@@ -510,8 +511,8 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 		sid.Release()
 		return nil, err
 	}
-	hold := rt.ShimSpec{
-		Mode: rt.ShimHold, UID: -1, GID: -1,
+	hold := shim.Spec{
+		Mode:      shim.Hold,
 		ReleaseFD: rt.ReleaseFD(0),
 		PidFile:   filepath.Join(b, "pid"),
 		Start:     r.fl.startArgv(r.bin, r.state, id),

@@ -1,4 +1,4 @@
-package runtime
+package shim
 
 import (
 	"errors"
@@ -33,10 +33,10 @@ import (
 //   - it reaps every orphan, and when the tool exits, it exits with the
 //     tool's status (128+N for signal N, as the tool as PID 1 would have
 //     been reported), which ends the pid namespace and all in it.
-func superviseEgress(s ShimSpec, env []string, keepStderr bool) int {
+func superviseEgress(s Spec, env []string, keepStderr bool) int {
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(bundle.EgressPort)))
 	if err != nil {
-		shimFail(126, "sandbox: egress: listen on the proxy port: %v", err)
+		die(126, "sandbox: egress: listen on the proxy port: %v", err)
 	}
 	stderr := os.Stdout
 	if keepStderr {
@@ -48,9 +48,9 @@ func superviseEgress(s ShimSpec, env []string, keepStderr bool) int {
 	})
 	if err != nil {
 		if errors.Is(err, syscall.E2BIG) {
-			shimFail(126, "start %s: argument list too long", s.Path)
+			die(126, "start %s: argument list too long", s.Path)
 		}
-		shimFail(127, "start %s: %v", strings.TrimPrefix(s.Path, "fork/exec "), unwrapPathError(err))
+		die(127, "start %s: %v", strings.TrimPrefix(s.Path, "fork/exec "), unwrapPathError(err))
 	}
 	// The shim holds none of the call's streams: the tool's output ends
 	// when the tool (and what it left) closes it.
@@ -113,7 +113,7 @@ func reapUntil(pid int) int {
 		case errors.Is(err, unix.EINTR):
 			continue
 		case err != nil:
-			shimFail(126, "sandbox: egress: wait: %v", err)
+			die(126, "sandbox: egress: wait: %v", err)
 		case got != pid:
 			continue
 		case ws.Signaled():

@@ -1,10 +1,10 @@
-package runtime
+package shim
 
 import (
 	"errors"
 	"fmt"
 	"os"
-	goruntime "runtime"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,26 +19,26 @@ import (
 // is stdout unless KeepStderr: a tool's two streams are one, whatever the
 // release says), closes every other descriptor (its end of the release
 // channel, anything bwrap left open) and execs the tool it was prepared
-// for, with exactly Env (KeepEnv: the service's environment).
-func standbyExec(s ShimSpec) {
+// for, with exactly bundle.Env (KeepEnv: the service's environment).
+func standbyExec(s Spec) {
 	if s.ReleaseFD < 3 {
-		shimFail(125, "standby: no release channel")
+		die(125, "standby: no release channel")
 	}
 	if s.Egress != "" {
 		// An egress proxy is a call's own: a sandbox with one is never
 		// prepared ahead (rt.Pool), and this shim does not bridge it.
-		shimFail(125, "standby: a sandbox with an egress proxy is not prepared ahead of its call")
+		die(125, "standby: a sandbox with an egress proxy is not prepared ahead of its call")
 	}
 	setRlimits(s.Rlimits)
 	if err := signalReady(s.ReleaseFD, 0); err != nil {
-		shimFail(125, "standby: ready: %v", err)
+		die(125, "standby: ready: %v", err)
 	}
-	fds, err := awaitRelease(s.ReleaseFD, releaseStreams)
+	fds, err := awaitRelease(s.ReleaseFD, Streams)
 	if errors.Is(err, errDiscarded) {
 		os.Exit(125)
 	}
 	if err != nil {
-		shimFail(125, "standby: %v", err)
+		die(125, "standby: %v", err)
 	}
 	in, out, errOut := fds[0], fds[1], fds[2]
 	if !s.KeepStderr {
@@ -46,7 +46,7 @@ func standbyExec(s ShimSpec) {
 	}
 	for i, fd := range []int{in, out, errOut} {
 		if err := unix.Dup2(fd, i); err != nil {
-			shimFail(126, "standby: dup2: %v", err)
+			die(126, "standby: dup2: %v", err)
 		}
 	}
 	// Everything else goes: the release channel, the descriptors as
@@ -62,9 +62,9 @@ func standbyExec(s ShimSpec) {
 	}
 	err = syscall.Exec(s.Path, s.Argv, env) //nolint:gosec // the standby shim's job: exec the path and argv it was prepared with
 	if errors.Is(err, syscall.E2BIG) {
-		shimFail(126, "start %s: argument list too long", s.Path)
+		die(126, "start %s: argument list too long", s.Path)
 	}
-	shimFail(127, "start %s: %v", s.Path, err)
+	die(127, "start %s: %v", s.Path, err)
 }
 
 // hold keeps an OCI container prepared: it runs the runtime's create
@@ -78,42 +78,42 @@ func standbyExec(s ShimSpec) {
 // signal N killed it). A channel closed without a release, a container
 // that ends before it, or a failed create or start exit 125 without
 // starting the container: the server kills and deletes it.
-func hold(s ShimSpec) int {
+func hold(s Spec) int {
 	// Children inherit this thread's mount namespace (the crun mask), and
 	// their parent-death signal is tied to it: the thread stays.
-	goruntime.LockOSThread()
+	runtime.LockOSThread()
 	if s.ReleaseFD < 3 || s.PidFile == "" || len(s.Start) == 0 {
-		shimFail(125, "hold: want --release-fd, --pid-file and --start")
+		die(125, "hold: want --release-fd, --pid-file and --start")
 	}
 	// The release channel is this shim's alone: not the runtime's create
 	// nor the container's init waiting in it (a copy there would keep the
 	// server from seeing the channel close when this shim ends).
 	unix.CloseOnExec(s.ReleaseFD)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		shimFail(125, "hold: subreaper: %v", err)
+		die(125, "hold: subreaper: %v", err)
 	}
 	if s.Mask != "" {
 		if err := maskFile(s.Mask); err != nil {
-			shimFail(125, "hold: %v", err)
+			die(125, "hold: %v", err)
 		}
 	}
 	if code, err := runChild(s.Path, s.Argv, []*os.File{os.Stdin, os.Stdout, os.Stderr}); err != nil || code != 0 {
-		shimFail(125, "hold: %s create: exit %d %v", s.Path, code, errOrEmpty(err))
+		die(125, "hold: %s create: exit %d %v", s.Path, code, errOrEmpty(err))
 	}
 	b, err := os.ReadFile(s.PidFile)
 	pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil || perr != nil || pid <= 1 {
-		shimFail(125, "hold: container pid file %s: %q %v", s.PidFile, b, errOrEmpty(err))
+		die(125, "hold: container pid file %s: %q %v", s.PidFile, b, errOrEmpty(err))
 	}
 	pidfd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
-		shimFail(125, "hold: container init %d: %v", pid, err)
+		die(125, "hold: container init %d: %v", pid, err)
 	}
 	// Keep a copy of stderr for the start's errors, and hold none of the
 	// call's streams from here on: only the container does.
 	errCopy, err := unix.FcntlInt(2, unix.F_DUPFD_CLOEXEC, 3)
 	if err != nil {
-		shimFail(125, "hold: %v", err)
+		die(125, "hold: %v", err)
 	}
 	if null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0); err == nil {
 		for i := range 3 {
@@ -194,16 +194,16 @@ func waitInit(pid, pidfd int) int {
 
 // maskExec execs s.Path in a private mount namespace in which s.Mask's
 // FILE is bound over its TARGET.
-func maskExec(s ShimSpec) {
-	goruntime.LockOSThread() // the namespace is this thread's, and exec keeps it
+func maskExec(s Spec) {
+	runtime.LockOSThread() // the namespace is this thread's, and exec keeps it
 	if s.Mask == "" {
-		shimFail(125, "mask: no --mask")
+		die(125, "mask: no --mask")
 	}
 	if err := maskFile(s.Mask); err != nil {
-		shimFail(125, "%v", err)
+		die(125, "%v", err)
 	}
 	err := syscall.Exec(s.Path, s.Argv, os.Environ()) //nolint:gosec // the mask shim's job: exec the runtime command the oci backend built
-	shimFail(126, "mask: exec %s: %v", s.Path, err)
+	die(126, "mask: exec %s: %v", s.Path, err)
 }
 
 // maskFile binds FILE over TARGET ("FILE=TARGET") in a private mount

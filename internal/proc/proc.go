@@ -1,0 +1,31 @@
+// Package proc reads what toolgate needs to know about its own processes
+// from /proc. It imports only the standard library, so that the shim
+// (runtime/shim), which runs on every sandboxed call, can use it without
+// linking the server's side.
+package proc
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ChildPids lists the children of this process, from every thread's
+// /proc/self/task/TID/children.
+func ChildPids() []int {
+	files, _ := filepath.Glob("/proc/self/task/*/children")
+	var pids []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, s := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(s); err == nil {
+				pids = append(pids, n)
+			}
+		}
+	}
+	return pids
+}

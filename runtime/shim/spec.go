@@ -1,0 +1,242 @@
+package shim
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Arg is the first argument that turns a binary into one of toolgate's
+// exec shims: toolgate-shim (cmd/toolgate-shim), which toolgate runs; the
+// toolgate binary itself; a test binary whose TestMain calls MaybeShim.
+// The shims are small, single-purpose modes:
+//
+//   - reap: run the tool as a child subreaper, and when it exits kill and
+//     reap everything it left behind (the direct backend, where no cgroup2
+//     hierarchy is writable).
+//   - enter: join the call's v1 cgroups, lower rlimits, drop to the sandbox
+//     uid/gid, join a new anonymous session keyring, set no_new_privs,
+//     then exec (the bwrap backend: every sandbox starts through it).
+//   - init: inside a sandbox (bwrap or an OCI container), make stderr the
+//     same pipe as stdout (unless --stderr keep: a built-in's helper, whose
+//     stdout is parsed), set the environment to exactly bundle.Env, then exec the
+//     tool (no shell).
+//   - service: inside a sandbox, exec a long-lived service (a stdio MCP
+//     server) with stdin, stdout and stderr untouched and the environment
+//     the sandbox was given minus the PWD bwrap adds: the caller sets that
+//     environment (bundle.Env plus the service's variables) on bwrap's own
+//     process, so that no value ever appears on a command line.
+//   - standby: inside a prepared bwrap sandbox (a Standby), set the
+//     rlimits, say ReadyByte on the release channel and wait there; on
+//     release, make the three descriptors the release carries stdin,
+//     stdout and stderr (stderr is stdout unless --stderr keep), close
+//     every other descriptor, and exec the tool with exactly bundle.Env (with
+//     --env keep: the service's environment, as the service mode). A
+//     channel closed without a release ends it without running anything.
+//   - mask: bind --mask FILE over TARGET in a private mount namespace,
+//     then exec (crun 1.8 on a hybrid-cgroup host, oci's host.go).
+//   - hold: beside a prepared OCI container, as a child subreaper: run
+//     the runtime's create (the container waits in the runtime's own init,
+//     with this shim's stdio as its streams), say ReadyByte, and on
+//     release run the runtime's start, wait for the container's init
+//     (reparented here) and exit with its status (release.go).
+//
+// With --egress SOCKET (a tool or service with an egress allowlist), the
+// init and service shims do not exec: they stay the sandbox's first
+// process, bridge the sandbox's loopback proxy port onto the egress
+// proxy's socket, and run the tool as their child (egress.go).
+//
+// Shim options come before "--"; after it: the path to execve, then argv.
+const Arg = "__toolgate_shim"
+
+// Shim modes.
+const (
+	Reap    = "reap"
+	Enter   = "enter"
+	Init    = "init"
+	Service = "service"
+	Standby = "standby"
+	Hold    = "hold"
+	Mask    = "mask"
+)
+
+// Rlimit is one resource limit set by the enter shim (soft = hard).
+type Rlimit struct {
+	Name  string // "nofile", "nproc", "core", "fsize"
+	Value uint64
+}
+
+var rlimitNames = map[string]int{
+	"nofile": unix.RLIMIT_NOFILE,
+	"nproc":  unix.RLIMIT_NPROC,
+	"core":   unix.RLIMIT_CORE,
+	"fsize":  unix.RLIMIT_FSIZE,
+	"as":     unix.RLIMIT_AS,
+}
+
+// Spec is what a shim does, turned into arguments by Args and read back
+// by the shim.
+type Spec struct {
+	Mode    string
+	Joins   []string // cgroup.procs files to join (enter)
+	Rlimits []Rlimit // enter
+	// Drop (enter), when set, is the uid and gid to drop to; nil keeps
+	// the caller's.
+	Drop *IDs
+	// KeepStderr (init, standby) leaves stderr apart from stdout.
+	KeepStderr bool
+	// Egress (init, service, standby), when set, is the egress proxy's
+	// socket inside the sandbox: the shim stays as the sandbox's first
+	// process, bridges 127.0.0.1:bundle.EgressPort onto the socket, and
+	// runs the tool as its child with the proxy variables
+	// (egress.go).
+	Egress string
+	// KeepEnv (standby) execs with the shim's own environment minus PWD,
+	// as the service mode does, instead of exactly bundle.Env.
+	KeepEnv bool
+	// Env (init, standby) are the tool's own variables (its env line:
+	// non-secret, on the command line), added to bundle.Env.
+	Env []string
+	// ReleaseFD (standby, hold) is the shim's end of the release channel.
+	ReleaseFD int
+	// Start (hold) is the runtime's start command; PidFile is where its
+	// create writes the container's init pid; Mask (hold), "FILE=TARGET",
+	// binds FILE over TARGET in a private mount namespace first (crun on a
+	// hybrid-cgroup host).
+	Start   []string
+	PidFile string
+	Mask    string
+	Path    string   // what to execve (hold: the runtime's create)
+	Argv    []string // its argv
+}
+
+// IDs is a uid and gid to drop to, both set.
+type IDs struct {
+	UID, GID int
+}
+
+// Args returns the argv (after the binary) that runs s.
+func (s Spec) Args() []string {
+	a := []string{Arg, s.Mode}
+	for _, j := range s.Joins {
+		a = append(a, "--join", j)
+	}
+	for _, r := range s.Rlimits {
+		a = append(a, "--rlimit", r.Name+"="+strconv.FormatUint(r.Value, 10))
+	}
+	if s.Drop != nil {
+		a = append(a, "--uid", strconv.Itoa(s.Drop.UID), "--gid", strconv.Itoa(s.Drop.GID))
+	}
+	if s.KeepStderr {
+		a = append(a, "--stderr", "keep")
+	}
+	if s.Egress != "" {
+		a = append(a, "--egress", s.Egress)
+	}
+	if s.KeepEnv {
+		a = append(a, "--env", "keep")
+	}
+	for _, kv := range s.Env {
+		a = append(a, "--setenv", kv)
+	}
+	if s.ReleaseFD > 0 {
+		a = append(a, "--release-fd", strconv.Itoa(s.ReleaseFD))
+	}
+	if s.PidFile != "" {
+		a = append(a, "--pid-file", s.PidFile)
+	}
+	if s.Mask != "" {
+		a = append(a, "--mask", s.Mask)
+	}
+	for _, x := range s.Start {
+		a = append(a, "--start", x)
+	}
+	a = append(a, "--", s.Path)
+	return append(a, s.Argv...)
+}
+
+func parse(args []string) (Spec, error) {
+	var s Spec
+	uid, gid := -1, -1
+	if len(args) < 1 {
+		return s, errors.New("no mode")
+	}
+	s.Mode, args = args[0], args[1:]
+	for len(args) > 0 && args[0] != "--" {
+		if len(args) < 2 {
+			return s, fmt.Errorf("option %q needs a value", args[0])
+		}
+		opt, val := args[0], args[1]
+		args = args[2:]
+		switch opt {
+		case "--join":
+			s.Joins = append(s.Joins, val)
+		case "--rlimit":
+			name, n, ok := strings.Cut(val, "=")
+			v, err := strconv.ParseUint(n, 10, 64)
+			if _, known := rlimitNames[name]; !ok || !known || err != nil {
+				return s, fmt.Errorf("bad rlimit %q", val)
+			}
+			s.Rlimits = append(s.Rlimits, Rlimit{Name: name, Value: v})
+		case "--stderr":
+			if val != "keep" {
+				return s, fmt.Errorf("bad --stderr %q: want keep", val)
+			}
+			s.KeepStderr = true
+		case "--egress":
+			s.Egress = val
+		case "--env":
+			if val != "keep" {
+				return s, fmt.Errorf("bad --env %q: want keep", val)
+			}
+			s.KeepEnv = true
+		case "--setenv":
+			if k, _, ok := strings.Cut(val, "="); !ok || k == "" {
+				return s, fmt.Errorf("bad --setenv %q: want KEY=VALUE", val)
+			}
+			s.Env = append(s.Env, val)
+		case "--release-fd":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 3 {
+				return s, fmt.Errorf("bad --release-fd %q", val)
+			}
+			s.ReleaseFD = n
+		case "--pid-file":
+			s.PidFile = val
+		case "--mask":
+			if src, dst, ok := strings.Cut(val, "="); !ok || !filepath.IsAbs(src) || !filepath.IsAbs(dst) {
+				return s, fmt.Errorf("bad --mask %q: want FILE=TARGET, both absolute", val)
+			}
+			s.Mask = val
+		case "--start":
+			s.Start = append(s.Start, val)
+		case "--uid", "--gid":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 0 {
+				return s, fmt.Errorf("bad %s %q", opt, val)
+			}
+			if opt == "--uid" {
+				uid = n
+			} else {
+				gid = n
+			}
+		default:
+			return s, fmt.Errorf("unknown option %q", opt)
+		}
+	}
+	switch {
+	case uid >= 0 && gid >= 0:
+		s.Drop = &IDs{UID: uid, GID: gid}
+	case uid >= 0 || gid >= 0:
+		return s, errors.New("--uid and --gid go together")
+	}
+	if len(args) < 3 {
+		return s, errors.New("want -- PATH ARGV0 [ARGS...]")
+	}
+	s.Path, s.Argv = args[1], args[2:]
+	return s, nil
+}

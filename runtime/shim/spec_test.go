@@ -1,0 +1,91 @@
+package shim
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestServiceArgs pins the service shim's argv and its parse.
+func TestServiceArgs(t *testing.T) {
+	spec := Spec{Mode: Service, Path: "/usr/bin/node", Argv: []string{"/usr/bin/node", "x.js"}}
+	got := strings.Join(spec.Args(), " ")
+	if want := "__toolgate_shim service -- /usr/bin/node /usr/bin/node x.js"; got != want {
+		t.Errorf("Args() = %q, want %q", got, want)
+	}
+	back, err := parse(spec.Args()[1:])
+	if err != nil || back.Mode != Service || back.Path != spec.Path || strings.Join(back.Argv, " ") != "/usr/bin/node x.js" {
+		t.Errorf("parse(Args()) = %+v, %v", back, err)
+	}
+}
+
+// TestStandbyAndHoldArgs: the standby and hold shims' arguments parse
+// back to what rendered them; a bad value is refused.
+func TestStandbyAndHoldArgs(t *testing.T) {
+	for _, spec := range []Spec{
+		{Mode: Standby, ReleaseFD: 4, KeepStderr: true, KeepEnv: true,
+			Rlimits: []Rlimit{{"nofile", 64}}, Path: "/usr/bin/env", Argv: []string{"env"}},
+		{Mode: Hold, ReleaseFD: 3, PidFile: "/run/b/pid", Mask: "/run/x=/sys/fs/cgroup/unified/cgroup.controllers",
+			Start: []string{"/usr/bin/runc", "start", "c1"}, Path: "/usr/bin/runc", Argv: []string{"/usr/bin/runc", "create", "c1"}},
+	} {
+		back, err := parse(spec.Args()[1:])
+		if err != nil {
+			t.Fatalf("parse(%q): %v", spec.Args(), err)
+		}
+		if strings.Join(back.Args(), " ") != strings.Join(spec.Args(), " ") {
+			t.Errorf("parse(Args()).Args() = %q, want %q", back.Args(), spec.Args())
+		}
+	}
+	for _, bad := range [][]string{
+		{Standby, "--release-fd", "2", "--", "/x", "x"},
+		{Standby, "--env", "all", "--", "/x", "x"},
+		{Hold, "--mask", "relative=/x", "--", "/x", "x"},
+	} {
+		if _, err := parse(bad); err == nil {
+			t.Errorf("parse(%q) accepted", bad)
+		}
+	}
+}
+
+// TestEnterDrop: the enter shim drops to a uid and gid only when Drop is
+// set (the zero Spec keeps the caller's ids, never uid 0), the two parse
+// back together, and one without the other is refused.
+func TestEnterDrop(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec Spec
+		want string
+	}{
+		{"keep the caller's", Spec{Mode: Enter, Path: "/usr/bin/bwrap", Argv: []string{"bwrap"}},
+			"__toolgate_shim enter -- /usr/bin/bwrap bwrap"},
+		{"drop", Spec{Mode: Enter, Drop: &IDs{UID: 65534, GID: 65533}, Path: "/usr/bin/bwrap", Argv: []string{"bwrap"}},
+			"__toolgate_shim enter --uid 65534 --gid 65533 -- /usr/bin/bwrap bwrap"},
+		{"drop to root", Spec{Mode: Enter, Drop: &IDs{}, Path: "/usr/bin/bwrap", Argv: []string{"bwrap"}},
+			"__toolgate_shim enter --uid 0 --gid 0 -- /usr/bin/bwrap bwrap"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.spec.Args()
+			if got := strings.Join(args, " "); got != tc.want {
+				t.Errorf("Args() = %q, want %q", got, tc.want)
+			}
+			back, err := parse(args[1:])
+			if err != nil {
+				t.Fatalf("parse(%q): %v", args, err)
+			}
+			if (back.Drop == nil) != (tc.spec.Drop == nil) || back.Drop != nil && *back.Drop != *tc.spec.Drop {
+				t.Errorf("parse(%q).Drop = %+v, want %+v", args, back.Drop, tc.spec.Drop)
+			}
+		})
+	}
+	for _, bad := range [][]string{
+		{Enter, "--uid", "65534", "--", "/x", "x"},
+		{Enter, "--gid", "65534", "--", "/x", "x"},
+		{Enter, "--uid", "-1", "--gid", "-1", "--", "/x", "x"},
+	} {
+		if _, err := parse(bad); err == nil {
+			t.Errorf("parse(%q) accepted", bad)
+		}
+	}
+	if _, err := parse([]string{Enter, "--uid", "1", "--", "/x", "x"}); err == nil || !strings.Contains(err.Error(), "--uid and --gid go together") {
+		t.Errorf("parse of --uid alone = %v, want the two named together", err)
+	}
+}
