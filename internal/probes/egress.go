@@ -69,7 +69,7 @@ func egressProbe(args []string) {
 			k, v, _ := strings.Cut(target, "=")
 			headers = append(headers, [2]string{k, v})
 		case "https":
-			fmt.Printf("https %s: %s\n", target, proxyHTTPS(proxy, target, headers))
+			fmt.Printf("https %s: %s\n", target, proxyFetch(proxy, target, headers))
 		case "seek":
 			fmt.Printf("seek: %s\n", seekSecret(target))
 		case "connect":
@@ -125,25 +125,7 @@ func egressProbe(args []string) {
 }
 
 // proxyGet fetches u through proxy: "STATUS first-line-of-body".
-func proxyGet(proxy, u string) string {
-	pu, err := url.Parse(proxy)
-	if proxy == "" || err != nil {
-		return "no proxy variable"
-	}
-	c := &http.Client{
-		Timeout:   5 * time.Second,
-		Transport: &http.Transport{Proxy: http.ProxyURL(pu)},
-		// Never follow a redirect: what the proxy answered is the report.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-	resp, err := c.Get(u) //nolint:noctx // the client's timeout bounds it
-	if err != nil {
-		return "error " + result(err)
-	}
-	defer resp.Body.Close()
-	line, _ := bufio.NewReader(io.LimitReader(resp.Body, 512)).ReadString('\n')
-	return fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(line))
-}
+func proxyGet(proxy, u string) string { return proxyFetch(proxy, u, nil) }
 
 // proxyConnect asks proxy for a tunnel to hostport: the answer's status
 // code, or why there was none.
@@ -251,9 +233,11 @@ func Rolling(s []byte) uint64 {
 	return h
 }
 
-// proxyHTTPS GETs an https URL through proxy with headers, trusting what
-// the sandbox's trust store does: the status and the body's first line.
-func proxyHTTPS(proxy, u string, headers [][2]string) string {
+// proxyFetch GETs u through proxy with headers, never following a
+// redirect (what the proxy answered is the report) and trusting what the
+// sandbox's trust store does for https: the status and the body's first
+// line.
+func proxyFetch(proxy, u string, headers [][2]string) string {
 	pu, err := url.Parse(proxy)
 	if proxy == "" || err != nil {
 		return "no proxy variable"

@@ -81,7 +81,8 @@ func credentialFixture(n int) ([]*keyedServer, string, func()) {
 	}
 }
 
-// callCredential runs the probe with an egress allowlist and credentials.
+// callCredential runs the probe with an egress allowlist and credentials
+// (nil for none), and returns the proxy's records of the call too.
 func (e *Env) callCredential(ctx context.Context, allow []string, inject map[string]egress.Injection, args ...string) (rt.Result, []egress.Record, error) {
 	list, err := allowlist.ParseList(allow)
 	if err != nil {

@@ -9,12 +9,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/toolgate/toolgate/egress"
-	"github.com/toolgate/toolgate/egress/allowlist"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -27,33 +25,7 @@ import (
 // callEgress runs the probe with an egress allowlist and returns the
 // proxy's records of the call too.
 func (e *Env) callEgress(ctx context.Context, allow []string, args ...string) (rt.Result, []egress.Record, error) {
-	list, err := allowlist.ParseList(allow)
-	if err != nil {
-		return rt.Result{}, nil, err
-	}
-	var (
-		mu   sync.Mutex
-		recs []egress.Record
-	)
-	argv := append(append([]string{e.Probe.Path}, e.Probe.Prefix...), args...)
-	argv = append(argv, e.tag)
-	res, err := e.Runner.Run(ctx, rt.Invocation{
-		ID:   fmt.Sprintf("battery-%s-%d", e.tag[4:12], e.seq.Add(1)),
-		Name: "probe", Path: e.Probe.Path, Argv: argv,
-		Dir: e.Dir, Timeout: 30 * time.Second, MaxBytes: 16 << 10,
-		Egress: list,
-		EgressRecord: func(r egress.Record) {
-			mu.Lock()
-			recs = append(recs, r)
-			mu.Unlock()
-		},
-	})
-	if err != nil {
-		return res, nil, fmt.Errorf("the call could not run: %w", err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	return res, recs, nil
+	return e.callCredential(ctx, allow, nil, args...)
 }
 
 // target is an HTTP server on 127.0.0.1 that counts its requests.
