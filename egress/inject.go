@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -153,10 +152,6 @@ func (ca *CA) tlsConfig(host string) (*tls.Config, error) {
 // injected credential (the record says so).
 type injectedKey struct{}
 
-// mitmHost is the ProxyCtx user data of a terminated CONNECT: the
-// destination the tunnel was asked for, host:port as listed.
-type mitmHost string
-
 // credentialFor returns the destination of hostport as Config.Inject
 // keys it (host lowercase, the port stated), if it has a credential.
 func (p *Proxy) credentialFor(hostport string) (string, bool) {
@@ -173,59 +168,18 @@ func (p *Proxy) credentialFor(hostport string) (string, bool) {
 // credential: the key never travels in clear.
 var errClear = errors.New("a credential is set only over TLS: use https:// (the key never travels in clear)")
 
-// injectRequest checks a request read from a terminated tunnel to dest
-// and sets its credential: the request must name the tunnel's own
-// destination (no other host rides on it) and must not be TRACE (it would
-// echo the injected header back to the tool).
-func injectRequest(r *http.Request, dest string, inj Injection) (*http.Request, error) {
-	want := dest
-	got := r.URL.Host
-	if _, _, err := net.SplitHostPort(got); err != nil {
-		got = net.JoinHostPort(got, "443")
-	}
-	h, p, _ := net.SplitHostPort(got)
-	got = net.JoinHostPort(strings.ToLower(strings.TrimSuffix(h, ".")), p)
-	switch {
-	case r.URL.Scheme != "https":
-		return r, errClear
-	case got != want:
-		return r, fmt.Errorf("a request for %s inside the tunnel to %s: one destination per tunnel", got, want)
-	case r.Method == http.MethodTrace || r.Method == http.MethodConnect:
-		return r, fmt.Errorf("%s is refused to a destination with a credential (it would echo the credential back)", r.Method)
-	}
-	for _, k := range []string{"Authorization", "Proxy-Authorization", inj.Header} {
-		r.Header.Del(k)
-	}
-	if inj.StripCookies {
-		r.Header.Del("Cookie")
-	}
-	r.Header.Set(inj.Header, inj.Value)
-	r.Host = r.URL.Host
-	return r.WithContext(context.WithValue(r.Context(), injectedKey{}, true)), nil
-}
-
-// scrubResponse removes every response header that carries the value
-// back (an upstream that reflects request headers in its own): the body
-// is the destination's, as the operator chose it.
-func scrubResponse(resp *http.Response, inj Injection) {
-	for k, vs := range resp.Header {
-		for _, v := range vs {
-			if strings.Contains(v, inj.Value) {
-				resp.Header.Del(k)
-				break
-			}
-		}
-	}
-}
-
-// refuseRequest records the refusal of a request to dest (a credentialed
-// destination) and answers it 403 with the reason.
+// refuseRequest records the refusal of a plain-HTTP request to dest (a
+// credentialed destination) and answers it 403 with the reason.
 func (p *Proxy) refuseRequest(r *http.Request, dest string, err error) *http.Response {
+	p.recordRefusal(dest, err)
+	return goproxy.NewResponse(r, "text/plain", http.StatusForbidden, "toolgate egress: "+dest+": "+err.Error()+"\n")
+}
+
+// recordRefusal records a refused request or tunnel to dest.
+func (p *Proxy) recordRefusal(dest string, err error) {
 	host, portStr, _ := net.SplitHostPort(dest)
 	port, _ := strconv.ParseUint(portStr, 10, 16)
-	rec := Record{Port: uint16(port), Decision: Refused}
+	rec := Record{Port: uint16(port), Decision: Refused, Reason: err.Error()}
 	rec.Host, rec.HostBytes = auditHost(host)
-	rec.Reason = err.Error()
 	p.audit.record(rec, "")
-	return goproxy.NewResponse(r, "text/plain", http.StatusForbidden, "toolgate egress: "+dest+": "+err.Error()+"\n")
 }

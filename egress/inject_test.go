@@ -4,15 +4,18 @@ import (
 	"bufio"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/egress/allowlist"
 )
@@ -40,10 +43,15 @@ func newInjectFixture(t testing.TB) *injectFixture {
 			f.mu.Lock()
 			f.seen[name] = append(f.seen[name], r.Header.Clone())
 			f.mu.Unlock()
-			// A server that reflects the header in its own: the proxy
-			// drops it on the way back.
-			w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+			// A server that reflects the header in its own, in part, in
+			// another case and in a trailer: the proxy drops them all on
+			// the way back.
+			auth := r.Header.Get("Authorization")
+			w.Header().Set("X-Echo", auth)
+			w.Header().Set("X-Token", strings.ToUpper(strings.TrimPrefix(auth, "Bearer ")))
+			w.Header().Set("Trailer", "X-Trailer-Echo")
 			fmt.Fprintf(w, "%s answered %s", name, r.Method)
+			w.Header().Set("X-Trailer-Echo", auth)
 		}))
 		t.Cleanup(s.Close)
 		return s
@@ -109,7 +117,11 @@ func (f *injectFixture) do(t *testing.T, method, rawURL string, h http.Header) (
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), resp.Header
+	got := resp.Header.Clone()
+	for k, v := range resp.Trailer { // what came after the body too
+		got["Trailer-"+k] = v
+	}
+	return resp.StatusCode, string(b), got
 }
 
 // TestInjectCredential: a request to the credentialed destination reaches
@@ -127,7 +139,7 @@ func TestInjectCredential(t *testing.T) {
 	if code != 200 || body != "keyed answered GET" {
 		t.Fatalf("keyed: %d %q", code, body)
 	}
-	if strings.Contains(fmt.Sprint(hdr), "sk-injected") {
+	if strings.Contains(strings.ToLower(fmt.Sprint(hdr)), "sk-injected") {
 		t.Errorf("the response gives the credential back to the tool: %v", hdr)
 	}
 	code, body, _ = f.do(t, "GET", "https://"+f.plain.Listener.Addr().String()+"/", http.Header{"Authorization": {"Bearer the-tools-own"}})
@@ -178,8 +190,10 @@ func TestInjectRefusals(t *testing.T) {
 	if code, body, _ := f.do(t, "GET", "http://"+f.keyedDest+"/", nil); code != 403 || !strings.Contains(body, "never travels in clear") {
 		t.Errorf("plain http to the credentialed destination: %d %q", code, body)
 	}
-	if code, body, _ := f.do(t, "TRACE", "https://"+f.keyedDest+"/", nil); code != 403 || !strings.Contains(body, "TRACE is refused") {
-		t.Errorf("TRACE: %d %q", code, body)
+	for _, m := range []string{"TRACE", "trace", "CONNECT", "PROPFIND"} {
+		if code, body, _ := f.do(t, m, "https://"+f.keyedDest+"/", nil); code != 403 || !strings.Contains(body, strings.ToUpper(m)+" is refused") {
+			t.Errorf("%s: %d %q", m, code, body)
+		}
 	}
 	// By hand: CONNECT to the keyed destination, TLS with the server CA,
 	// then a request whose Host is the other server.
@@ -252,5 +266,72 @@ func TestInjectionPrintsNoValue(t *testing.T) {
 		if strings.Contains(s, "sk-injected") || !strings.Contains(s, "[redacted]") {
 			t.Errorf("printed %q", s)
 		}
+	}
+}
+
+// dialTunnel opens a terminated tunnel to the keyed destination by hand:
+// CONNECT, then TLS with the server CA.
+func (f *injectFixture) dialTunnel(t *testing.T) (*tls.Conn, net.Conn) {
+	t.Helper()
+	c, err := net.Dial("tcp", f.proxyURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", f.keyedDest, f.keyedDest)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(f.ca.PEM())
+	host, _, _ := net.SplitHostPort(f.keyedDest)
+	return tls.Client(c, &tls.Config{RootCAs: pool, ServerName: host}), c
+}
+
+// TestInjectTunnelBounded: a terminated tunnel is bounded as an HTTP
+// server's connection is: a request header past its bound is refused
+// (it was read without end: 808 MB of heap for one CONNECT), and Close
+// ends every tunnel, one that never sent a TLS hello included.
+func TestInjectTunnelBounded(t *testing.T) {
+	f := newInjectFixture(t)
+	tc, _ := f.dialTunnel(t)
+	go func() {
+		fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: %s\r\nX-Big: ", f.keyedDest)
+		chunk := []byte(strings.Repeat("a", 64<<10))
+		for range 64 { // 4 MiB, no line end
+			if _, err := tc.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	_ = tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err == nil && resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a 4 MiB request header inside the tunnel: %d, want 431 or the connection closed", resp.StatusCode)
+	}
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a 4 MiB request header inside the tunnel: no answer in 10 s (%v): it is read without a bound", err)
+	}
+	// A tunnel left at its CONNECT, never a TLS hello: Close ends it.
+	c, err := net.Dial("tcp", f.proxyURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", f.keyedDest, f.keyedDest)
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	done := make(chan struct{})
+	go func() { f.proxy.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited on a tunnel that sent nothing")
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("after Close the idle tunnel is still open: %v", err)
 	}
 }

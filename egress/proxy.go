@@ -108,6 +108,8 @@ type Proxy struct {
 	mu     sync.Mutex
 	closed bool                      // Close began: a dial is refused, a dialled connection closed
 	live   map[*countedConn]struct{} // allowed connections not closed yet
+	// tunnels are the terminated tunnels served now (terminate).
+	tunnels map[net.Conn]struct{}
 }
 
 // New returns the proxy of cfg; Serve runs it.
@@ -121,7 +123,7 @@ func New(cfg Config) *Proxy {
 		d := &net.Dialer{Timeout: 10 * time.Second}
 		cfg.Dial = d.DialContext
 	}
-	p := &Proxy{cfg: cfg, live: map[*countedConn]struct{}{}, audit: newAuditor(cfg.Record, cfg.AuditBytes, cfg.AuditWindow, time.Now)}
+	p := &Proxy{cfg: cfg, live: map[*countedConn]struct{}{}, tunnels: map[net.Conn]struct{}{}, audit: newAuditor(cfg.Record, cfg.AuditBytes, cfg.AuditWindow, time.Now)}
 	if len(cfg.Inject) > 0 && cfg.CA == nil {
 		p.cfg.CA, p.caErr = ServerCA()
 	}
@@ -153,21 +155,13 @@ func New(cfg Config) *Proxy {
 	}
 	// Every CONNECT goes to dial, which decides (and records) it; a
 	// refusal answers 403 with the reason, a failed dial 502.
-	// A destination with a credential is the exception: its TLS is
-	// terminated, so that each request can be checked and given the
-	// credential (injectRequest), and each goes on through dial.
-	gp.OnRequest().HandleConnectFunc(func(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+	// A destination with a credential is the exception: its tunnel is
+	// the proxy's own (terminate), so that each request inside can be
+	// checked and given the credential, and each goes on through dial.
+	gp.OnRequest().HandleConnectFunc(func(host string, _ *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
 		if dest, ok := p.credentialFor(host); ok {
-			ctx.UserData = mitmHost(dest)
-			ctx.RoundTripper = goproxy.RoundTripperFunc(func(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response, error) {
-				return p.injTr.RoundTrip(r)
-			})
-			return &goproxy.ConnectAction{Action: goproxy.ConnectMitm, TLSConfig: func(string, *goproxy.ProxyCtx) (*tls.Config, error) {
-				if p.caErr != nil {
-					return nil, p.caErr
-				}
-				h, _, _ := net.SplitHostPort(dest)
-				return p.cfg.CA.tlsConfig(h)
+			return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: func(_ *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
+				p.terminate(client, dest)
 			}}, host
 		}
 		return goproxy.OkConnect, host
@@ -182,13 +176,6 @@ func New(cfg Config) *Proxy {
 		_, _ = fmt.Fprintf(w, "HTTP/1.1 %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", status, len(msg), msg)
 	}
 	gp.OnRequest().DoFunc(func(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
-		if dest, ok := ctx.UserData.(mitmHost); ok {
-			r2, err := injectRequest(r, string(dest), p.cfg.Inject[string(dest)])
-			if err != nil {
-				return r, p.refuseRequest(r, string(dest), err)
-			}
-			return r2, nil
-		}
 		if r.URL.Scheme != "http" {
 			return r, goproxy.NewResponse(r, "text/plain", http.StatusBadRequest, "toolgate egress: only http:// requests are forwarded; use CONNECT for TLS\n")
 		}
@@ -209,9 +196,6 @@ func New(cfg Config) *Proxy {
 				status = http.StatusForbidden
 			}
 			return goproxy.NewResponse(ctx.Req, "text/plain", status, "toolgate egress: "+ctx.Error.Error()+"\n")
-		}
-		if dest, ok := ctx.UserData.(mitmHost); ok && resp != nil {
-			scrubResponse(resp, p.cfg.Inject[string(dest)])
 		}
 		return resp
 	})
@@ -248,7 +232,16 @@ func (p *Proxy) close() {
 	for c := range p.live {
 		live = append(live, c)
 	}
+	tunnels := make([]net.Conn, 0, len(p.tunnels))
+	for c := range p.tunnels {
+		tunnels = append(tunnels, c)
+	}
 	p.mu.Unlock()
+	// A terminated tunnel is the proxy's own to end (the HTTP server let
+	// go of it at the CONNECT), as is a tunnelled one's upstream.
+	for _, c := range tunnels {
+		_ = c.Close()
+	}
 	p.injTr.CloseIdleConnections()
 	for _, c := range live {
 		_ = c.Close()
