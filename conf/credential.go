@@ -438,3 +438,50 @@ func entryCredentials(e *registryEntry, s ToolServer, opts RegistryOptions) ([]C
 	}
 	return out, errs
 }
+
+// secretsBound returns an error for every secret file (of a server's
+// egress_credentials, or of a tools.conf credential line) that lies where
+// another sandbox binds: another server's cwd or read-only paths, a
+// tools.conf test-class tool's dir. (Each file was checked against its own
+// sandbox at load.) A toolgate that is not root runs every sandbox as its
+// own uid, which owns the file: mode 0600 does not keep it from a sandbox
+// that binds it.
+func secretsBound(servers []ToolServer, c *Config) []error {
+	type secret struct{ file, whose string }
+	var secrets []secret
+	bound := map[string]string{}
+	if c != nil && c.State == StateLoaded {
+		maps.Copy(bound, sandboxDirs(c.Tools))
+		for _, t := range c.Tools {
+			for _, cr := range t.Credentials {
+				secrets = append(secrets, secret{cr.File, fmt.Sprintf("tools.conf line %d", cr.Line)})
+			}
+		}
+	}
+	for _, s := range servers {
+		if s.Transport != TransportStdio || !s.Sandbox {
+			continue
+		}
+		for _, d := range append([]string{s.Cwd}, s.ReadOnly...) {
+			if d != "" {
+				bound[d] = fmt.Sprintf("server %q's sandbox", s.ID)
+			}
+		}
+		for _, cr := range s.Credentials {
+			secrets = append(secrets, secret{cr.File, fmt.Sprintf("server %q's egress_credentials", s.ID)})
+		}
+	}
+	var errs []error
+	for _, sc := range secrets {
+		real, err := filepath.EvalSymlinks(sc.file)
+		if err != nil {
+			real = sc.file
+		}
+		for _, d := range slices.Sorted(maps.Keys(bound)) {
+			if within(real, d) {
+				errs = append(errs, &RegistryError{File: sc.file, Err: fmt.Errorf("the secret file of %s is inside %s, which %s binds: keep secret files where no sandbox sees them", sc.whose, d, bound[d])})
+			}
+		}
+	}
+	return errs
+}

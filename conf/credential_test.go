@@ -193,3 +193,62 @@ func TestRegistryCredentials(t *testing.T) {
 		})
 	}
 }
+
+// TestSecretsAcrossSandboxes: a secret file may not lie where another
+// sandbox binds: a server's in a tools.conf tool's dir, a tools.conf
+// credential's in a server's cwd (a non-root toolgate's sandboxes all run
+// as its uid, which owns the file). The registry is refused.
+func TestSecretsAcrossSandboxes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testbin.Missing(t, "secret files are trusted as the registry is: this test makes them as root")
+	}
+	f := newRegFixture(t)
+	cf := newFixture(t)
+	secretIn := func(dir, name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("Bearer sk-across-1\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	own := filepath.Join(f.root, "secrets")
+	if err := os.MkdirAll(own, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	server := func(secret string) string {
+		return f.expand("schema_version = 8\n[tool_mcp_servers.api]\ntransport = \"stdio\"\ncommand = \"@EXE@\"\ncwd = \"@WORK@\"\nenabled_tools = [\"q\"]\ndefault_tools_approval_mode = \"auto\"\nstartup_timeout_sec = 10\ntool_timeout_sec = 10\nallowed_hosts = [\"api.example.com:443\"]\n[tool_mcp_servers.api.egress_credentials.\"api.example.com:443\"]\nheader = \"Authorization\"\nsecret_file = \"" + secret + "\"\n")
+	}
+	conf := func(secret string) *Config {
+		c := Parse("tools.conf", []byte(cf.line("tool lint EXE test 60 4096 on DIR --\negress lint api.example.com:443\ncredential lint api.example.com:443 Authorization "+secret+"\n")), Options{Builtins: testBuiltins})
+		if c.State != StateLoaded {
+			t.Fatalf("conf: %v", c.Errors)
+		}
+		return c
+	}
+	for i, tc := range []struct {
+		name           string
+		server, secret string
+		want           string
+	}{
+		{"a server's in a tool's dir", secretIn(cf.dir, "srv-key"), secretIn(own, "tool-key"), "server \"api\"'s egress_credentials is inside " + cf.dir},
+		{"a tool's in a server's cwd", secretIn(own, "srv-key2"), secretIn(f.work, "tool-key2"), "tools.conf line 3 is inside " + f.work},
+		{"apart", secretIn(own, "srv-key3"), secretIn(own, "tool-key3"), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := filepath.Join(f.root, fmt.Sprintf("across%d.d", i))
+			regWrite(t, d, map[string]string{"10-api.toml": server(tc.server)})
+			opts := f.opts
+			opts.Conf = conf(tc.secret)
+			r := LoadRegistry(d, opts)
+			if tc.want == "" {
+				if r.State != StateLoaded {
+					t.Errorf("apart: %s %v, want loaded", r.State, r.Err())
+				}
+				return
+			}
+			if r.State != StateRefused || !strings.Contains(fmt.Sprint(r.Err()), tc.want) {
+				t.Errorf("%s %v, want refused with %q", r.State, r.Err(), tc.want)
+			}
+		})
+	}
+}

@@ -479,6 +479,10 @@ type RegistryOptions struct {
 	// Visible reports whether a canonical host path is one every sandbox
 	// sees (Options.Visible): a credential's secret file there is refused.
 	Visible func(path string) bool
+	// Conf is the loaded tools.conf served beside the registry, if any:
+	// no secret file of either may lie where a sandbox of the other binds
+	// (a non-root toolgate's sandboxes run as its uid, which owns them).
+	Conf *Config
 }
 
 // TakenNames is RegistryOptions.Taken for the built-ins named and the
@@ -574,6 +578,10 @@ func LoadRegistry(dir string, opts RegistryOptions) *Registry {
 	}
 	servers := mergeEntries(entries)
 	if errs := Collisions(servers, opts.Taken); len(errs) > 0 {
+		r.refuse(errs)
+		return r
+	}
+	if errs := secretsBound(servers, opts.Conf); len(errs) > 0 {
 		r.refuse(errs)
 		return r
 	}

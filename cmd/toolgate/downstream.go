@@ -43,7 +43,7 @@ func (f *downstreamFlags) check() error {
 // runner for a sandboxed server.
 func (f *downstreamFlags) options(a *app, backend string) server.DownstreamOptions {
 	opts := server.DownstreamOptions{
-		Registry:    conf.LoadRegistry(f.dir, conf.RegistryOptions{Taken: conf.TakenNames(builtin.Names(), a.conf), Visible: sandboxVisible}),
+		Registry:    conf.LoadRegistry(f.dir, conf.RegistryOptions{Taken: conf.TakenNames(builtin.Names(), a.conf), Visible: sandboxVisible, Conf: a.conf}),
 		Eager:       f.eager,
 		MaxBytes:    f.maxBytes,
 		RequirePins: f.requirePins,

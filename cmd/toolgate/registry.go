@@ -102,7 +102,7 @@ func registryCmd(args []string, stdout, stderr io.Writer) int {
 	// built-ins and tools.conf take. tools.conf's own refusal is check's
 	// to report; a refused conf takes no name.
 	c := conf.Load(*confPath, conf.Options{Builtins: builtin.Names()})
-	r := conf.LoadRegistry(*dir, conf.RegistryOptions{Taken: conf.TakenNames(builtin.Names(), c), Visible: sandboxVisible})
+	r := conf.LoadRegistry(*dir, conf.RegistryOptions{Taken: conf.TakenNames(builtin.Names(), c), Visible: sandboxVisible, Conf: c})
 	switch sub {
 	case "list":
 		return registryList(r, stdout)
