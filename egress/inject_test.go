@@ -248,6 +248,7 @@ func benchRequest(b *testing.B, keyed, fresh bool) {
 	cl := f.client()
 	for b.Loop() {
 		if fresh {
+			cl.CloseIdleConnections() // a tool's client ends its connections
 			cl = f.client()
 		}
 		resp, err := cl.Get("https://" + dest + "/")

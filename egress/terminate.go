@@ -24,8 +24,9 @@ const (
 	tunnelIdle = 60 * time.Second
 	// tunnelHeaderBytes bounds one request's header.
 	tunnelHeaderBytes = 64 << 10
-	// MaxTunnels bounds the terminated tunnels one proxy holds at once.
-	MaxTunnels = 64
+	// MaxTunnels bounds the terminated tunnels one proxy holds at once:
+	// the default per-call connection cap (256).
+	MaxTunnels = 256
 )
 
 // methods are what a credentialed destination is sent (upper case): no
