@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/toolgate/toolgate/bundle"
 	"github.com/toolgate/toolgate/egress/allowlist"
 )
 
@@ -74,28 +75,55 @@ func decodeCredential(l line) (credentialLine, []error) {
 	}
 	c := credentialLine{name: l.tokens[1], line: l.num}
 	var errs []error
-	dest, err := allowlist.ParseRule(l.tokens[2])
-	switch {
-	case err != nil:
+	dest, err := credentialDest(l.tokens[2])
+	if err != nil {
 		errs = append(errs, fieldErr("destination", err))
-	case dest.Wildcard():
-		errs = append(errs, fieldErrf("destination", "%q: a credential goes to one destination, never a wildcard", l.tokens[2]))
 	}
 	c.dest = dest
-	h := l.tokens[3]
+	if err := checkCredentialHeader(l.tokens[3]); err != nil {
+		errs = append(errs, fieldErr("header", err))
+	}
+	c.header = textproto.CanonicalMIMEHeaderKey(l.tokens[3])
+	if err := checkSecretPath(l.tokens[4]); err != nil {
+		errs = append(errs, fieldErr("secret-file", err))
+	}
+	c.file = l.tokens[4]
+	return c, errs
+}
+
+// credentialDest parses a credential's destination: one host:port, never
+// a wildcard (tools.conf's credential line and the registry's
+// egress_credentials alike).
+func credentialDest(s string) (allowlist.Rule, error) {
+	r, err := allowlist.ParseRule(s)
+	if err != nil {
+		return r, err
+	}
+	if r.Wildcard() {
+		return r, fmt.Errorf("%q: a credential goes to one destination, never a wildcard", s)
+	}
+	return r, nil
+}
+
+// checkCredentialHeader refuses a header name that is no token, or is the
+// connection's or the proxy's own.
+func checkCredentialHeader(h string) error {
 	switch {
 	case !validToken(h):
-		errs = append(errs, fieldErrf("header", "%q: want a header name (letters, digits and !#$%%&'*+-.^_`|~)", h))
+		return fmt.Errorf("%q: want a header name (letters, digits and !#$%%&'*+-.^_`|~)", h)
 	case hopHeaders[textproto.CanonicalMIMEHeaderKey(h)] || strings.HasPrefix(strings.ToLower(h), "proxy-"):
-		errs = append(errs, fieldErrf("header", "%q is the connection's or the proxy's own header, not a credential", h))
+		return fmt.Errorf("%q is the connection's or the proxy's own header, not a credential", h)
 	}
-	c.header = textproto.CanonicalMIMEHeaderKey(h)
-	f := l.tokens[4]
+	return nil
+}
+
+// checkSecretPath refuses a secret file's path that is not absolute and
+// clean (the file itself is judged by readSecret).
+func checkSecretPath(f string) error {
 	if !filepath.IsAbs(f) || filepath.Clean(f) != f {
-		errs = append(errs, fieldErrf("secret-file", "%q: want an absolute, clean path", f))
+		return fmt.Errorf("%q: want an absolute, clean path", f)
 	}
-	c.file = f
-	return c, errs
+	return nil
 }
 
 // validToken reports an RFC 9110 token.
@@ -202,7 +230,7 @@ func readSecret(p string, bound map[string]string, visible func(string) bool) (S
 		return Secret{}, err
 	}
 	for _, d := range slices.Sorted(maps.Keys(bound)) {
-		if within(real, d) {
+		if bundle.Within(real, filepath.Clean(d)) {
 			return Secret{}, fmt.Errorf("%s is inside %s, which %s binds: keep secret files where no sandbox sees them", p, d, bound[d])
 		}
 	}
@@ -231,11 +259,6 @@ func readSecret(p string, bound map[string]string, visible func(string) bool) (S
 		}
 	}
 	return NewSecret(v), nil
-}
-
-// within reports whether p is d or below it.
-func within(p, d string) bool {
-	return p == d || strings.HasPrefix(p, strings.TrimSuffix(d, "/")+"/")
 }
 
 // envLine is an env directive before it is attached.
@@ -381,30 +404,23 @@ func checkCredentials(e *registryEntry) []error {
 	for _, dest := range slices.Sorted(maps.Keys(e.raw.Credentials)) {
 		c := e.raw.Credentials[dest]
 		at := []string{"egress_credentials", dest}
-		r, err := allowlist.ParseRule(dest)
-		switch {
-		case err != nil:
+		r, err := credentialDest(dest)
+		if err != nil {
 			errs = append(errs, e.errf(at, err))
 			continue
-		case r.Wildcard():
-			errs = append(errs, e.errf(at, errors.New("a credential goes to one destination, never a wildcard")))
-			continue
-		case !listed(listedHosts, r):
+		}
+		if !listed(listedHosts, r) {
 			errs = append(errs, e.errf(at, fmt.Errorf("%s is not in allowed_hosts: a credential goes to a listed destination", r)))
 		}
-		switch {
-		case c.Header == nil:
+		if c.Header == nil {
 			errs = append(errs, e.errf(append(at, "header"), errors.New("missing: the header the proxy sets (Authorization, X-Api-Key)")))
-		case !validToken(*c.Header):
-			errs = append(errs, e.errf(append(at, "header"), fmt.Errorf("%q: want a header name", *c.Header)))
-		case hopHeaders[textproto.CanonicalMIMEHeaderKey(*c.Header)] || strings.HasPrefix(strings.ToLower(*c.Header), "proxy-"):
-			errs = append(errs, e.errf(append(at, "header"), fmt.Errorf("%q is the connection's or the proxy's own header, not a credential", *c.Header)))
+		} else if err := checkCredentialHeader(*c.Header); err != nil {
+			errs = append(errs, e.errf(append(at, "header"), err))
 		}
-		switch {
-		case c.SecretFile == nil:
+		if c.SecretFile == nil {
 			errs = append(errs, e.errf(append(at, "secret_file"), errors.New("missing: the file toolgate reads the header's value from")))
-		case !filepath.IsAbs(*c.SecretFile) || filepath.Clean(*c.SecretFile) != *c.SecretFile:
-			errs = append(errs, e.errf(append(at, "secret_file"), fmt.Errorf("%q: want an absolute, clean path", *c.SecretFile)))
+		} else if err := checkSecretPath(*c.SecretFile); err != nil {
+			errs = append(errs, e.errf(append(at, "secret_file"), err))
 		}
 	}
 	return errs
@@ -478,7 +494,7 @@ func secretsBound(servers []ToolServer, c *Config) []error {
 			real = sc.file
 		}
 		for _, d := range slices.Sorted(maps.Keys(bound)) {
-			if within(real, d) {
+			if bundle.Within(real, filepath.Clean(d)) {
 				errs = append(errs, &RegistryError{File: sc.file, Err: fmt.Errorf("the secret file of %s is inside %s, which %s binds: keep secret files where no sandbox sees them", sc.whose, d, bound[d])})
 			}
 		}
