@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -152,14 +151,10 @@ func (ca *CA) tlsConfig(host string) (*tls.Config, error) {
 // injected credential (the record says so).
 type injectedKey struct{}
 
-// credentialFor returns the destination of hostport as Config.Inject
-// keys it (host lowercase, the port stated), if it has a credential.
-func (p *Proxy) credentialFor(hostport string) (string, bool) {
-	host, port, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return "", false
-	}
-	key := net.JoinHostPort(strings.ToLower(strings.TrimSuffix(host, ".")), port)
+// credentialFor returns the destination of hostport (port def when none
+// is stated) as Config.Inject keys it, if it has a credential.
+func (p *Proxy) credentialFor(hostport, def string) (string, bool) {
+	key := canonicalHostPort(hostport, def)
 	_, ok := p.cfg.Inject[key]
 	return key, ok
 }

@@ -151,7 +151,6 @@ func New(cfg Config) *Proxy {
 		DialContext:        func(ctx context.Context, _, addr string) (net.Conn, error) { return p.dial(ctx, addr) },
 		DisableCompression: true,
 		DisableKeepAlives:  true, // one connection, one decision, one record
-		TLSClientConfig:    &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
 	}
 	// Every CONNECT goes to dial, which decides (and records) it; a
 	// refusal answers 403 with the reason, a failed dial 502.
@@ -159,7 +158,7 @@ func New(cfg Config) *Proxy {
 	// the proxy's own (terminate), so that each request inside can be
 	// checked and given the credential, and each goes on through dial.
 	gp.OnRequest().HandleConnectFunc(func(host string, _ *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
-		if dest, ok := p.credentialFor(host); ok {
+		if dest, ok := p.credentialFor(host, ""); ok { // a CONNECT states its port
 			return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: func(_ *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
 				p.terminate(client, dest)
 			}}, host
@@ -179,11 +178,7 @@ func New(cfg Config) *Proxy {
 		if r.URL.Scheme != "http" {
 			return r, goproxy.NewResponse(r, "text/plain", http.StatusBadRequest, "toolgate egress: only http:// requests are forwarded; use CONNECT for TLS\n")
 		}
-		hostport := r.URL.Host
-		if _, _, err := net.SplitHostPort(hostport); err != nil {
-			hostport = net.JoinHostPort(hostport, "80")
-		}
-		if dest, ok := p.credentialFor(hostport); ok {
+		if dest, ok := p.credentialFor(r.URL.Host, "80"); ok {
 			return r, p.refuseRequest(r, dest, errClear)
 		}
 		return r, nil

@@ -43,7 +43,7 @@ var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-A
 // terminate serves a CONNECT to dest (a destination with a credential) on
 // client: the 200, the TLS of the server CA's certificate for dest, then
 // each request the tool sends inside, checked, given the credential and
-// sent on (serveInjected). The tunnel is the proxy's own: Close ends it.
+// sent on (injector). The tunnel is the proxy's own: Close ends it.
 func (p *Proxy) terminate(client net.Conn, dest string) {
 	defer client.Close()
 	if !p.trackTunnel(client) {
