@@ -98,18 +98,7 @@ func DefaultSeccompBPF() ([]byte, error) {
 // clone3 failing with ENOSYS (its flags are behind a pointer that seccomp
 // cannot read; libc falls back to clone). It returns a new profile.
 func tightenUserNS(p *specs.LinuxSeccomp) *specs.LinuxSeccomp {
-	out := *p
-	out.Syscalls = make([]specs.LinuxSyscall, 0, len(p.Syscalls)+3)
-	for _, sc := range p.Syscalls {
-		names := slices.DeleteFunc(slices.Clone(sc.Names), func(n string) bool {
-			return slices.Contains(userNSSyscalls, n)
-		})
-		if len(names) == 0 {
-			continue
-		}
-		sc.Names = names
-		out.Syscalls = append(out.Syscalls, sc)
-	}
+	out := withoutSyscalls(p, userNSSyscalls, 3)
 	noUserNS := []specs.LinuxSeccompArg{{Index: 0, Value: cloneNewUser, ValueTwo: 0, Op: specs.OpMaskedEqual}}
 	enosys := uint(unix.ENOSYS)
 	out.Syscalls = append(out.Syscalls,
@@ -117,7 +106,7 @@ func tightenUserNS(p *specs.LinuxSeccomp) *specs.LinuxSeccomp {
 		specs.LinuxSyscall{Names: []string{"unshare"}, Action: specs.ActAllow, Args: slices.Clone(noUserNS)},
 		specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: &enosys},
 	)
-	return &out
+	return out
 }
 
 // refuseKeyrings removes keyringSyscalls from every rule of p and adds one
@@ -125,11 +114,21 @@ func tightenUserNS(p *specs.LinuxSeccomp) *specs.LinuxSeccomp {
 // default, ENOSYS, would tell a program the kernel has no keys at all). It
 // returns a new profile.
 func refuseKeyrings(p *specs.LinuxSeccomp) *specs.LinuxSeccomp {
+	out := withoutSyscalls(p, keyringSyscalls, 1)
+	eperm := uint(unix.EPERM)
+	out.Syscalls = append(out.Syscalls,
+		specs.LinuxSyscall{Names: slices.Clone(keyringSyscalls), Action: specs.ActErrno, ErrnoRet: &eperm})
+	return out
+}
+
+// withoutSyscalls returns a copy of p with drop removed from every rule
+// (a rule left with no name goes), room made for extra rules after.
+func withoutSyscalls(p *specs.LinuxSeccomp, drop []string, extra int) *specs.LinuxSeccomp {
 	out := *p
-	out.Syscalls = make([]specs.LinuxSyscall, 0, len(p.Syscalls)+1)
+	out.Syscalls = make([]specs.LinuxSyscall, 0, len(p.Syscalls)+extra)
 	for _, sc := range p.Syscalls {
 		names := slices.DeleteFunc(slices.Clone(sc.Names), func(n string) bool {
-			return slices.Contains(keyringSyscalls, n)
+			return slices.Contains(drop, n)
 		})
 		if len(names) == 0 {
 			continue
@@ -137,9 +136,6 @@ func refuseKeyrings(p *specs.LinuxSeccomp) *specs.LinuxSeccomp {
 		sc.Names = names
 		out.Syscalls = append(out.Syscalls, sc)
 	}
-	eperm := uint(unix.EPERM)
-	out.Syscalls = append(out.Syscalls,
-		specs.LinuxSyscall{Names: slices.Clone(keyringSyscalls), Action: specs.ActErrno, ErrnoRet: &eperm})
 	return &out
 }
 
