@@ -55,17 +55,11 @@ type Result struct {
 // whether or not a helper makes it available on this host. tools.conf may
 // not reuse these names and may name them in expose.
 func Names() []string {
-	return []string{
-		"checkpoint_status",
-		"repo_manifest",
-		"repo_chunks",
-		"git_diff_input",
-		"existing_report",
-		"sloc",
-		"outline",
-		"render_audit_report",
-		"render_review_report",
+	names := []string{"checkpoint_status"}
+	for _, c := range catalogue {
+		names = append(names, c.name)
 	}
+	return names
 }
 
 // Errorf returns a tool-failure Result.

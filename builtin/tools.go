@@ -82,9 +82,24 @@ type env struct {
 	runs    atomic.Uint64
 }
 
-// toolOrder is the fixed tools/list order of the workspace built-ins
-// (after checkpoint_status, which the server adds first).
-func toolOrder() []string { return Names()[1:] }
+// catalogue is every workspace built-in, in tools/list order (after
+// checkpoint_status, which the server adds first): its name, how it is
+// made, and the helper it cannot run without ("" for none). Names, Tools
+// and the helpers' Enables are all read from it.
+var catalogue = []struct {
+	name   string
+	make   func(*env) Tool
+	helper string
+}{
+	{"repo_manifest", repoManifestTool, ""},
+	{"repo_chunks", repoChunksTool, ""},
+	{"git_diff_input", gitDiffTool, HelperGit},
+	{"existing_report", existingReportTool, ""},
+	{"sloc", slocTool, HelperTokei},
+	{"outline", outlineTool, HelperCtags},
+	{"render_audit_report", renderAuditTool, ""},
+	{"render_review_report", renderReviewTool, ""},
+}
 
 // Tools resolves the workspace root and the helpers and returns the
 // workspace built-ins the configuration enables, in the fixed order of
@@ -114,27 +129,14 @@ func Tools(cfg Config) ([]Tool, []Helper, error) {
 	for _, h := range helpers {
 		e.helpers[h.Name] = h
 	}
-	all := map[string]Tool{
-		"repo_manifest":        repoManifestTool(e),
-		"repo_chunks":          repoChunksTool(e),
-		"git_diff_input":       gitDiffTool(e),
-		"existing_report":      existingReportTool(e),
-		"sloc":                 slocTool(e),
-		"outline":              outlineTool(e),
-		"render_audit_report":  renderAuditTool(e),
-		"render_review_report": renderReviewTool(e),
-	}
 	var tools []Tool
-	for _, name := range toolOrder() {
-		t, ok := all[name]
-		if !ok {
-			return nil, nil, fmt.Errorf("built-in %q has no implementation", name)
-		}
+	for _, c := range catalogue {
+		t := c.make(e)
 		if !slices.Contains(caps, t.Group) || (cfg.LockedDown && t.Writes) {
 			continue
 		}
-		if h := needs[name]; h != "" {
-			if !e.helpers[h].Available() {
+		if c.helper != "" {
+			if !e.helpers[c.helper].Available() {
 				continue
 			}
 			t.Sandboxed = true
@@ -144,19 +146,12 @@ func Tools(cfg Config) ([]Tool, []Helper, error) {
 	return tools, helpers, nil
 }
 
-// needs maps a tool to the helper it cannot run without.
-var needs = map[string]string{
-	"git_diff_input": HelperGit,
-	"sloc":           HelperTokei,
-	"outline":        HelperCtags,
-}
-
 // enables lists the tools a helper makes available, in tools/list order.
 func enables(helper string) []string {
 	var out []string
-	for _, name := range toolOrder() {
-		if needs[name] == helper {
-			out = append(out, name)
+	for _, c := range catalogue {
+		if c.helper == helper {
+			out = append(out, c.name)
 		}
 	}
 	return out
