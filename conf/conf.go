@@ -58,6 +58,11 @@ const (
 	StateRefused State = "refused"
 )
 
+// RefusedEffect says what a refused tools.conf does, in the words every
+// report uses (the log, check, checkpoint_status).
+const RefusedEffect = "every external tool and expose subtraction is disabled; built-ins stay on"
+
+
 // Tool is one validated tool line. It is immutable after Load.
 type Tool struct {
 	// Name is the MCP tool name.

@@ -82,6 +82,32 @@ type Conf struct {
 	Errors []ConfError `json:"errors,omitempty"`
 }
 
+// writeProblems renders why the conf is not loaded, if it is not: the
+// reason, each refused line with its text, and what refusal disables.
+// check and checkpoint_status both show them so.
+func (c Conf) writeProblems(b *strings.Builder) {
+	if c.Reason != "" {
+		fmt.Fprintf(b, "  %s\n", c.Reason)
+	}
+	for _, e := range c.Errors {
+		if e.Line > 0 {
+			fmt.Fprintf(b, "  refused line %d: %s: %s\n    | %s\n", e.Line, e.Field, e.Reason, e.Text)
+		} else {
+			fmt.Fprintf(b, "  refused: %s: %s\n", e.Field, e.Reason)
+		}
+	}
+	if c.State == string(conf.StateRefused) {
+		fmt.Fprintf(b, "  refused: %s\n", conf.RefusedEffect)
+	}
+}
+
+// Problems is writeProblems as a string.
+func (c Conf) Problems() string {
+	var b strings.Builder
+	c.writeProblems(&b)
+	return b.String()
+}
+
 // ConfError is one refused line.
 type ConfError struct {
 	Line   int    `json:"line"`
@@ -180,19 +206,7 @@ func (s Report) Text() string {
 		fmt.Fprintf(&b, " (sha256 %s)", s.Conf.SHA256)
 	}
 	b.WriteString("\n")
-	if s.Conf.Reason != "" {
-		fmt.Fprintf(&b, "  %s\n", s.Conf.Reason)
-	}
-	for _, e := range s.Conf.Errors {
-		if e.Line > 0 {
-			fmt.Fprintf(&b, "  refused line %d: %s: %s\n    %s\n", e.Line, e.Field, e.Reason, e.Text)
-		} else {
-			fmt.Fprintf(&b, "  refused: %s: %s\n", e.Field, e.Reason)
-		}
-	}
-	if s.Conf.State == "refused" {
-		b.WriteString("  every external tool and expose subtraction is disabled; built-ins stay on\n")
-	}
+	s.Conf.writeProblems(&b)
 	fmt.Fprintf(&b, "sandbox: %s", s.Sandbox.Backend)
 	switch {
 	case s.Sandbox.Available:

@@ -41,19 +41,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 func writeCheck(w io.Writer, c *conf.Config, srv *server.Server) {
 	cs := status.FromConf(c)
 	fmt.Fprintf(w, "tools.conf %s: %s\n", cs.Path, cs.State)
-	if cs.Reason != "" {
-		fmt.Fprintf(w, "  %s\n", cs.Reason)
-	}
-	for _, e := range cs.Errors {
-		if e.Line > 0 {
-			fmt.Fprintf(w, "  line %d: %s: %s\n    | %s\n", e.Line, e.Field, e.Reason, e.Text)
-		} else {
-			fmt.Fprintf(w, "  %s: %s\n", e.Field, e.Reason)
-		}
-	}
-	if c.State == conf.StateRefused {
-		fmt.Fprintf(w, "  refused: every external tool and expose subtraction is disabled; built-ins stay on\n")
-	}
+	fmt.Fprint(w, cs.Problems())
 	for _, warn := range c.Warnings() {
 		fmt.Fprintf(w, "  WARNING: line %d: %s\n", warn.Line, warn.Text)
 	}

@@ -126,7 +126,7 @@ func TestCheckUntrustedConf(t *testing.T) {
 	for _, want := range []string{
 		"tools.conf DIR/tools.conf: refused\n",
 		// Under a sticky /tmp, the entry rule; otherwise the directory rule.
-		"  file: untrusted path: ",
+		"  refused: file: untrusted path: ",
 		"is owned by uid 65534, not by root",
 		"chown root DIR",
 		"  refused: every external tool and expose subtraction is disabled; built-ins stay on\n",
@@ -197,7 +197,7 @@ func TestCheckSandboxDirs(t *testing.T) {
 				}
 				return
 			}
-			if want := "  line 1: tool: " + tc.want; code != 1 || !strings.Contains(out.String(), want) {
+			if want := "  refused line 1: tool: " + tc.want; code != 1 || !strings.Contains(out.String(), want) {
 				t.Errorf("check of a test tool in %s: exit %d, want 1 and %q:\n%s", tc.dir, code, want, out.String())
 			}
 		})

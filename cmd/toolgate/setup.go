@@ -205,6 +205,6 @@ func logConf(log *logrus.Logger, c *conf.Config) {
 		for _, err := range c.Errors {
 			e.WithField("reason", err.Error()).Error("tools.conf refused")
 		}
-		e.Error("tools.conf refused: every external tool and expose subtraction is disabled; built-ins stay on")
+		e.Error("tools.conf refused: " + conf.RefusedEffect)
 	}
 }
