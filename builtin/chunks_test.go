@@ -130,12 +130,12 @@ func TestRepoChunksFixture(t *testing.T) {
 			t.Errorf("%s: chunked content differs from the file (%d vs %d bytes)", f.Path, len(g), len(want))
 		}
 	}
-	golden(t, "chunks_fixture_list.json", mustJSON(t, l))
+	checkGolden(t, "chunks_fixture_list.json", mustJSON(t, l))
 
 	// One small chunk's text, golden.
 	src := call(t, tools, "repo_chunks", `{"path":"src","index":1}`)
-	golden(t, "chunks_fixture_src_1.txt", []byte(src.Text))
-	golden(t, "chunks_fixture_src_1.json", mustJSON(t, src.Structured))
+	checkGolden(t, "chunks_fixture_src_1.txt", []byte(src.Text))
+	checkGolden(t, "chunks_fixture_src_1.json", mustJSON(t, src.Structured))
 
 	// Byte-identical output for the same tree elsewhere.
 	l2, texts2 := fetchAll(t, testTools(t, makeFixture(t), ""), "repo_chunks", "")

@@ -151,9 +151,9 @@ func TestGitDiffInput(t *testing.T) {
 		})
 	}
 	res := call(t, tools, "git_diff_input", `{"target":"HEAD~1..HEAD"}`)
-	golden(t, "gitdiff_list.json", mustJSON(t, res.Structured))
+	checkGolden(t, "gitdiff_list.json", mustJSON(t, res.Structured))
 	res = call(t, tools, "git_diff_input", `{"target":"HEAD~1..HEAD","index":1}`)
-	golden(t, "gitdiff_chunk_1.txt", []byte(res.Text))
+	checkGolden(t, "gitdiff_chunk_1.txt", []byte(res.Text))
 
 	// A workspace below the top of the repository is refused: git runs
 	// sandboxed, where only the workspace exists, so the .git above it is

@@ -75,8 +75,8 @@ func TestRepoManifestFixture(t *testing.T) {
 	if strings.Contains(res.Text, "outside the workspace") || strings.Contains(res.Text, "SECRET") {
 		t.Error("manifest text shows outside or secret content")
 	}
-	golden(t, "manifest_fixture.json", mustJSON(t, m))
-	golden(t, "manifest_fixture.txt", []byte(res.Text))
+	checkGolden(t, "manifest_fixture.json", mustJSON(t, m))
+	checkGolden(t, "manifest_fixture.txt", []byte(res.Text))
 
 	// Determinism: the same tree elsewhere gives byte-identical output.
 	again := call(t, testTools(t, makeFixture(t), ""), "repo_manifest", `{"security_index": true}`)

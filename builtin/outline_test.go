@@ -42,8 +42,8 @@ func TestOutline(t *testing.T) {
 			t.Errorf("outline lacks %q: %q", want, names)
 		}
 	}
-	golden(t, "outline_shapes.json", mustJSON(t, o))
-	golden(t, "outline_shapes.txt", []byte(res.Text))
+	checkGolden(t, "outline_shapes.json", mustJSON(t, o))
+	checkGolden(t, "outline_shapes.txt", []byte(res.Text))
 
 	for _, tc := range []struct {
 		name, args, wantPath, wantSymbol, wantErr string

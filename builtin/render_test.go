@@ -43,7 +43,7 @@ func TestRenderAuditReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "audit.md", md)
+	checkGolden(t, "audit.md", md)
 
 	// SARIF 2.1.0.
 	res = call(t, tools, "render_audit_report", `{"format": "sarif", "findings": `+auditFindings+`}`)
@@ -57,7 +57,7 @@ func TestRenderAuditReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "audit.sarif", sarif)
+	checkGolden(t, "audit.sarif", sarif)
 	var log struct {
 		Schema  string `json:"$schema"`
 		Version string `json:"version"`
@@ -132,7 +132,7 @@ func TestRenderReviewReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "review.md", md)
+	checkGolden(t, "review.md", md)
 	// What a review wrote, existing_report reads back.
 	back := call(t, tools, "existing_report", `{"kind":"review"}`)
 	if back.Structured.(ExistingReport).Text != string(md) {

@@ -72,8 +72,8 @@ func TestSloc(t *testing.T) {
 	if s.Totals != (SlocCount{Files: 5, Code: 15, Comments: 7, Blanks: 7, Lines: 29}) {
 		t.Errorf("totals %+v", s.Totals)
 	}
-	golden(t, "sloc.json", mustJSON(t, s))
-	golden(t, "sloc.txt", []byte(res.Text))
+	checkGolden(t, "sloc.json", mustJSON(t, s))
+	checkGolden(t, "sloc.txt", []byte(res.Text))
 
 	// Paths: validated, deduplicated, sorted and "./"-prefixed.
 	res = call(t, tools, "sloc", `{"paths":["src/util", "`+filepath.Join(root, "docs")+`", "src/util", "-rf"]}`)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,30 +15,16 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/toolgate/toolgate/internal/golden"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/direct"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files under testdata")
-
-// golden compares got with testdata/name, or rewrites it with -update.
-func golden(t *testing.T, name string, got []byte) {
+// checkGolden compares got with testdata/name, or rewrites it with -update.
+func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	p := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(p, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatalf("read golden %s (run go test -update to create it): %v", p, err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the golden file (go test -update rewrites it)\n--- got\n%s\n--- want\n%s", name, got, want)
-	}
+	golden.Check(t, filepath.Join("testdata", name), got)
 }
 
 // requireBinary returns the path of a binary a test needs. When it is

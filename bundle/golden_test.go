@@ -4,16 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"golang.org/x/tools/txtar"
-)
 
-var update = flag.Bool("update", false, "rewrite the want/ files of testdata/*.txtar")
+	"github.com/toolgate/toolgate/internal/golden"
+)
 
 // goldenInput is input.json of a golden case.
 type goldenInput struct {
@@ -54,7 +53,7 @@ func TestGolden(t *testing.T) {
 			if !bytes.Equal(got, again) {
 				t.Errorf("rendering twice differs")
 			}
-			if *update {
+			if golden.Update() {
 				setFile(ar, wantName, got)
 				if err := os.WriteFile(file, txtar.Format(ar), 0o644); err != nil {
 					t.Fatal(err)
@@ -137,7 +136,7 @@ func TestGoldenCasesCoverEveryCheck(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fileOf(ar, "want/error.txt") == nil && !*update {
+		if fileOf(ar, "want/error.txt") == nil && !golden.Update() {
 			t.Errorf("%s: a reject case must want error.txt", f)
 		}
 	}

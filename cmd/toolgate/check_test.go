@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,11 +13,10 @@ import (
 
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/internal/golden"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 // checkFixture writes tools.conf text (EXE and DIR replaced by a real
 // executable and directory) and returns its path and a replacer that turns
@@ -63,19 +61,7 @@ func TestCheckGolden(t *testing.T) {
 				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, errb.String())
 			}
 			got := back.Replace(out.String())
-			golden := filepath.Join("testdata", "check-"+tc.name+".golden")
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if got != string(want) {
-				t.Errorf("check output differs from %s:\n--- got\n%s\n--- want\n%s", golden, got, want)
-			}
+			golden.Check(t, filepath.Join("testdata", "check-"+tc.name+".golden"), []byte(got))
 			// --list-tools is the same report.
 			var out2 bytes.Buffer
 			if code2 := run([]string{"--list-tools", "--conf", p, "--caps", "repo,git,report"}, nil, &out2, &errb); code2 != code || out2.String() != out.String() {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
@@ -11,12 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// updateRegistryGolden rewrites testdata/registry/*.golden:
-//
-//	go test ./cmd/toolgate -run TestRegistryCommandGolden -update-registry
-var updateRegistryGolden = flag.Bool("update-registry", false, "rewrite testdata/registry/*.golden")
+	"github.com/toolgate/toolgate/internal/golden"
+)
 
 // The secrets of the registry tests: one in toolgate's environment (the
 // value of FIRECRAWL_API_KEY), one written literally into the refused
@@ -168,20 +164,7 @@ func TestRegistryCommandGolden(t *testing.T) {
 			if code != tc.code {
 				t.Errorf("toolgate %s: exit %d, want %d", strings.Join(tc.args, " "), code, tc.code)
 			}
-			path := filepath.Join("testdata", "registry", tc.golden+".golden")
-			if *updateRegistryGolden {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update-registry to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("toolgate %s:\n--- got\n%s--- want\n%s", strings.Join(tc.args, " "), got, want)
-			}
+			golden.Check(t, filepath.Join("testdata", "registry", tc.golden+".golden"), []byte(got))
 		})
 	}
 }

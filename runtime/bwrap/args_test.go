@@ -1,8 +1,6 @@
 package bwrap
 
 import (
-	"flag"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -10,11 +8,10 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/bundle"
+	"github.com/toolgate/toolgate/internal/golden"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/shim"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 // debianHost is a usr-merged host with every /etc allow-list entry.
 var debianHost = bundle.Host{
@@ -157,19 +154,7 @@ func TestArgsGolden(t *testing.T) {
 	for _, tc := range goldenPlans() {
 		t.Run(tc.name, func(t *testing.T) {
 			got := strings.Join(Args(tc.policy, tc.plan), "\n") + "\n"
-			golden := filepath.Join("testdata", tc.name+".golden")
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if got != string(want) {
-				t.Errorf("Args() differs from %s:\ngot:\n%s\nwant:\n%s", golden, got, want)
-			}
+			golden.Check(t, filepath.Join("testdata", tc.name+".golden"), []byte(got))
 			// Idempotence: a pure function of its inputs.
 			if again := strings.Join(Args(tc.policy, tc.plan), "\n") + "\n"; again != got {
 				t.Error("Args() is not deterministic")

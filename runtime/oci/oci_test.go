@@ -3,7 +3,6 @@ package oci
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/bundle"
+	"github.com/toolgate/toolgate/internal/golden"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 )
@@ -490,8 +490,6 @@ func TestLoadRuleIsRenderRule(t *testing.T) {
 	}
 }
 
-var update = flag.Bool("update", false, "rewrite testdata/argv.golden")
-
 // TestRuntimeArgvGolden pins every runtime command line toolgate runs, per
 // runtime: run; create and start (a prepared sandbox); kill, delete and
 // list.
@@ -511,17 +509,5 @@ func TestRuntimeArgvGolden(t *testing.T) {
 			fmt.Fprintf(&b, "%s\n", strings.Join(argv, " "))
 		}
 	}
-	golden := filepath.Join("testdata", "argv.golden")
-	if *update {
-		if err := os.WriteFile(golden, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run with -update)", err)
-	}
-	if b.String() != string(want) {
-		t.Errorf("runtime argv differs from %s:\n%s", golden, b.String())
-	}
+	golden.Check(t, filepath.Join("testdata", "argv.golden"), []byte(b.String()))
 }
