@@ -205,7 +205,7 @@ func DeniedSubstring(s string) (string, bool) {
 }
 
 // DeniedFamilies returns every denied basename grouped by family, for
-// documentation and `toolgate check --denylist`.
+// documentation and tests.
 func DeniedFamilies() map[Family][]string {
 	out := make(map[Family][]string, len(deniedExes))
 	for f, names := range deniedExes {

@@ -1,17 +1,23 @@
-// Package conf parses and validates tools.conf, the operator's extension
-// surface, exactly as seed 000 specifies it: whitespace-separated directives
-// `expose <name> on|off` and
-// `tool <name> <abspath> <read|test> <timeout-s> <max-bytes> <on|off> <dir> -- <fixed args...>`.
+// Package conf reads and validates the operator's files: tools.conf
+// (Load, Parse), the tool-MCP registry of downstream servers and its pins
+// (LoadRegistry, ParsePins), and the bearer-token file of serve --listen
+// (LoadTokens). It never executes anything.
 //
-// Loading is fail-closed: a file with one malformed or unsafe line yields a
-// Config in state Refused that carries no tools and no expose subtractions,
-// only the errors (each with file, line number, the line's text and the
-// reason). A Config is never half-loaded.
+// tools.conf is seed 000's grammar plus the lines a sandboxed tool may
+// carry: tool, expose, egress (the tool's network allowlist), env
+// (non-secret variables) and credential (a header the egress proxy sets
+// from a secret file the sandbox never sees). Loading is fail-closed: one
+// refused line gives a Config in state Refused with no tools and no expose
+// subtractions, only the errors (*Error: file, line, the line's text,
+// field, reason). Never half-loaded; Warnings names accepted lines that
+// deserve another look (a read-class git or hg).
 //
-// The package never executes anything. It does stat the files a line names
-// (the executable must be a regular executable file, the dir a directory, and
-// the denylist is applied to the fully resolved path as well as to the path as
-// written), because a denylist by name is bypassed by a symlink. It also
-// lstats every directory on the way to tools.conf and to each registry
-// fragment (checkTrusted): a file another user could change is refused.
+// Every file is trusted only when it, and each directory on its way from
+// /, is root's or toolgate's and writable by no one else (trust.go). The
+// package stats what lines name (an executable must be a regular
+// executable file, the denylist judges its basename as written and as
+// resolved), and checks a credential's secret file (owner, mode, that no
+// sandbox sees it); the rules that need the sandbox policy come in as
+// Options.Check and Options.Visible. A secret read here is a Secret, which
+// prints as [redacted].
 package conf

@@ -322,10 +322,10 @@ func (s ToolServer) ServedName(tool string) string {
 }
 
 // What the documented clients make of a served tool name (measured with
-// Codex 0.169.0, Claude Code 2.1.328 and OpenCode 1.18.33, README "Wire it
-// into MCP clients"): Claude Code and Codex show it to the model as
+// Codex 0.169.0, Claude Code 2.1.328 and OpenCode 1.18.33,
+// docs/clients.md): Claude Code and Codex show it to the model as
 // mcp__KEY__NAME, OpenCode as KEY_NAME, KEY being the entry's server key
-// ("toolgate" in every README entry), and the model APIs behind them
+// ("toolgate" in every documented entry), and the model APIs behind them
 // (OpenAI, Anthropic) accept a tool name only when it matches
 // ^[a-zA-Z0-9_-]{1,64}$: a longer one fails the whole request, every turn
 // of the session, not just that tool's calls.

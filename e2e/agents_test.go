@@ -25,7 +25,7 @@ import (
 
 // The agents suite: the real Codex, Claude Code and OpenCode CLIs (npm,
 // installed by scripts/agent-clis.sh) drive toolgate, started by the
-// README's own client entry, against a scripted model (model_test.go) that
+// client entry of docs/clients.md, against a scripted model (model_test.go) that
 // the test serves inside the client's own network namespace (netns_test.go:
 // only lo, so telemetry and update checks go nowhere). Each client gets a
 // fresh HOME. What is asserted is what the model received: the tool result
@@ -42,7 +42,7 @@ func missingDep(t *testing.T, format string, a ...any) {
 
 // agentClient is one agent CLI: how to configure and run it.
 type agentClient struct {
-	name string // README key: codex, claude, opencode
+	name string // docs/clients.md key: codex, claude, opencode
 	pkg  string // the pinned npm package (scripts/agent-clis.sh)
 	bin  string // its command in node_modules/.bin
 	wire wire
@@ -50,7 +50,7 @@ type agentClient struct {
 	// (server name "toolgate").
 	prefix string
 	// command writes the client's configuration into s.home (the model
-	// provider, and entry: the README's MCP entry for toolgate, verbatim
+	// provider, and entry: docs/clients.md's MCP entry for toolgate, verbatim
 	// but for paths) and returns its argv and extra environment.
 	command func(t *testing.T, s *agentSession, entry string) (argv, env []string)
 }
@@ -105,7 +105,7 @@ wire_api = "responses"
 		name: "opencode", pkg: "opencode-ai@1.18.33", bin: "opencode", wire: wireChat,
 		prefix: "toolgate_",
 		command: func(t *testing.T, s *agentSession, entry string) ([]string, []string) {
-			// The provider in the global config, the README's entry as
+			// The provider in the global config, docs/clients.md's entry as
 			// the file OPENCODE_CONFIG names: OpenCode merges both.
 			provider := fmt.Sprintf(`{
   "$schema": "https://opencode.ai/config.json",
@@ -181,7 +181,7 @@ func npmEverything(t *testing.T) (node, npmDir string) {
 
 // agentsImage is the image the image pass runs: the image under test plus
 // node and server-everything (a downstream stdio server runs inside the
-// container, so its executable must be in the image; the README's advice:
+// container, so its executable must be in the image; docs/clients.md's advice:
 // build an image FROM localhost/toolgate:dev).
 var agentsImage struct {
 	once sync.Once
@@ -242,7 +242,7 @@ type toolKind struct {
 }
 
 // TestAgentCodex, TestAgentClaudeCode, TestAgentOpenCode: one session per
-// client against toolgate started by the README's entry (the image entry
+// client against toolgate started by docs/clients.md's entry (the image entry
 // on the image pass, the binary entry on the binary pass), in which the
 // scripted model calls the five kinds of tool in turn: a read-class
 // external, a sandboxed (bwrap) test-class external, a failing external, the
@@ -271,7 +271,7 @@ func runAgent(t *testing.T, c agentClient) {
 		downstream: "tg-downstream-" + tag,
 	}
 
-	// The workspace, owned by uid 1000 as the README's --user 1000:1000
+	// The workspace, owned by uid 1000 as the entries' --user 1000:1000
 	// says, holding one file.
 	ws := testbin.Dir(t)
 	writeFile(t, filepath.Join(ws, "notes.txt"), "notes of the agents e2e suite\n"+mk.chunk+"\n")
@@ -306,7 +306,7 @@ startup_timeout_sec = 60
 tool_timeout_sec = 60
 `, node, filepath.Join(npmDir, "node_modules/@modelcontextprotocol/server-everything/dist/index.js"), npmDir))
 
-	// The README's entry, paths replaced.
+	// docs/clients.md's entry, paths replaced.
 	seccomp, err := filepath.Abs("../images/seccomp.json")
 	if err != nil {
 		t.Fatal(err)
@@ -317,7 +317,7 @@ tool_timeout_sec = 60
 		key = c.name + " image"
 		paths.Image = agentsImageFor(t, node, npmDir)
 		if paths.ContainersConf == "" {
-			// The README: drop the entry where scripts/image.sh printed
+			// docs/clients.md: drop the entry where scripts/image.sh printed
 			// none. An empty containers.conf changes nothing either.
 			paths.ContainersConf = filepath.Join(t.TempDir(), "containers.conf")
 			writeFile(t, paths.ContainersConf, "")
@@ -584,7 +584,7 @@ startup_timeout_sec = 60
 					}
 					t.Logf("served %q (%d): model-visible %q (%d)", served, len(served), offered[n], len(offered[n]))
 					if want := rule.name(served); offered[n] != want || len(want) > conf.ClientNameMax {
-						t.Errorf("served %q: model-visible %q, want %q of at most %d characters (the client's naming rule changed: update the README and the name validation)",
+						t.Errorf("served %q: model-visible %q, want %q of at most %d characters (the client's naming rule changed: update docs/clients.md and the name validation)",
 							served, offered[n], want, conf.ClientNameMax)
 					}
 				}
@@ -608,13 +608,13 @@ startup_timeout_sec = 60
 
 			// A downstream server that never answers initialize: toolgate's
 			// tools/list waits for the downstream listing, until the
-			// entry's startup timeout, 8 s. The README's entry must make the client wait;
+			// entry's startup timeout, 8 s. The entry of docs/clients.md must make the client wait;
 			// for Codex, also the entry without required = true.
 			variants := []struct {
 				name  string
-				strip string // removed from the README's entry
+				strip string // removed from docs/clients.md's entry
 				waits bool
-			}{{"slow start, the README's entry", "", true}}
+			}{{"slow start, the documented entry", "", true}}
 			if c.name == "codex" {
 				variants = append(variants, struct {
 					name  string

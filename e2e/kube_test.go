@@ -52,7 +52,7 @@ import (
 //     holding it, its data unencoded, which 4.3 reads as is.
 //
 // The manifests ship no Secret: the test makes toolgate-auth as the
-// README says, by running the README's own `kubectl create secret` block
+// docs/kubernetes.md says, by running that page's own `kubectl create secret` block
 // (a fresh random token) with a kubectl that hands its arguments to the
 // test.
 
@@ -64,19 +64,19 @@ type playedPod struct {
 
 var readmeKubeSecretRE = regexp.MustCompile("(?s)<!-- test: kube secret -->\n```sh\n(.*?)```\n")
 
-// readmeKubeSecret runs the README's block that makes the Secret and
+// readmeKubeSecret runs docs/kubernetes.md's block that makes the Secret and
 // returns the token it generated and the Secret's name and data, as the
 // block's kubectl create secret generic NAME --from-literal=KEY=VALUE
 // would make it.
 func readmeKubeSecret(t *testing.T) (token, name string, data map[string]string) {
 	t.Helper()
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/kubernetes.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := readmeKubeSecretRE.FindAllSubmatch(readme, -1)
 	if len(m) != 1 {
-		t.Fatalf("README.md has %d blocks marked <!-- test: kube secret -->, want 1", len(m))
+		t.Fatalf("docs/kubernetes.md has %d blocks marked <!-- test: kube secret -->, want 1", len(m))
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bin")
@@ -89,12 +89,12 @@ func readmeKubeSecret(t *testing.T) (token, name string, data map[string]string)
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", string(m[0][1])+"printf %s \"$TOKEN\" > \"$TOKEN_OUT\"\n")
 	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "KUBECTL_ARGS="+argsFile, "TOKEN_OUT="+tokenFile)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("the README's kube secret block: %v\n%s", err, out)
+		t.Fatalf("docs/kubernetes.md's kube secret block: %v\n%s", err, out)
 	}
 	raw, _ := os.ReadFile(argsFile)
 	args := strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00")
 	if len(args) < 5 || !slices.Equal(args[:3], []string{"create", "secret", "generic"}) {
-		t.Fatalf("the README's block ran kubectl %q, want create secret generic NAME --from-literal=KEY=VALUE...", args)
+		t.Fatalf("docs/kubernetes.md's block ran kubectl %q, want create secret generic NAME --from-literal=KEY=VALUE...", args)
 	}
 	data = map[string]string{}
 	for _, a := range args[4:] {
@@ -107,7 +107,7 @@ func readmeKubeSecret(t *testing.T) (token, name string, data map[string]string)
 	}
 	tok, _ := os.ReadFile(tokenFile)
 	if len(tok) < 32 {
-		t.Fatalf("the README's block made a %d-byte TOKEN", len(tok))
+		t.Fatalf("docs/kubernetes.md's block made a %d-byte TOKEN", len(tok))
 	}
 	return string(tok), args[3], data
 }
@@ -152,14 +152,14 @@ func (p playedPod) nsenter(argv ...string) *exec.Cmd {
 }
 
 // playWorkload plays deploy/kubernetes with conf as the toolgate-conf
-// ConfigMap's tools.conf and the Secret the README makes, and returns its
+// ConfigMap's tools.conf and the Secret docs/kubernetes.md makes, and returns its
 // pods once ready.
 func playWorkload(t *testing.T, conf string) []playedPod {
 	t.Helper()
 	onlyImage(t)
 	token, secName, secData := readmeKubeSecret(t)
 	if secName != "toolgate-auth" {
-		t.Fatalf("the README makes Secret %q, the Deployment mounts toolgate-auth", secName)
+		t.Fatalf("docs/kubernetes.md makes Secret %q, the Deployment mounts toolgate-auth", secName)
 	}
 	playManifests(t, conf, secData)
 	var pods []playedPod

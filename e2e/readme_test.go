@@ -10,10 +10,14 @@ import (
 	"testing"
 )
 
-// The README's "Wire it into MCP clients" entries are what the agents suite
-// gives the clients: each block marked `<!-- e2e: CLIENT TARGET -->` is read
-// from the README at test time and only its placeholder paths are replaced,
-// so that the README and the test cannot drift.
+// The client entries of docs/clients.md are what the agents suite gives
+// the clients: each block marked `<!-- e2e: CLIENT TARGET -->` is read from
+// that page at test time and only its placeholder paths are replaced, so
+// that the page and the test cannot drift. The README's one entry is held
+// to the page's of the same key.
+
+// clientsDoc is the page of the client entries.
+const clientsDoc = "../docs/clients.md"
 
 // readmePaths are a test's values for the placeholders.
 type readmePaths struct {
@@ -27,24 +31,31 @@ type readmePaths struct {
 
 var readmeEntryRE = regexp.MustCompile("(?s)<!-- e2e: ([a-z]+ [a-z]+) -->\n```(?:toml|json)\n(.*?)```\n")
 
-// readmeEntry returns the README's entry for key ("codex image", ...) with
-// the placeholders replaced by p.
-func readmeEntry(t *testing.T, key string, p readmePaths) string {
+// markedEntries returns the entries of a page by key, failing on a key
+// marked twice.
+func markedEntries(t *testing.T, page string) map[string]string {
 	t.Helper()
-	text, err := os.ReadFile("../README.md")
+	text, err := os.ReadFile(page)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var entry string
-	n := 0
+	out := map[string]string{}
 	for _, m := range readmeEntryRE.FindAllStringSubmatch(string(text), -1) {
-		if m[1] == key {
-			entry = m[2]
-			n++
+		if _, dup := out[m[1]]; dup {
+			t.Fatalf("%s has two entries marked <!-- e2e: %s --> (want exactly one, right before its code block)", page, m[1])
 		}
+		out[m[1]] = m[2]
 	}
-	if n != 1 {
-		t.Fatalf("README.md has %d entries marked <!-- e2e: %s --> (want exactly one, right before its code block)", n, key)
+	return out
+}
+
+// readmeEntry returns the entry of docs/clients.md for key ("codex
+// image", ...) with the placeholders replaced by p.
+func readmeEntry(t *testing.T, key string, p readmePaths) string {
+	t.Helper()
+	entry, ok := markedEntries(t, clientsDoc)[key]
+	if !ok {
+		t.Fatalf("%s has no entry marked <!-- e2e: %s --> (want exactly one, right before its code block)", clientsDoc, key)
 	}
 	r := strings.NewReplacer(
 		`"/home/me/project`, `"`+p.Workspace,
@@ -60,16 +71,27 @@ func readmeEntry(t *testing.T, key string, p readmePaths) string {
 		substituted := slices.ContainsFunc([]string{p.Workspace, p.ConfDir, p.Seccomp, p.ContainersConf, p.Toolgate, p.Image},
 			func(v string) bool { return strings.Contains(v, ph) })
 		if strings.Contains(out, ph) && !substituted {
-			t.Fatalf("README entry %q still holds %q after substitution: a placeholder the suite does not know:\n%s", key, ph, out)
+			t.Fatalf("client entry %q still holds %q after substitution: a placeholder the suite does not know:\n%s", key, ph, out)
 		}
 	}
 	return out
 }
 
-// TestReadmeEntries: every client entry is there once, and the image entries
-// carry the same podman argv, so that one tested entry vouches for the
-// others' flags.
+// TestReadmeEntries: every client entry is on docs/clients.md once, the
+// image entries carry the same podman argv, so that one tested entry
+// vouches for the others' flags, and each entry the README shows is the
+// page's entry of its key, byte for byte.
 func TestReadmeEntries(t *testing.T) {
+	page := markedEntries(t, clientsDoc)
+	readme := markedEntries(t, "../README.md")
+	if len(readme) == 0 {
+		t.Error("README.md shows no client entry marked <!-- e2e: CLIENT TARGET -->")
+	}
+	for key, e := range readme {
+		if page[key] != e {
+			t.Errorf("README.md's entry %q differs from %s's:\n%s\nwant\n%s", key, clientsDoc, e, page[key])
+		}
+	}
 	p := readmePaths{Workspace: "/W", ConfDir: "/C", Seccomp: "/S.json", ContainersConf: "/CC", Toolgate: "/T", Image: "I"}
 	argv := regexp.MustCompile(`"run", "-i", [^\]]*"I"`)
 	var first string

@@ -47,7 +47,7 @@ var (
 )
 
 // PodmanFlags are the privileges the image needs to run its bwrap sandboxes,
-// exactly as the README documents them ("Running the image"), with the
+// exactly as docs/deploy.md documents them ("Run it"), with the
 // profile path of this checkout. Nothing else is added: the container runs
 // as the image's non-root user with podman's default capabilities.
 func podmanFlags() []string {

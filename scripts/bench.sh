@@ -8,7 +8,8 @@
 # @anthropic-ai/sandbox-runtime, mcp-server-commands over MCP, podman run
 # --rm per call), then throughput, start-up, a capped 1 GB flood and the
 # server's RSS. Prints a markdown table and writes bench.md and bench.json,
-# with each target held or missed.
+# with each target held or missed, and the same figures, with the date and
+# the machine, to docs/performance.md (a full run only).
 #
 # Installs what it needs, idempotently (Debian 12, as root): the build and
 # sandbox packages (scripts/deps.sh), socat and ripgrep (srt needs them),
@@ -20,6 +21,8 @@
 #
 #   TOOLGATE_BENCH_DIR   work directory (default /var/cache/toolgate/bench)
 #   BENCH_CALLS          measured calls per path (default 200)
+#   BENCH_DOC            the page the figures are written to (default
+#                        docs/performance.md; empty: none)
 #   BENCH_BASELINE       a git revision: toolgate built from it is measured in
 #                        the same rounds (direct, bwrap, oci/runc), for
 #                        before/after figures of a change
@@ -104,4 +107,4 @@ else
 fi
 
 exec "$bench_dir/bin/bench" run -toolgate "$bench_dir/bin/toolgate" -probe "$bench_dir/bin/probe" \
-	-cache "$bench_dir" -calls "${BENCH_CALLS:-200}" "${args[@]}" "$@"
+	-cache "$bench_dir" -calls "${BENCH_CALLS:-200}" -doc "${BENCH_DOC-docs/performance.md}" "${args[@]}" "$@"

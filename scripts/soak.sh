@@ -14,10 +14,12 @@
 #   SOAK_POOL            --sandbox-pool of both servers (default 1: prepared
 #                        sandboxes, which are then at rest in every snapshot
 #                        and must be gone after the server exits; 0: off)
+#   SOAK_DOC             a page to write the figures to, as its soak section
+#                        (docs/performance.md; default none: CI runs this)
 #   TOOLGATE_BENCH_DIR   work directory (default /var/cache/toolgate/bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 bench_build
 exec "$bench_dir/bin/bench" soak -toolgate "$bench_dir/bin/toolgate" -probe "$bench_dir/bin/probe" \
-	-cache "$bench_dir" -calls "${SOAK_CALLS:-10000}" -oci-runtime "${SOAK_OCI_RUNTIME-runc}" -pool "${SOAK_POOL:-1}" "$@"
+	-cache "$bench_dir" -calls "${SOAK_CALLS:-10000}" -oci-runtime "${SOAK_OCI_RUNTIME-runc}" -pool "${SOAK_POOL:-1}" -doc "${SOAK_DOC-}" "$@"

@@ -131,7 +131,7 @@ func TestStrictDecodingRefuses(t *testing.T) {
 }
 
 // TestDeploymentSandboxSettings holds the pod to exactly the settings the
-// in-container bwrap sandbox needs (README "Running on Kubernetes").
+// in-container bwrap sandbox needs (docs/kubernetes.md).
 func TestDeploymentSandboxSettings(t *testing.T) {
 	d := decodeAll(t)
 	dep := d.deployments[0]
@@ -240,7 +240,7 @@ func TestManifestsShipNoCredential(t *testing.T) {
 		}
 	}
 	if len(d.secrets) != 0 {
-		t.Errorf("%d Secrets in the manifests, want none: the operator makes toolgate-auth (README)", len(d.secrets))
+		t.Errorf("%d Secrets in the manifests, want none: the operator makes toolgate-auth (docs/kubernetes.md)", len(d.secrets))
 	}
 	files, _ := filepath.Glob("*")
 	for _, f := range files {
@@ -269,7 +269,7 @@ func TestManifestsShipNoCredential(t *testing.T) {
 
 // TestNetworkPolicyPeers: ingress to MCP (8080) only from this
 // namespace's pods labelled toolgate.io/client: "true", to metrics (9090)
-// only from the namespace named monitoring, exactly as the README says;
+// only from the namespace named monitoring, exactly as docs/kubernetes.md says;
 // no other rule.
 func TestNetworkPolicyPeers(t *testing.T) {
 	d := decodeAll(t)
@@ -299,16 +299,20 @@ func TestNetworkPolicyPeers(t *testing.T) {
 	if !reflect.DeepEqual(np.Spec.PodSelector.MatchLabels, d.deployments[0].Spec.Template.Labels) {
 		t.Errorf("NetworkPolicy podSelector %v: want the Deployment's pods %v", np.Spec.PodSelector.MatchLabels, d.deployments[0].Spec.Template.Labels)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	page, err := os.ReadFile(kubeDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, doc := range []string{"`toolgate.io/client: \"true\"`", "`kubernetes.io/metadata.name: monitoring`", "admits MCP (8080) only from pods of toolgate's\nnamespace labelled"} {
-		if !strings.Contains(string(readme), doc) {
-			t.Errorf("README.md does not document the peer %q", doc)
+		if !strings.Contains(string(page), doc) {
+			t.Errorf("%s does not document the peer %q", kubeDoc, doc)
 		}
 	}
 }
+
+// kubeDoc is the page of the Kubernetes workload: the Secret command the
+// tests run, the peers they hold the NetworkPolicy to.
+const kubeDoc = "../../docs/kubernetes.md"
 
 var readmeSecretRE = regexp.MustCompile("(?s)<!-- test: kube secret -->\n```sh\n(.*?)```\n")
 
@@ -326,7 +330,7 @@ func need(t *testing.T, name string) string {
 	return p
 }
 
-// TestREADMESecretCommand runs the README's one command that makes the
+// TestREADMESecretCommand runs docs/kubernetes.md's one command that makes the
 // Secret, with a kubectl that records its arguments: it makes the Secret
 // the Deployment mounts (toolgate-auth, key tokens), holding a token file
 // toolgate loads, of the principal ci-runner, whose only entry is the
@@ -336,13 +340,13 @@ func TestREADMESecretCommand(t *testing.T) {
 	need(t, "openssl")
 	need(t, "sha256sum")
 	bash := need(t, "bash")
-	readme, err := os.ReadFile("../../README.md")
+	page, err := os.ReadFile(kubeDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := readmeSecretRE.FindAllSubmatch(readme, -1)
+	m := readmeSecretRE.FindAllSubmatch(page, -1)
 	if len(m) != 1 {
-		t.Fatalf("README.md has %d blocks marked <!-- test: kube secret -->, want 1", len(m))
+		t.Fatalf("%s has %d blocks marked <!-- test: kube secret -->, want 1", kubeDoc, len(m))
 	}
 	block := string(m[0][1])
 	dir := t.TempDir()
@@ -356,7 +360,7 @@ func TestREADMESecretCommand(t *testing.T) {
 	cmd := exec.Command(bash, "-euo", "pipefail", "-c", block+"printf %s \"$TOKEN\" > \"$TOKEN_OUT\"\n")
 	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "KUBECTL_ARGS="+argsFile, "TOKEN_OUT="+tokenFile)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("the README's block: %v\n%s", err, out)
+		t.Fatalf("the block of %s: %v\n%s", kubeDoc, err, out)
 	}
 	rawArgs, _ := os.ReadFile(argsFile)
 	args := strings.Split(strings.TrimSuffix(string(rawArgs), "\x00"), "\x00")
@@ -384,7 +388,7 @@ func TestREADMESecretCommand(t *testing.T) {
 	}
 	loaded, err := conf.LoadTokens(p)
 	if err != nil {
-		t.Fatalf("toolgate refuses the README's token file: %v", err)
+		t.Fatalf("toolgate refuses the token file of %s: %v", kubeDoc, err)
 	}
 	if len(loaded.Tokens) != 1 || loaded.Tokens[0].Name != "ci-runner" || loaded.Tokens[0].Digest != sha256.Sum256(token) || len(loaded.Tokens[0].Scopes) != 0 {
 		t.Errorf("tokens %+v: want one, ci-runner, the digest of TOKEN", loaded.Tokens)

@@ -36,6 +36,7 @@ type bench struct {
 	sections    []string
 	ociRuntimes []string
 	out         string
+	doc         string // the page whose benchmark section the run writes
 	srt         string
 	srtSettings string
 	node        string
@@ -80,6 +81,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&sections, "only", "", "comma list of sections to run: floors,toolgate,peers,throughput,pool,startup,flood,rss (default all)")
 	fs.StringVar(&runtimes, "oci-runtimes", "runc,crun,runsc", "OCI runtimes to measure through toolgate")
 	fs.StringVar(&b.out, "out", "", "directory for bench.md and bench.json (default CACHE/results)")
+	fs.StringVar(&b.doc, "doc", "", "also write the figures to this page's benchmark section (docs/performance.md), after a full run only")
 	fs.StringVar(&b.srt, "srt", "", "srt (@anthropic-ai/sandbox-runtime); empty skips it")
 	fs.StringVar(&b.srtSettings, "srt-settings", "", "srt settings file")
 	fs.StringVar(&b.node, "node", "node", "node, for mcp-server-commands")
@@ -147,6 +149,17 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	logf(stderr, "wrote %s and %s", filepath.Join(b.out, "bench.md"), filepath.Join(b.out, "bench.json"))
+	switch {
+	case b.doc == "":
+	case len(b.sections) > 0:
+		logf(stderr, "not writing %s: a partial run (-only %s)", b.doc, sections)
+	default:
+		if err := writeDoc(b.doc, docRun, md); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return 1
+		}
+		logf(stderr, "wrote %s", b.doc)
+	}
 	return 0
 }
 

@@ -154,6 +154,7 @@ func runSoak(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&s.ociRuntime, "oci-runtime", "runc", "runtime of the OCI server; empty skips it")
 	fs.IntVar(&s.pool, "pool", 1, "--sandbox-pool of the servers (SOAK_POOL; 0: the pool off)")
 	fs.StringVar(&out, "out", "", "directory for soak.md and soak.json (default CACHE/results)")
+	doc := fs.String("doc", "", "also write the soak's figures to this page's soak section (docs/performance.md)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -204,6 +205,12 @@ func runSoak(args []string, stdout, stderr io.Writer) int {
 		js, _ := json.MarshalIndent(phases, "", "  ")
 		_ = os.WriteFile(filepath.Join(out, "soak.json"), append(js, '\n'), 0o644)
 		_ = os.WriteFile(filepath.Join(out, "soak.md"), []byte(md), 0o644)
+	}
+	if *doc != "" {
+		if err := writeDoc(*doc, docSoak, md); err != nil {
+			fmt.Fprintf(stderr, "soak: %v\n", err)
+			return 1
+		}
 	}
 	if !ok {
 		fmt.Fprintln(stderr, "soak: FAILED: a call answered wrongly or the server did not return to its start values")
