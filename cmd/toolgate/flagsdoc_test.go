@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/toolgate/toolgate/internal/golden"
 )
 
 // flagsDoc is the page of every subcommand's flags, from this package.
@@ -166,7 +168,7 @@ func upperFirst(s string) string {
 func TestFlagsDoc(t *testing.T) {
 	t.Setenv("SBM_TOOLS_CONF", "") // --conf's default is the seed's path
 	got := renderFlagsDoc(t)
-	if *update {
+	if golden.Update() {
 		if err := os.WriteFile(flagsDoc, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -1,14 +1,13 @@
 package main
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "render docs/performance.md's header again around its sections")
+	"github.com/toolgate/toolgate/internal/golden"
+)
 
 const performanceDoc = "../../docs/performance.md"
 
@@ -63,7 +62,7 @@ func TestPerformanceDoc(t *testing.T) {
 		}
 	}
 	want := renderDoc(bodies)
-	if *update {
+	if golden.Update() {
 		if err := os.WriteFile(performanceDoc, []byte(want), 0o644); err != nil {
 			t.Fatal(err)
 		}
