@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the real agent CLIs the agents end-to-end suite drives
-# (e2e/agents_test.go), idempotently: npm runs only when a pinned version is
-# missing. Their native binaries come as npm optional dependencies
+# (e2e/agents_test.go), idempotently: `npm ci` of the tree pinned by
+# scripts/npm/agents/package-lock.json, run only when the installed tree is
+# not that one (scripts/lib.sh npm_ensure). Their native binaries come as npm optional dependencies
 # (@openai/codex-linux-x64, @anthropic-ai/claude-code-linux-x64,
 # opencode-linux-x64); npm installs the one of this platform.
 #
@@ -14,48 +15,28 @@
 #
 # Sourced by scripts/test.sh and scripts/e2e.sh (like scripts/npm-deps.sh),
 # or run by hand. Needs node and npm (Debian: apt-get install nodejs npm).
-# When they are missing, or a pinned version cannot be installed, it says so
+# When they are missing, or the pinned tree cannot be installed, it says so
 # and returns 0: the agents tests then skip loudly, or fail under
 # TOOLGATE_REQUIRE_ALL=1.
 set -euo pipefail
 
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
 agents_dir="${TOOLGATE_AGENTS_DIR:-/var/cache/toolgate/agents}"
-agent_packages=(
-	"@openai/codex@0.169.0"
-	"@anthropic-ai/claude-code@2.1.328"
-	"opencode-ai@1.18.33"
-)
 
 agent_clis_install() {
-	if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-		echo "agent-clis: node and npm not found: the agent CLI tests will skip (apt-get install nodejs npm)" >&2
+	# --include=optional: the native binaries are optional dependencies.
+	if ! npm_ensure agent-clis agents "$agents_dir" --include=optional; then
+		echo "agent-clis: the agent CLI tests will skip (fail under TOOLGATE_REQUIRE_ALL=1)" >&2
 		return 0
 	fi
-	local installed=() missing=() p name version pj
-	for p in "${agent_packages[@]}"; do
-		name="${p%@*}" version="${p##*@}"
-		pj="$agents_dir/node_modules/$name/package.json"
-		if [ -f "$pj" ] && node -e 'process.exit(require(process.argv[1]).version === process.argv[2] ? 0 : 1)' "$pj" "$version"; then
-			installed+=("$p")
-		else
-			missing+=("$p")
-		fi
-	done
-	if [ ${#missing[@]} -gt 0 ]; then
-		echo "agent-clis: installing ${missing[*]} into $agents_dir" >&2
-		mkdir -p "$agents_dir"
-		# All pins in one install: npm prunes what a later install does not
-		# name. --include=optional: the native binaries are optional deps.
-		if ! npm install --prefix "$agents_dir" --no-audit --no-fund --loglevel=error \
-			--include=optional "${agent_packages[@]}" >&2; then
-			echo "agent-clis: npm install of ${missing[*]} FAILED: the agent CLI tests will skip (fail under TOOLGATE_REQUIRE_ALL=1)" >&2
-			return 0
-		fi
-	fi
+	# Each CLI runs once after an install (opencode takes seconds to
+	# start); later runs only look for them.
 	local bin
 	for bin in codex claude opencode; do
-		if ! "$agents_dir/node_modules/.bin/$bin" --version >/dev/null 2>&1; then
-			echo "agent-clis: $agents_dir/node_modules/.bin/$bin does not run (its native binary is missing?): the agent CLI tests will skip" >&2
+		bin=$agents_dir/node_modules/.bin/$bin
+		if [ ! -x "$bin" ] || { [ "$npm_ensure_ran" = 1 ] && ! "$bin" --version >/dev/null 2>&1; }; then
+			echo "agent-clis: $bin does not run (its native binary is missing?): the agent CLI tests will skip" >&2
 		fi
 	done
 	export TOOLGATE_AGENTS_DIR="$agents_dir"

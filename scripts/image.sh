@@ -22,31 +22,12 @@ image=${TOOLGATE_IMAGE:-localhost/toolgate:dev}
 base=${TOOLGATE_BASE:-localhost/toolgate-base:bookworm}
 export TOOLGATE_BASE=$base
 
-need_pkgs=()
-want() { # want <command-or-path> <debian package>
-	if ! command -v "$1" >/dev/null 2>&1 && [ ! -e "$1" ]; then need_pkgs+=("$2"); fi
-}
-want podman podman
-want mmdebstrap mmdebstrap
-want newuidmap uidmap
-want runc runc
-want catatonit catatonit # podman kube play builds its pause image with it (e2e/kube_test.go)
-want git git
-want gcc gcc
-want pkg-config pkg-config
-want /usr/include/seccomp.h libseccomp-dev
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-	SUDO=""
-	[ "$(id -u)" -eq 0 ] || SUDO=sudo
-	echo "image: installing ${need_pkgs[*]}" >&2
-	$SUDO apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
-fi
-export PATH="/usr/local/go/bin:$PATH"
-command -v go >/dev/null || {
-	echo "image: Go $(sed -n 's/^go //p' go.mod) is required at /usr/local/go or on PATH" >&2
-	exit 1
-}
+. scripts/lib.sh
+# catatonit: podman kube play builds its pause image with it (e2e/kube_test.go).
+apt_ensure image podman:podman mmdebstrap:mmdebstrap newuidmap:uidmap runc:runc \
+	catatonit:catatonit git:git gcc:gcc pkg-config:pkg-config \
+	/usr/include/seccomp.h:libseccomp-dev
+go_path
 
 . scripts/podman.sh
 podman_env

@@ -6,11 +6,12 @@
 # turns every "missing binary" skip into a failure (CI sets it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 . scripts/deps.sh
 . scripts/npm-deps.sh
 . scripts/agent-clis.sh
 . scripts/http-deps.sh
-export PATH="/usr/local/go/bin:$PATH"
+go_path
 export CGO_ENABLED=1
 
 echo "== go vet, go mod tidy, golangci-lint" >&2
@@ -21,13 +22,8 @@ if ! go mod tidy -diff >&2; then
 	exit 1
 fi
 # The linter at a pinned version, built from the Go module proxy once
-# (about a minute) into GOBIN.
-lint_version=v2.15.0
-lint=$(go env GOPATH)/bin/golangci-lint
-if ! "$lint" version 2>/dev/null | grep -q "version ${lint_version#v} "; then
-	echo "test: installing golangci-lint $lint_version" >&2
-	go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$lint_version"
-fi
+# (about a minute) into $(go env GOPATH)/bin (scripts/lib.sh).
+lint=$(golangci_lint)
 "$lint" run ./...
 
 echo "== unit and integration tests" >&2
