@@ -14,6 +14,9 @@ cd "$(dirname "$0")/.."
 go_path
 export CGO_ENABLED=1
 
+echo "== commit subjects" >&2
+scripts/commit-subjects.sh
+
 echo "== go vet, go mod tidy, golangci-lint" >&2
 go vet -tags seccomp ./...
 go vet -tags 'seccomp e2e' ./e2e/
@@ -28,6 +31,13 @@ fi
 lint=$(golangci_lint)
 "$lint" run ./...
 scripts/lint-limits.sh --check
+
+echo "== the build without the seccomp tag (plain go build, vet, and the tests of its own path)" >&2
+# Without the tag every seccomp request is an error (ErrNoSeccomp), never a
+# sandbox without a filter: bundle's tests assert it (seccomp_unsupported_test.go).
+go build ./...
+go vet ./...
+go test -race -count=1 ./bundle/
 
 echo "== unit and integration tests" >&2
 go test -race -tags seccomp -count=1 -timeout 20m ./...
