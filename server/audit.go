@@ -8,6 +8,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/egress"
 	rt "github.com/toolgate/toolgate/runtime"
@@ -32,9 +33,9 @@ type auditRecord struct {
 	Call      string     // call: the call's id (an external once it has a slot)
 	Start     int        // start: which start of the downstream server served it
 
-	Principal          *Principal // principal, auth, client (when not empty) and peer_uid (a unix socket's): an HTTP call's
-	Traceparent        string     // traceparent: a valid one of the request's _meta
-	TraceparentInvalid bool       // traceparent_invalid: the _meta had one that is not
+	Principal          *auth.Principal // principal, auth, client (when not empty) and peer_uid (a unix socket's): an HTTP call's
+	Traceparent        string          // traceparent: a valid one of the request's _meta
+	TraceparentInvalid bool            // traceparent_invalid: the _meta had one that is not
 
 	Refused   string      // refused: why the call was not run (or not passed on)
 	Cancelled bool        // cancelled: by notifications/cancelled or shutdown
@@ -93,7 +94,7 @@ func (r *auditRecord) ranEgress(u rt.EgressUse) {
 // in the request's _meta, when it is a valid one (one that is not is
 // noted, never copied).
 func (r *auditRecord) annotate(ctx context.Context, req mcp.CallToolRequest) {
-	if p, ok := PrincipalFrom(ctx); ok {
+	if p, ok := auth.PrincipalFrom(ctx); ok {
 		r.Principal = &p
 	}
 	if req.Params.Meta == nil {
@@ -143,7 +144,9 @@ func (r *auditRecord) fields() logrus.Fields {
 		f["principal"] = p.Name
 		f["auth"] = p.Method
 		str("client", p.Client)
-		p.peerUID.put(f, "peer_uid")
+		if uid, ok := p.PeerUID(); ok {
+			f["peer_uid"] = uid
+		}
 	}
 	str("traceparent", r.Traceparent)
 	if r.TraceparentInvalid {

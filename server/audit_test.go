@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/auth"
+	"github.com/toolgate/toolgate/auth/authtest"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -213,7 +215,7 @@ func TestAuditRecordKinds(t *testing.T) {
 	})
 
 	t.Run("http token", func(t *testing.T) {
-		f := startHTTP(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken)), MaxPerPrincipal: 1})
+		f := startHTTP(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken)), MaxPerPrincipal: 1})
 		f.direct.block = make(chan struct{})
 		c := mcpClient(t, f.url, aliceToken, false)
 		first := make(chan error, 1)
@@ -235,14 +237,14 @@ func TestAuditRecordKinds(t *testing.T) {
 	})
 
 	t.Run("http oauth scope", func(t *testing.T) {
-		is := newIssuer(t)
+		is := authtest.NewIssuer(t)
 		scopes := ToolScopes{}
 		scopes.Add("tools.read", []string{"hello", "checkpoint_status"})
 		scopes.Add("tools.test", []string{"sbx"})
 		f, resource := startOAuth(t, is, scopes)
-		claims := is.claims(resource)
+		claims := is.Claims(resource)
 		claims["scope"] = "tools.read"
-		tok := is.sign(t, "rsa1", claims)
+		tok := is.Sign(t, "rsa1", claims)
 		body := `{"jsonrpc":"2.0","id":"s1","method":"tools/call","params":{"name":"sbx","_meta":{"traceparent":"` + validTP + `"}}}`
 		if got := f.post(t, rpcReq{token: tok, body: body}); got.status != 403 {
 			t.Fatalf("scope refusal: %d", got.status)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
 )
 
@@ -51,7 +52,7 @@ func (m ToolScopes) Add(scope string, tools []string) {
 }
 
 // Allows reports whether p may list and call tool.
-func (m ToolScopes) Allows(p Principal, tool string) bool {
+func (m ToolScopes) Allows(p auth.Principal, tool string) bool {
 	if len(m) == 0 {
 		return true
 	}
@@ -118,7 +119,7 @@ func (m ToolScopes) Unmapped(served []string) []string {
 // it keeps every tool.
 func scopeFilter(m ToolScopes) func(context.Context, []mcp.Tool) []mcp.Tool {
 	return func(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
-		p, ok := PrincipalFrom(ctx)
+		p, ok := auth.PrincipalFrom(ctx)
 		if !ok || len(m) == 0 {
 			return tools
 		}

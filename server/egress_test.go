@@ -17,6 +17,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/bundle"
 	"github.com/toolgate/toolgate/conf"
@@ -139,7 +140,7 @@ func TestEgressCall(t *testing.T) {
 // connection's, one whose host was cut (host_bytes), and a summary's.
 func TestEgressRecordKeys(t *testing.T) {
 	alog, buf := jsonAudit()
-	rec := egressRecorder(alog, &auditRecord{RequestID: "7", Tool: "net", Call: "c3", Principal: &Principal{Name: "alice", Method: "token"}})
+	rec := egressRecorder(alog, &auditRecord{RequestID: "7", Tool: "net", Call: "c3", Principal: &auth.Principal{Name: "alice", Method: "token"}})
 	rec(egress.Record{Host: "api.example.com", Port: 443, Addr: "192.0.2.7:443", Decision: egress.Allowed, Up: 10, Down: 20, Elapsed: 1500 * time.Millisecond})
 	rec(egress.Record{Host: "evil%22.example.com", HostBytes: 70000, Port: 443, Decision: egress.Refused, Reason: "not in the allowlist"})
 	rec(egress.Record{Decision: egress.Summary, Reason: "2 further connections refused past the cap (egress-connections): not recorded one by one (1200 bytes of records)",

@@ -20,11 +20,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 )
@@ -55,11 +57,11 @@ const (
 type HTTPOptions struct {
 	// Auth checks bearer tokens; nil serves without authentication, which
 	// Serve accepts only on a unix socket (ListenUnix): every request is
-	// then principal "local" (AuthLocal).
-	Auth Authenticator
+	// then principal "local" (auth.MethodLocal).
+	Auth auth.Authenticator
 	// OAuth, when set, is also in Auth: its issuer is named in the
 	// protected resource metadata, and /readyz waits for its keys.
-	OAuth *OAuth
+	OAuth *auth.OAuth
 	// Resource is this server's URL (--oauth-resource): the protected
 	// resource metadata's resource, and the base of the metadata URL that
 	// a 401 names.
@@ -196,7 +198,7 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 	if opts.OAuth != nil {
 		prm := mcpserver.NewProtectedResourceMetadataHandler(mcpserver.ProtectedResourceMetadataConfig{
 			Resource:               opts.Resource,
-			AuthorizationServers:   []string{opts.OAuth.opts.Issuer},
+			AuthorizationServers:   []string{opts.OAuth.Issuer()},
 			ScopesSupported:        opts.Scopes.Scopes(),
 			BearerMethodsSupported: []string{"header"},
 			ResourceName:           "toolgate",
@@ -433,7 +435,7 @@ func (h *HTTP) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
 	}
 	n, err := normalOrigin(o)
 	if err == nil {
-		if u, _ := url.Parse(n); loopbackHost(u.Hostname()) {
+		if u, _ := url.Parse(n); auth.IsLoopbackHost(u.Hostname()) {
 			return true
 		}
 		for _, a := range h.opts.AllowOrigins {
@@ -523,7 +525,7 @@ func writeAuthError(w http.ResponseWriter, status int, code, desc string) {
 // authenticate returns the request's principal, or answers 401 (no or a
 // refused token) or 503 (the token could not be checked now) and returns
 // false. Nothing of the token is ever logged or echoed.
-func (h *HTTP) authenticate(w http.ResponseWriter, r *http.Request) (Principal, bool) {
+func (h *HTTP) authenticate(w http.ResponseWriter, r *http.Request) (auth.Principal, bool) {
 	if h.opts.Auth == nil {
 		// Serve takes no TCP listener without authentication: a request
 		// without a unix socket peer reached this handler some other
@@ -533,25 +535,25 @@ func (h *HTTP) authenticate(w http.ResponseWriter, r *http.Request) (Principal, 
 			h.opts.Metrics.authFailure("missing")
 			h.challenge(w, "", "", "")
 			writeAuthError(w, http.StatusUnauthorized, "invalid_request", "a bearer token is required (only a unix socket listener serves without one)")
-			return Principal{}, false
+			return auth.Principal{}, false
 		}
-		return localPrincipal(uid), true
+		return auth.Local(uid), true
 	}
-	token, present, err := bearerToken(r)
+	token, present, err := auth.BearerToken(r)
 	if !present {
 		h.opts.Metrics.authFailure("missing")
 		h.challenge(w, "", "", "")
 		writeAuthError(w, http.StatusUnauthorized, "invalid_request", "a bearer token is required")
-		return Principal{}, false
+		return auth.Principal{}, false
 	}
-	var p Principal
+	var p auth.Principal
 	if err == nil {
 		p, err = h.opts.Auth.Authenticate(r.Context(), token)
 	}
 	if err == nil {
 		return p, true
 	}
-	var ae *AuthError
+	var ae *auth.Error
 	if errors.As(err, &ae) {
 		h.opts.Metrics.authFailure("invalid")
 		h.s.log.WithFields(logrus.Fields{"remote": r.RemoteAddr, "reason": ae.Description}).Info("http: token refused")
@@ -561,13 +563,13 @@ func (h *HTTP) authenticate(w http.ResponseWriter, r *http.Request) (Principal, 
 			status = http.StatusBadRequest
 		}
 		writeAuthError(w, status, ae.Code, ae.Description)
-		return Principal{}, false
+		return auth.Principal{}, false
 	}
 	h.opts.Metrics.authFailure("unavailable")
 	h.s.log.WithError(err).Warn("http: a token could not be checked")
 	w.Header().Set("Retry-After", "5")
 	writeAuthError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "the token cannot be checked now: "+err.Error())
-	return Principal{}, false
+	return auth.Principal{}, false
 }
 
 // envelope is what serveMCP reads of a request before mcp-go does.
@@ -616,7 +618,7 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 	r.Header.Del(requestIDHeader)
 	r.Header.Del("Authorization")
 	sid := r.Header.Get(mcpserver.HeaderKeySessionID)
-	if sid != "" && !h.sessions.owns(p.key(), sid) {
+	if sid != "" && !h.sessions.owns(p.Key(), sid) {
 		http.Error(w, "session not found", http.StatusNotFound)
 		return
 	}
@@ -655,20 +657,20 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 			// expected, and its id (unique only per client) could name
 			// another client's call of the same principal.
 			if !env.stateless(r) && sid != "" {
-				h.inflight.cancel(p.key(), sid, env.Params.RequestID)
+				h.inflight.cancel(p.Key(), sid, env.Params.RequestID)
 			}
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
 		if !env.stateless(r) && sid != "" && env.isRequest() {
-			ctx, done := h.inflight.add(r.Context(), p.key(), sid, env.ID)
+			ctx, done := h.inflight.add(r.Context(), p.Key(), sid, env.ID)
 			defer done()
 			r = r.WithContext(ctx)
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 	}
-	h.mcp.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+	h.mcp.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), p)))
 }
 
 // inflight are the 2025-11-25 requests being served over HTTP, by
@@ -720,7 +722,7 @@ func (f *inflight) cancel(principal, session string, id json.RawMessage) {
 // refuseScope answers a tools/call of a tool the principal's scopes do
 // not open: 403 insufficient_scope naming the scopes that would (the MCP
 // authorization spec's step-up), audited, nothing run.
-func (h *HTTP) refuseScope(w http.ResponseWriter, p Principal, env envelope) {
+func (h *HTTP) refuseScope(w http.ResponseWriter, p auth.Principal, env envelope) {
 	scopes := strings.Join(h.opts.Scopes.ScopesFor(env.Params.Name), " ")
 	rec := &auditRecord{RequestID: string(env.ID), Tool: env.Params.Name, Kind: h.s.kindOf(env.Params.Name),
 		Backend: h.s.backendOf(env.Params.Name), Refused: "scope", IsError: true, Principal: &p}
@@ -790,7 +792,7 @@ func (h *HTTP) middleware(next mcpserver.ToolHandlerFunc) mcpserver.ToolHandlerF
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		name := req.Params.Name
 		backend := h.s.backendOf(name)
-		p, isHTTP := PrincipalFrom(ctx)
+		p, isHTTP := auth.PrincipalFrom(ctx)
 		if !isHTTP {
 			start := time.Now()
 			res, err := next(ctx, req)
@@ -813,7 +815,7 @@ func (h *HTTP) middleware(next mcpserver.ToolHandlerFunc) mcpserver.ToolHandlerF
 		if !h.opts.Scopes.Allows(p, name) {
 			return errorResult("toolgate: tool %q is not opened by the token's scopes", name), nil
 		}
-		release, waited, err := h.limits.acquire(ctx, p.key(), h.s.callTimeout(name))
+		release, waited, err := h.limits.acquire(ctx, p.Key(), h.s.callTimeout(name))
 		if waited > 0 && h.opts.Metrics != nil {
 			h.opts.Metrics.queueWait.WithLabelValues("principal").Observe(waited.Seconds())
 		}
@@ -870,4 +872,20 @@ func (s *Server) ServedNames() []string {
 		out = append(out, t.Name)
 	}
 	return slices.Clip(out)
+}
+
+// bounded cuts s to at most n bytes and replaces what does not print, so
+// that a value quoted in an error cannot flood or forge a line. It is
+// lossy: never use it for what must tell two values apart (showClaim).
+func bounded(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return '?'
+	}, s)
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "")
+	}
+	return s
 }

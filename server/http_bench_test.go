@@ -13,6 +13,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 )
@@ -35,7 +36,7 @@ func BenchmarkHTTPCall(b *testing.B) {
 	quiet.SetOutput(discard{})
 	s := New(Options{Version: "bench", Conf: loadConf(b, httpConf), Direct: &fakeRunner{res: rt.Result{Output: []byte("hi\n")}},
 		Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{}), MaxConcurrent: 8, Log: quiet, Audit: quiet})
-	h, err := NewHTTP(s, HTTPOptions{Auth: NewStaticTokens(toks), Metrics: NewMetrics(s)})
+	h, err := NewHTTP(s, HTTPOptions{Auth: auth.NewStaticTokens(toks), Metrics: NewMetrics(s)})
 	if err != nil {
 		b.Fatal(err)
 	}

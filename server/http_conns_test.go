@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/toolgate/toolgate/auth"
 )
 
 // dialFrom opens a TCP connection to addr from the local address src
@@ -46,7 +48,7 @@ func served(c net.Conn) bool {
 // go on serving, the refusals and the open count are in /metrics, and a
 // closed connection's place is taken again.
 func TestHTTPConnectionBounds(t *testing.T) {
-	f := startHTTPWith(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken)), MaxConns: 3, MaxConnsPerClient: 2}, true)
+	f := startHTTPWith(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken)), MaxConns: 3, MaxConnsPerClient: 2}, true)
 	m := f.h.opts.Metrics
 	addr := strings.TrimPrefix(f.base, "http://")
 	a1, a2 := dialFrom(t, "127.0.0.1", addr), dialFrom(t, "127.0.0.1", addr)
@@ -105,7 +107,7 @@ func TestHTTPConnectionBounds(t *testing.T) {
 // TestHTTPIdleTimeout: a keep-alive connection idle past --idle-timeout is
 // closed, and its place given back.
 func TestHTTPIdleTimeout(t *testing.T) {
-	f := startHTTP(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken)), IdleTimeout: 200 * time.Millisecond})
+	f := startHTTP(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken)), IdleTimeout: 200 * time.Millisecond})
 	c := dialFrom(t, "127.0.0.1", strings.TrimPrefix(f.base, "http://"))
 	if !served(c) {
 		t.Fatal("not served")

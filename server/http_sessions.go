@@ -11,6 +11,8 @@ import (
 	"time"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/toolgate/toolgate/auth"
 )
 
 // sessions binds each 2025-11-25 session id (Mcp-Session-Id) to the
@@ -111,8 +113,8 @@ func (s *sessions) ResolveSessionIdManager(r *http.Request) mcpserver.SessionIdM
 	if r == nil {
 		return sessionManager{s: s, any: true}
 	}
-	p, _ := PrincipalFrom(r.Context())
-	return sessionManager{s: s, principal: p.key()}
+	p, _ := auth.PrincipalFrom(r.Context())
+	return sessionManager{s: s, principal: p.Key()}
 }
 
 type sessionManager struct {
