@@ -26,6 +26,7 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
@@ -724,9 +725,9 @@ func (f *inflight) cancel(principal, session string, id json.RawMessage) {
 // authorization spec's step-up), audited, nothing run.
 func (h *HTTP) refuseScope(w http.ResponseWriter, p auth.Principal, env envelope) {
 	scopes := strings.Join(h.opts.Scopes.ScopesFor(env.Params.Name), " ")
-	rec := &auditRecord{RequestID: string(env.ID), Tool: env.Params.Name, Kind: h.s.kindOf(env.Params.Name),
+	rec := &audit.Call{RequestID: string(env.ID), Tool: env.Params.Name, Kind: h.s.kindOf(env.Params.Name),
 		Backend: h.s.backendOf(env.Params.Name), Refused: "scope", IsError: true, Principal: &p}
-	if tp, _ := env.Params.Meta["traceparent"].(string); validTraceparent(tp) {
+	if tp, _ := env.Params.Meta["traceparent"].(string); audit.ValidTraceparent(tp) {
 		rec.Traceparent = tp
 	}
 	h.s.audit(rec, "call")
@@ -820,9 +821,9 @@ func (h *HTTP) middleware(next mcpserver.ToolHandlerFunc) mcpserver.ToolHandlerF
 			h.opts.Metrics.queueWait.WithLabelValues("principal").Observe(waited.Seconds())
 		}
 		if err != nil {
-			rec := &auditRecord{RequestID: requestID(req), Tool: name, Kind: h.s.kindOf(name), Backend: backend,
-				Refused: "principal_queue", IsError: true, QueuedMS: some(waited.Milliseconds())}
-			rec.annotate(ctx, req)
+			rec := &audit.Call{RequestID: requestID(req), Tool: name, Kind: h.s.kindOf(name), Backend: backend,
+				Refused: "principal_queue", IsError: true, QueuedMS: audit.Some(waited.Milliseconds())}
+			rec.Annotate(ctx, req)
 			h.s.audit(rec, "call")
 			return errorResult("toolgate: %s: %v", name, err), nil
 		}

@@ -22,6 +22,7 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
@@ -252,9 +253,9 @@ func (s *Server) builtinHandler(b builtin.Tool) mcpserver.ToolHandlerFunc {
 		if res.IsError {
 			res.Text = boundText(res.Text, MaxErrorText) // it may quote the arguments
 		}
-		rec := &auditRecord{RequestID: requestID(req), Tool: b.Name, Kind: "builtin", Backend: s.builtinBackend(b),
-			IsError: res.IsError, ElapsedMS: some(time.Since(start).Milliseconds())}
-		rec.annotate(ctx, req)
+		rec := &audit.Call{RequestID: requestID(req), Tool: b.Name, Kind: "builtin", Backend: s.builtinBackend(b),
+			IsError: res.IsError, ElapsedMS: audit.Some(time.Since(start).Milliseconds())}
+		rec.Annotate(ctx, req)
 		s.audit(rec, "call")
 		return toolResult(res.Text, res.Structured, res.IsError), nil
 	}
