@@ -1,7 +1,7 @@
 // Package audit is toolgate's audit log: one typed record per kind (a
 // tool call's, Call; a connection through an egress proxy, Egress; a pin
 // check that changed what is served, Pin; a refused tools.conf line,
-// Conf), each written by this package alone as one entry of the audit
+// Conf), each written by this package alone (one writer) as one entry of the audit
 // logger (serve's writes JSON lines) under the keys its fields name.
 // Never output content, arguments or environment values. Operators'
 // tooling, the e2e suites, README.md and docs/registry.md read these
@@ -173,32 +173,52 @@ func (r *Call) Write(l *logrus.Logger, msg string) {
 	write(l, r.fields(), msg)
 }
 
-// EgressRecorder returns what receives the egress proxy's record of each
-// connection of call (a tool call, or a downstream server's life): one
-// audit record per connection, kind "egress", naming the call's tool (or
-// server), call id and principal, then the record's own fields
-// (egress.Record.Fields: the destination asked for, escaped and cut, the
-// address dialled, the decision and its reason, the bytes up and down and
-// the connection's duration; or a summary's counts). Never content. The
-// proxy bounds what they take (egress.DefaultAuditBytes a call).
-func EgressRecorder(l *logrus.Logger, call *Call) func(egress.Record) {
-	base := logrus.Fields{"kind": "egress", "tool": call.Tool}
-	put := func(key, v string) {
+// Egress is the audit record of one connection through an egress proxy,
+// or of a summary of those not recorded one by one (kind "egress", msg
+// "egress"): the call it belongs to (a tool call, or a downstream
+// server's life), then the proxy's own record. Never content.
+type Egress struct {
+	RequestID string // request_id: the call's JSON-RPC id; "" not written (a server's life has none)
+	Tool      string // tool: the call's tool, or the downstream server; always written
+	Call      string // call: the call's id (a server's start); "" not written
+	Server    string // server: a downstream server's id; "" not written
+	Principal string // principal: the HTTP caller's name; "" not written
+	// Conn is what the proxy recorded, under the keys of
+	// egress.Record.Fields: the destination asked for, escaped and cut,
+	// the address dialled, the decision and its reason, the bytes up and
+	// down and the connection's duration; or a summary's counts. The proxy
+	// bounds what these records take (egress.DefaultAuditBytes a call):
+	// egress.Record.Size charges each its fields, and egress.RecordBase
+	// the call's fields above.
+	Conn egress.Record
+}
+
+// Write writes the record to l.
+func (r Egress) Write(l *logrus.Logger) {
+	conn := r.Conn.Fields()
+	f := make(logrus.Fields, len(conn)+5)
+	f["kind"], f["tool"] = "egress", r.Tool
+	for k, v := range map[string]string{"request_id": r.RequestID, "call": r.Call, "server": r.Server, "principal": r.Principal} {
 		if v != "" {
-			base[key] = v
+			f[k] = v
 		}
 	}
-	put("request_id", call.RequestID)
-	put("call", call.Call)
-	put("server", call.Server)
+	maps.Copy(f, conn)
+	write(l, f, "egress")
+}
+
+// EgressRecorder returns what receives the egress proxy's record of each
+// connection of call: each is written as one Egress record naming call's
+// tool (or server), request id, call id and principal.
+func EgressRecorder(l *logrus.Logger, call *Call) func(egress.Record) {
+	base := Egress{RequestID: call.RequestID, Tool: call.Tool, Call: call.Call, Server: call.Server}
 	if p := call.Principal; p != nil {
-		base["principal"] = p.Name
+		base.Principal = p.Name
 	}
 	return func(e egress.Record) {
-		f := make(logrus.Fields, len(base)+9)
-		maps.Copy(f, base)
-		maps.Copy(f, e.Fields())
-		write(l, f, "egress")
+		r := base
+		r.Conn = e
+		r.Write(l)
 	}
 }
 
@@ -233,6 +253,22 @@ func (r Pin) Write(l *logrus.Logger) {
 		}
 	}
 	write(l, f, "pin")
+}
+
+// Conf is the audit record of one refused line of a tools.conf (kind
+// "conf", msg "conf refused"): where and why, never more of the file.
+// Every field is always written.
+type Conf struct {
+	Conf   string     // conf: the file's path
+	State  conf.State // state: the conf's (refused)
+	Line   int        // line: the refused line's number
+	Field  string     // field: the field of the line refused
+	Reason string     // reason: why
+}
+
+// Write writes the record to l.
+func (r Conf) Write(l *logrus.Logger) {
+	write(l, logrus.Fields{"kind": "conf", "conf": r.Conf, "state": r.State, "line": r.Line, "field": r.Field, "reason": r.Reason}, "conf refused")
 }
 
 // write is the one writer of every record: one entry of l at level info.

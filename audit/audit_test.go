@@ -53,3 +53,26 @@ func TestEgressRecordKeys(t *testing.T) {
 		`{"bytes_down":0,"bytes_up":0,"call":"c3","decision":"refused","elapsed_ms":0,"host":"evil%22.example.com","host_bytes":70000,"kind":"egress","level":"info","msg":"egress","port":443,"principal":"alice","reason":"not in the allowlist","request_id":"7","time":"*","tool":"net"}`,
 		`{"call":"c3","decision":"summary","kind":"egress","level":"info","msg":"egress","past_cap":2,"principal":"alice","reason":"2 further connections refused past the cap (egress-connections): not recorded one by one (1200 bytes of records)","request_id":"7","suppressed":2,"suppressed_bytes":1200,"time":"*","tool":"net"}`)
 }
+
+// TestConfRecordKeys pins the record of a refused tools.conf line: every
+// field written, an empty one too.
+func TestConfRecordKeys(t *testing.T) {
+	alog, buf := jsonAudit()
+	Conf{Conf: "/etc/tools.conf", State: "refused", Line: 3, Field: "exe", Reason: "not absolute"}.Write(alog)
+	Conf{Conf: "/etc/tools.conf", State: "refused", Line: 0, Reason: "cannot read"}.Write(alog)
+	checkAudit(t, buf,
+		`{"conf":"/etc/tools.conf","field":"exe","kind":"conf","level":"info","line":3,"msg":"conf refused","reason":"not absolute","state":"refused","time":"*"}`,
+		`{"conf":"/etc/tools.conf","field":"","kind":"conf","level":"info","line":0,"msg":"conf refused","reason":"cannot read","state":"refused","time":"*"}`)
+}
+
+// TestPinRecordKeys pins the record of a pin check: the empty optional
+// fields are not written.
+func TestPinRecordKeys(t *testing.T) {
+	alog, buf := jsonAudit()
+	Pin{Tool: "probe__echo", Server: "probe", Transport: "stdio", Start: 2, Decision: "withheld", Pin: "drift",
+		Reason: "drifted", SHA256: "ab", Pinned: "cd", Diff: "-a\n+b\n"}.Write(alog)
+	Pin{Tool: "probe__echo", Server: "probe", Transport: "stdio", Decision: "served", Reason: "no pin"}.Write(alog)
+	checkAudit(t, buf,
+		`{"decision":"withheld","diff":"-a\n+b\n","kind":"pin","level":"info","msg":"pin","pin":"drift","pinned_sha256":"cd","reason":"drifted","server":"probe","sha256":"ab","start":2,"time":"*","tool":"probe__echo","transport":"stdio"}`,
+		`{"decision":"served","kind":"pin","level":"info","msg":"pin","reason":"no pin","server":"probe","time":"*","tool":"probe__echo","transport":"stdio"}`)
+}
