@@ -401,7 +401,7 @@ func TestAuditObserve(t *testing.T) {
 		{"unknown tool", audit.Call{Tool: "made-up", Backend: "direct", IsError: true}, OutcomeError, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := NewMetrics(New(Options{}))
+			m := New(Options{Metrics: true}).Metrics()
 			m.observe(&tc.rec)
 			label := tc.rec.Tool
 			if label == "made-up" {

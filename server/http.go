@@ -97,9 +97,6 @@ type HTTPOptions struct {
 	ShutdownGrace time.Duration
 	// TLSCert and TLSKey serve HTTPS when both are set.
 	TLSCert, TLSKey string
-	// Metrics, when set, are served at /metrics (authenticated) and fed by
-	// every call.
-	Metrics *Metrics
 }
 
 // HTTP is toolgate's streamable HTTP transport: MCP at /mcp behind Origin
@@ -108,6 +105,7 @@ type HTTPOptions struct {
 type HTTP struct {
 	s        *Server
 	opts     HTTPOptions
+	metrics  *Metrics // the Server's (Options.Metrics): served at /metrics, authenticated
 	mcp      *mcpserver.StreamableHTTPServer
 	sessions *sessions
 	limits   *principalLimits
@@ -122,15 +120,12 @@ type HTTP struct {
 	inFlight atomic.Int64
 }
 
-var httpOnce sync.Map // *Server → struct{}: the middleware is installed once
-
-// NewHTTP prepares s to be served over HTTP: it installs the scope filter
-// and the per-call middleware (principal limits, metrics) on s's MCP
-// server. It must be called before serving, at most once per Server.
+// NewHTTP returns the HTTP transport of s. It changes nothing of s: the
+// requests it serves carry it in their context, and the tool filter and
+// middleware New installed on every Server apply its scopes and
+// per-principal limits to them (gateTools, gateCall); s's metrics
+// (Options.Metrics) are served at /metrics.
 func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
-	if _, loaded := httpOnce.LoadOrStore(s, struct{}{}); loaded {
-		return nil, errors.New("NewHTTP: already set up for this server")
-	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxRequestBytes
 	}
@@ -162,6 +157,7 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 	h := &HTTP{
 		s:        s,
 		opts:     opts,
+		metrics:  s.metrics,
 		sessions: newSessions(maxSessionsPerPrincipal, DefaultSessionIdle),
 		limits:   newPrincipalLimits(opts.MaxPerPrincipal),
 		hosts:    hosts,
@@ -179,9 +175,6 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 		h.prmURL = u.Scheme + "://" + u.Host + h.prmPath
 		h.hosts[strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")] = true
 	}
-	s.metrics = opts.Metrics
-	mcpserver.WithToolFilter(scopeFilter(opts.Scopes))(s.mcp)
-	mcpserver.WithToolHandlerMiddleware(h.middleware)(s.mcp)
 	slogger := slog.New(slog.NewTextHandler(s.log.WriterLevel(logrus.DebugLevel), nil))
 	h.mcp = mcpserver.NewStreamableHTTPServer(s.mcp,
 		mcpserver.WithEndpointPath(MCPPath),
@@ -195,7 +188,7 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 	h.mux.HandleFunc(MCPPath, h.serveMCP)
 	h.mux.HandleFunc("/healthz", h.healthz)
 	h.mux.HandleFunc("/readyz", h.readyz)
-	h.mux.HandleFunc("/metrics", h.authenticated(h.metrics))
+	h.mux.HandleFunc("/metrics", h.authenticated(h.serveMetrics))
 	if opts.OAuth != nil {
 		prm := mcpserver.NewProtectedResourceMetadataHandler(mcpserver.ProtectedResourceMetadataConfig{
 			Resource:               opts.Resource,
@@ -269,7 +262,7 @@ func (h *HTTP) Serve(ctx context.Context, ln, metrics net.Listener) error {
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          errorLog,
 	}
-	ln = newLimitListener(ln, listenerMCP, h.opts.MaxConns, h.opts.MaxConnsPerClient, h.opts.Metrics)
+	ln = newLimitListener(ln, listenerMCP, h.opts.MaxConns, h.opts.MaxConnsPerClient, h.metrics)
 	tlsOn := h.opts.TLSCert != "" || h.opts.TLSKey != ""
 	if tlsOn {
 		if h.opts.TLSCert == "" || h.opts.TLSKey == "" {
@@ -296,10 +289,10 @@ func (h *HTTP) Serve(ctx context.Context, ln, metrics net.Listener) error {
 		mmux := http.NewServeMux()
 		mmux.HandleFunc("/healthz", h.healthz)
 		mmux.HandleFunc("/readyz", h.readyz)
-		mmux.HandleFunc("/metrics", h.metrics)
+		mmux.HandleFunc("/metrics", h.serveMetrics)
 		msrv = &http.Server{Handler: h.checkHost(mmux), ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout: h.opts.IdleTimeout, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errorLog}
-		mln := newLimitListener(metrics, listenerMetrics, h.opts.MaxConns, h.opts.MaxConnsPerClient, h.opts.Metrics)
+		mln := newLimitListener(metrics, listenerMetrics, h.opts.MaxConns, h.opts.MaxConnsPerClient, h.metrics)
 		go func() { errc <- msrv.Serve(mln) }()
 	}
 	select {
@@ -392,12 +385,12 @@ func (h *HTTP) readyz(w http.ResponseWriter, _ *http.Request) {
 	_ = json.NewEncoder(w).Encode(st)
 }
 
-func (h *HTTP) metrics(w http.ResponseWriter, r *http.Request) {
-	if h.opts.Metrics == nil {
+func (h *HTTP) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if h.metrics == nil {
 		http.Error(w, "metrics are off", http.StatusNotFound)
 		return
 	}
-	h.opts.Metrics.Handler().ServeHTTP(w, r)
+	h.metrics.Handler().ServeHTTP(w, r)
 }
 
 // authenticated wraps next in the same Origin and token checks as /mcp.
@@ -445,7 +438,7 @@ func (h *HTTP) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
 			}
 		}
 	}
-	h.opts.Metrics.authFailure("origin")
+	h.metrics.authFailure("origin")
 	http.Error(w, "Forbidden: Origin "+strconv.Quote(bounded(o, 256))+" is not allowed (toolgate serve --allow-origin)", http.StatusForbidden)
 	return false
 }
@@ -472,7 +465,7 @@ func (h *HTTP) checkHost(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		h.opts.Metrics.authFailure("host")
+		h.metrics.authFailure("host")
 		http.Error(w, "Forbidden: Host "+strconv.Quote(bounded(r.Host, 256))+
 			" is not allowed: name this server by its IP address, localhost, the host of --listen or --oauth-resource, or a name given to toolgate serve --allow-host (DNS-rebinding protection)",
 			http.StatusForbidden)
@@ -533,7 +526,7 @@ func (h *HTTP) authenticate(w http.ResponseWriter, r *http.Request) (auth.Princi
 		// way, and is refused.
 		uid, ok := unixPeer(r.Context())
 		if !ok {
-			h.opts.Metrics.authFailure("missing")
+			h.metrics.authFailure("missing")
 			h.challenge(w, "", "", "")
 			writeAuthError(w, http.StatusUnauthorized, "invalid_request", "a bearer token is required (only a unix socket listener serves without one)")
 			return auth.Principal{}, false
@@ -542,7 +535,7 @@ func (h *HTTP) authenticate(w http.ResponseWriter, r *http.Request) (auth.Princi
 	}
 	token, present, err := auth.BearerToken(r)
 	if !present {
-		h.opts.Metrics.authFailure("missing")
+		h.metrics.authFailure("missing")
 		h.challenge(w, "", "", "")
 		writeAuthError(w, http.StatusUnauthorized, "invalid_request", "a bearer token is required")
 		return auth.Principal{}, false
@@ -556,7 +549,7 @@ func (h *HTTP) authenticate(w http.ResponseWriter, r *http.Request) (auth.Princi
 	}
 	var ae *auth.Error
 	if errors.As(err, &ae) {
-		h.opts.Metrics.authFailure("invalid")
+		h.metrics.authFailure("invalid")
 		h.s.log.WithFields(logrus.Fields{"remote": r.RemoteAddr, "reason": ae.Description}).Info("http: token refused")
 		h.challenge(w, ae.Code, ae.Description, "")
 		status := http.StatusUnauthorized
@@ -566,7 +559,7 @@ func (h *HTTP) authenticate(w http.ResponseWriter, r *http.Request) (auth.Princi
 		writeAuthError(w, status, ae.Code, ae.Description)
 		return auth.Principal{}, false
 	}
-	h.opts.Metrics.authFailure("unavailable")
+	h.metrics.authFailure("unavailable")
 	h.s.log.WithError(err).Warn("http: a token could not be checked")
 	w.Header().Set("Retry-After", "5")
 	writeAuthError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "the token cannot be checked now: "+err.Error())
@@ -605,7 +598,7 @@ func (e *envelope) isRequest() bool {
 func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
 	w = rec
-	defer func() { h.opts.Metrics.request(r.Method, rec.code) }()
+	defer func() { h.metrics.request(r.Method, rec.code) }()
 	if !h.checkOrigin(w, r) {
 		return
 	}
@@ -632,7 +625,7 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 		body, err := readBody(r, h.opts.MaxBodyBytes)
 		_ = rc.SetReadDeadline(time.Time{})
 		if err != nil {
-			h.opts.Metrics.limit("request_body")
+			h.metrics.limit("request_body")
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusRequestEntityTooLarge)
 			_, _ = w.Write(errorLine(json.RawMessage("null"), mcp.INVALID_REQUEST, "Invalid Request: "+err.Error()))
@@ -671,7 +664,57 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 	}
-	h.mcp.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), p)))
+	h.mcp.ServeHTTP(w, r.WithContext(withHTTP(auth.WithPrincipal(r.Context(), p), h)))
+}
+
+// httpKey is the context key of the HTTP transport serving a request.
+type httpKey struct{}
+
+func withHTTP(ctx context.Context, h *HTTP) context.Context {
+	return context.WithValue(ctx, httpKey{}, h)
+}
+
+// servedBy returns the HTTP transport serving ctx's request; ok is false
+// over stdio.
+func servedBy(ctx context.Context) (h *HTTP, ok bool) {
+	h, ok = ctx.Value(httpKey{}).(*HTTP)
+	return h, ok
+}
+
+// gateTools is the tools/list (and call-time) filter New installs: over
+// HTTP, the tools the principal's scopes open (ToolScopes); over stdio
+// every tool.
+func gateTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+	h, ok := servedBy(ctx)
+	if !ok || len(h.opts.Scopes) == 0 {
+		return tools
+	}
+	p, _ := auth.PrincipalFrom(ctx)
+	out := tools[:0:0]
+	for _, t := range tools {
+		if h.opts.Scopes.Allows(p, t.Name) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// gateCall is the middleware New installs around every tool handler: a
+// call over HTTP goes through its transport's gate (HTTP.gate); one over
+// stdio is only timed, when metrics are on.
+func (s *Server) gateCall(next mcpserver.ToolHandlerFunc) mcpserver.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if h, ok := servedBy(ctx); ok {
+			return h.gate(ctx, req, next)
+		}
+		if s.metrics == nil {
+			return next(ctx, req)
+		}
+		start := time.Now()
+		res, err := next(ctx, req)
+		s.metrics.observeCall(req.Params.Name, s.backendOf(req.Params.Name), time.Since(start))
+		return res, err
+	}
 }
 
 // inflight are the 2025-11-25 requests being served over HTTP, by
@@ -731,7 +774,7 @@ func (h *HTTP) refuseScope(w http.ResponseWriter, p auth.Principal, env envelope
 		rec.Traceparent = tp
 	}
 	h.s.audit(rec, "call")
-	h.opts.Metrics.limit("scope")
+	h.metrics.limit("scope")
 	h.challenge(w, "insufficient_scope", "the token's scopes do not open this tool", scopes)
 	writeAuthError(w, http.StatusForbidden, "insufficient_scope", "the token's scopes do not open tool "+strconv.Quote(bounded(env.Params.Name, 128))+"; it needs one of: "+scopes)
 }
@@ -785,53 +828,48 @@ func (s *statusRecorder) Flush() {
 // Unwrap lets http.ResponseController reach the connection.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// middleware runs around every tool handler. Over HTTP it checks the
-// principal's scope again (mcp-go's filter already hid the tool), holds a
-// slot of the principal's --max-concurrent-per-principal, and times the
-// call; over stdio it only times it.
-func (h *HTTP) middleware(next mcpserver.ToolHandlerFunc) mcpserver.ToolHandlerFunc {
-	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		name := req.Params.Name
-		backend := h.s.backendOf(name)
-		p, isHTTP := auth.PrincipalFrom(ctx)
-		if !isHTTP {
-			start := time.Now()
-			res, err := next(ctx, req)
-			h.opts.Metrics.observeCall(name, backend, time.Since(start))
-			return res, err
-		}
-		h.calls.Add(1)
-		defer h.calls.Done()
-		h.inFlight.Add(1)
-		defer h.inFlight.Add(-1)
-		if h.opts.Metrics != nil {
-			h.opts.Metrics.inFlight.Inc()
-			defer h.opts.Metrics.inFlight.Dec()
-		}
-		// The stdio transport drops the answers of cancelled calls by their
-		// id; over HTTP a cancelled request has no answer to drop, so its
-		// id must not stay behind.
-		defer h.s.cancelled.take(requestID(req))
-		start := time.Now()
-		if !h.opts.Scopes.Allows(p, name) {
-			return errorResult("toolgate: tool %q is not opened by the token's scopes", name), nil
-		}
-		release, waited, err := h.limits.acquire(ctx, p.Key(), h.s.callTimeout(name))
-		if waited > 0 && h.opts.Metrics != nil {
-			h.opts.Metrics.queueWait.WithLabelValues("principal").Observe(waited.Seconds())
-		}
-		if err != nil {
-			rec := &audit.Call{RequestID: requestID(req), Tool: name, Kind: h.s.kindOf(name), Backend: backend,
-				Refused: "principal_queue", IsError: true, QueuedMS: audit.Some(waited.Milliseconds())}
-			rec.Annotate(ctx, req)
-			h.s.audit(rec, "call")
-			return errorResult("toolgate: %s: %v", name, err), nil
-		}
-		defer release()
-		res, err := next(ctx, req)
-		h.opts.Metrics.observeCall(name, backend, time.Since(start))
-		return res, err
+// gate runs a call over HTTP: it checks the principal's scope again
+// (gateTools already hid the tool), holds a slot of the principal's
+// --max-concurrent-per-principal, and times the call. A request without
+// a principal (none reaches here: serveMCP sets both) is refused.
+func (h *HTTP) gate(ctx context.Context, req mcp.CallToolRequest, next mcpserver.ToolHandlerFunc) (*mcp.CallToolResult, error) {
+	name := req.Params.Name
+	backend := h.s.backendOf(name)
+	p, ok := auth.PrincipalFrom(ctx)
+	if !ok {
+		return errorResult("toolgate: %s: the request has no principal", name), nil
 	}
+	h.calls.Add(1)
+	defer h.calls.Done()
+	h.inFlight.Add(1)
+	defer h.inFlight.Add(-1)
+	if h.metrics != nil {
+		h.metrics.inFlight.Inc()
+		defer h.metrics.inFlight.Dec()
+	}
+	// The stdio transport drops the answers of cancelled calls by their
+	// id; over HTTP a cancelled request has no answer to drop, so its
+	// id must not stay behind.
+	defer h.s.cancelled.take(requestID(req))
+	start := time.Now()
+	if !h.opts.Scopes.Allows(p, name) {
+		return errorResult("toolgate: tool %q is not opened by the token's scopes", name), nil
+	}
+	release, waited, err := h.limits.acquire(ctx, p.Key(), h.s.callTimeout(name))
+	if waited > 0 && h.metrics != nil {
+		h.metrics.queueWait.WithLabelValues("principal").Observe(waited.Seconds())
+	}
+	if err != nil {
+		rec := &audit.Call{RequestID: requestID(req), Tool: name, Kind: h.s.kindOf(name), Backend: backend,
+			Refused: "principal_queue", IsError: true, QueuedMS: audit.Some(waited.Milliseconds())}
+		rec.Annotate(ctx, req)
+		h.s.audit(rec, "call")
+		return errorResult("toolgate: %s: %v", name, err), nil
+	}
+	defer release()
+	res, err := next(ctx, req)
+	h.metrics.observeCall(name, backend, time.Since(start))
+	return res, err
 }
 
 // callTimeout is how long a call of name may wait for a principal's slot:

@@ -49,7 +49,7 @@ func served(c net.Conn) bool {
 // closed connection's place is taken again.
 func TestHTTPConnectionBounds(t *testing.T) {
 	f := startHTTPWith(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken)), MaxConns: 3, MaxConnsPerClient: 2}, true)
-	m := f.h.opts.Metrics
+	m := f.h.metrics
 	addr := strings.TrimPrefix(f.base, "http://")
 	a1, a2 := dialFrom(t, "127.0.0.1", addr), dialFrom(t, "127.0.0.1", addr)
 	if !served(a1) || !served(a2) {
@@ -120,5 +120,5 @@ func TestHTTPIdleTimeout(t *testing.T) {
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("the idle connection was closed after %s, want about 200ms", d)
 	}
-	waitFor(t, func() bool { return testutil.ToFloat64(f.h.opts.Metrics.conns.WithLabelValues(listenerMCP)) == 0 })
+	waitFor(t, func() bool { return testutil.ToFloat64(f.h.metrics.conns.WithLabelValues(listenerMCP)) == 0 })
 }

@@ -101,7 +101,7 @@ func TestHTTPAllowHost(t *testing.T) {
 			}
 		}
 	}
-	if got := testutil.ToFloat64(f.h.opts.Metrics.auth.WithLabelValues("host")); got != 4 {
+	if got := testutil.ToFloat64(f.h.metrics.auth.WithLabelValues("host")); got != 4 {
 		t.Errorf(`toolgate_http_auth_failures_total{reason="host"} = %v, want 4`, got)
 	}
 

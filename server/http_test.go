@@ -154,15 +154,12 @@ func startHTTPWith(t *testing.T, hopts HTTPOptions, metrics bool, fopts ...fixtu
 	audit.SetFormatter(&logrus.JSONFormatter{})
 	opts := Options{
 		Version: "test", Conf: loadConf(t, httpConf), Direct: f.direct,
-		Sandbox: rt.ReadySandbox("bwrap", f.sandbox), MaxConcurrent: 8, Log: log, Audit: audit,
+		Sandbox: rt.ReadySandbox("bwrap", f.sandbox), MaxConcurrent: 8, Log: log, Audit: audit, Metrics: true,
 	}
 	for _, o := range fopts {
 		o(&opts)
 	}
 	f.srv = New(opts)
-	if hopts.Metrics == nil {
-		hopts.Metrics = NewMetrics(f.srv)
-	}
 	h, err := NewHTTP(f.srv, hopts)
 	if err != nil {
 		t.Fatal(err)
@@ -761,7 +758,7 @@ func TestHTTPPrincipalLimit(t *testing.T) {
 	if err := <-bobDone; err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(f.h.opts.Metrics.limits.WithLabelValues("principal_concurrent")); got != 1 {
+	if got := testutil.ToFloat64(f.h.metrics.limits.WithLabelValues("principal_concurrent")); got != 1 {
 		t.Errorf("limits_hit{principal_concurrent} = %v, want 1", got)
 	}
 }

@@ -51,9 +51,9 @@ const (
 // durationBuckets span a direct call (about 2 ms) to a long test run.
 var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600}
 
-// NewMetrics registers the metrics of s, including the sandbox backend's
+// newMetrics registers the metrics of s, including the sandbox backend's
 // state, read at each scrape.
-func NewMetrics(s *Server) *Metrics {
+func newMetrics(s *Server) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry(), known: s.known}
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolgate_calls_total",

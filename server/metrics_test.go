@@ -53,7 +53,7 @@ func series(t *testing.T, c prometheus.Collector) []string {
 // requests with made-up Origins add none beyond their closed sets.
 func TestMetricLabelsBounded(t *testing.T) {
 	f := startHTTP(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken))})
-	m := f.h.opts.Metrics
+	m := f.h.metrics
 	for range 400 {
 		req, err := http.NewRequest(randomWord(t, "X"), f.url, strings.NewReader(initBody))
 		if err != nil {

@@ -196,7 +196,6 @@ func serveHTTP(ctx context.Context, a *app, srv *server.Server, f *httpFlags, ma
 	if len(auths) > 0 {
 		opts.Auth = auth.Chain(auths...)
 	}
-	opts.Metrics = server.NewMetrics(srv)
 	h, err := server.NewHTTP(srv, opts)
 	if err != nil {
 		return fail(2, "%v", err)
