@@ -209,14 +209,8 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 	return h, nil
 }
 
-// Handler is the HTTP handler of every path, behind the Host check.
-func (h *HTTP) Handler() http.Handler { return h.handler }
-
 // InFlight is the number of tool calls being served over HTTP.
 func (h *HTTP) InFlight() int { return int(h.inFlight.Load()) }
-
-// Sessions is the number of live 2025-11-25 sessions.
-func (h *HTTP) Sessions() int { return h.sessions.count() }
 
 // CheckListen refuses to serve without authentication on anything but a
 // unix socket: on a TCP address, loopback included, every local user (and

@@ -100,12 +100,6 @@ func (s *sessions) terminate(principal, id string, any bool) error {
 	return nil
 }
 
-func (s *sessions) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.byID)
-}
-
 // ResolveSessionIdManager implements mcpserver.SessionIdManagerResolver: a
 // manager bound to the request's principal; without a request (mcp-go's
 // idle sweeper, shutdown), one that may end any session.
