@@ -1,242 +1,28 @@
 package server
 
 import (
-	"context"
-	"maps"
-	"regexp"
-
-	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/sirupsen/logrus"
-
-	"github.com/toolgate/toolgate/conf"
-	"github.com/toolgate/toolgate/egress"
+	"github.com/toolgate/toolgate/audit"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
-// auditRecord is the audit record of one tool call: what ran and how it
-// ended, never output content, arguments or environment values. Each field
-// is written under the key its comment names (server/audit_test.go pins
-// every kind of record; README.md, docs/registry.md and the e2e suites
-// read them). A string or int field is written when it is not zero, a
-// bool one when it is true, a Principal when set; an opt field when it was
-// set, zero or not.
-type auditRecord struct {
-	RequestID string     // request_id: the JSON-RPC id as JSON; always written
-	Tool      string     // tool: always written
-	Kind      string     // kind: builtin, external or downstream; none for a call cancelled before it began
-	Class     conf.Class // class: an external's
-	Backend   string     // backend
-	Server    string     // server: a downstream call's
-	Transport string     // transport: a downstream call's
-	Content   string     // content: "external" for a downstream call's result
-	Call      string     // call: the call's id (an external once it has a slot)
-	Start     int        // start: which start of the downstream server served it
-
-	Principal          *Principal // principal, auth, client (when not empty) and peer_uid (a unix socket's): an HTTP call's
-	Traceparent        string     // traceparent: a valid one of the request's _meta
-	TraceparentInvalid bool       // traceparent_invalid: the _meta had one that is not
-
-	Refused   string      // refused: why the call was not run (or not passed on)
-	Cancelled bool        // cancelled: by notifications/cancelled or shutdown
-	Error     opt[string] // error: why it could not run, or failed
-	RPCError  opt[string] // rpc_error: a downstream server's JSON-RPC error
-
-	ExitCode    opt[int]    // exit_code
-	ElapsedMS   opt[int64]  // elapsed_ms
-	QueuedMS    opt[int64]  // queued_ms: from the call's arrival
-	OutputBytes opt[int64]  // output_bytes
-	Truncated   opt[bool]   // truncated
-	TimedOut    opt[bool]   // timed_out
-	Limit       opt[string] // limit: the rt.Limit that ended it ("" written for an external that ran to its end)
-	// A call of a tool with an egress allowlist: its connections through
-	// the proxy, allowed or refused (egress_connections), the bytes both
-	// ways (egress_bytes), and the egress cap it hit (egress_limit).
-	EgressConns opt[int64]
-	EgressBytes opt[int64]
-	EgressLimit string
-	IsError     bool // is_error: always written
-}
-
-// opt is a value an audit record carries only once it is set, whatever
-// it is: an external's exit_code 0 is written, a refused call has none.
-type opt[T any] struct {
-	v  T
-	ok bool
-}
-
-func some[T any](v T) opt[T] { return opt[T]{v, true} }
-
-func (o opt[T]) put(f logrus.Fields, key string) {
-	if o.ok {
-		f[key] = o.v
-	}
-}
-
 // ran records what the runner said of an external call that ran.
-func (r *auditRecord) ran(res rt.Result) {
-	r.ExitCode = some(res.ExitCode)
-	r.ElapsedMS = some(res.Elapsed.Milliseconds())
-	r.OutputBytes = some(res.OutputBytes)
-	r.Truncated = some(res.Truncated)
-	r.TimedOut = some(res.TimedOut)
-	r.Limit = some(string(res.Limit))
+func ran(r *audit.Call, res rt.Result) {
+	r.ExitCode = audit.Some(res.ExitCode)
+	r.ElapsedMS = audit.Some(res.Elapsed.Milliseconds())
+	r.OutputBytes = audit.Some(res.OutputBytes)
+	r.Truncated = audit.Some(res.Truncated)
+	r.TimedOut = audit.Some(res.TimedOut)
+	r.Limit = audit.Some(string(res.Limit))
 	r.IsError = res.Failed()
 }
 
 // ranEgress records a call's use of its egress proxy.
-func (r *auditRecord) ranEgress(u rt.EgressUse) {
-	r.EgressConns, r.EgressBytes, r.EgressLimit = some(u.Conns), some(u.Bytes), u.Limit
-}
-
-// annotate adds who made the call (over HTTP: the principal's name, how
-// it authenticated, its OAuth client) and the traceparent the client sent
-// in the request's _meta, when it is a valid one (one that is not is
-// noted, never copied).
-func (r *auditRecord) annotate(ctx context.Context, req mcp.CallToolRequest) {
-	if p, ok := PrincipalFrom(ctx); ok {
-		r.Principal = &p
-	}
-	if req.Params.Meta == nil {
-		return
-	}
-	v, ok := req.Params.Meta.AdditionalFields["traceparent"]
-	if !ok {
-		return
-	}
-	if tp, _ := v.(string); validTraceparent(tp) {
-		r.Traceparent = tp
-	} else {
-		r.TraceparentInvalid = true
-	}
-}
-
-// traceparentRe is a W3C Trace Context traceparent: version, trace id,
-// parent id, flags, in lowercase hex; the all-zero ids are invalid.
-var traceparentRe = regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
-
-func validTraceparent(tp string) bool {
-	return traceparentRe.MatchString(tp) && tp[:2] != "ff" &&
-		tp[3:35] != "00000000000000000000000000000000" && tp[36:52] != "0000000000000000"
-}
-
-// fields are the record's keys and values as the audit log writes them.
-func (r *auditRecord) fields() logrus.Fields {
-	f := logrus.Fields{"request_id": r.RequestID, "tool": r.Tool, "is_error": r.IsError}
-	str := func(key, v string) {
-		if v != "" {
-			f[key] = v
-		}
-	}
-	str("kind", r.Kind)
-	if r.Class != "" {
-		f["class"] = r.Class
-	}
-	str("backend", r.Backend)
-	str("server", r.Server)
-	str("transport", r.Transport)
-	str("content", r.Content)
-	str("call", r.Call)
-	if r.Start != 0 {
-		f["start"] = r.Start
-	}
-	if p := r.Principal; p != nil {
-		f["principal"] = p.Name
-		f["auth"] = p.Method
-		str("client", p.Client)
-		p.peerUID.put(f, "peer_uid")
-	}
-	str("traceparent", r.Traceparent)
-	if r.TraceparentInvalid {
-		f["traceparent_invalid"] = true
-	}
-	str("refused", r.Refused)
-	if r.Cancelled {
-		f["cancelled"] = true
-	}
-	r.Error.put(f, "error")
-	r.RPCError.put(f, "rpc_error")
-	r.ExitCode.put(f, "exit_code")
-	r.ElapsedMS.put(f, "elapsed_ms")
-	r.QueuedMS.put(f, "queued_ms")
-	r.OutputBytes.put(f, "output_bytes")
-	r.Truncated.put(f, "truncated")
-	r.TimedOut.put(f, "timed_out")
-	r.Limit.put(f, "limit")
-	r.EgressConns.put(f, "egress_connections")
-	r.EgressBytes.put(f, "egress_bytes")
-	str("egress_limit", r.EgressLimit)
-	return f
-}
-
-// egressRecorder returns what receives the egress proxy's record of each
-// connection of call (a tool call, or a downstream server's life): one
-// audit record per connection, kind "egress", naming the call's tool (or
-// server), call id and principal, then the record's own fields
-// (egress.Record.Fields: the destination asked for, escaped and cut, the
-// address dialled, the decision and its reason, the bytes up and down and
-// the connection's duration; or a summary's counts). Never content. The
-// proxy bounds what they take (egress.DefaultAuditBytes a call).
-func egressRecorder(l *logrus.Logger, call *auditRecord) func(egress.Record) {
-	base := logrus.Fields{"kind": "egress", "tool": call.Tool}
-	put := func(key, v string) {
-		if v != "" {
-			base[key] = v
-		}
-	}
-	put("request_id", call.RequestID)
-	put("call", call.Call)
-	put("server", call.Server)
-	if p := call.Principal; p != nil {
-		base["principal"] = p.Name
-	}
-	return func(e egress.Record) {
-		f := make(logrus.Fields, len(base)+9)
-		maps.Copy(f, base)
-		maps.Copy(f, e.Fields())
-		l.WithFields(f).Info("egress")
-	}
-}
-
-// pinAudit is the audit record of a pin check that changed what toolgate
-// serves of one downstream tool (kind "pin", msg "pin"): written when a
-// listing withholds a tool (its definition drifted from its pin, it has
-// no pin where one is required, it holds text a reviewer cannot see),
-// serves one without a pin, or serves again one it had withheld. Never
-// arguments or results; the definitions are the server's own.
-type pinAudit struct {
-	Tool      string // tool: the served name; always written
-	Server    string // server: always written
-	Transport string // transport: always written
-	Start     int    // start: which start of the server listed it (1: at start-up); 0 not written
-	Decision  string // decision: "served" or "withheld"; always written
-	Pin       string // pin: how the definition compared with its pin: match, drift, none; "" not written
-	Reason    string // reason: why; always written
-	SHA256    string // sha256: the listed definition's digest
-	Pinned    string // pinned_sha256: the pin's
-	Diff      string // diff: a drift's unified diff (at most conf.MaxPinDiff bytes)
-}
-
-func (r pinAudit) write(l *logrus.Logger) {
-	f := logrus.Fields{"kind": "pin", "tool": r.Tool, "server": r.Server, "transport": r.Transport, "decision": r.Decision, "reason": r.Reason}
-	if r.Start != 0 {
-		f["start"] = r.Start
-	}
-	for k, v := range map[string]string{"pin": r.Pin, "sha256": r.SHA256, "pinned_sha256": r.Pinned, "diff": r.Diff} {
-		if v != "" {
-			f[k] = v
-		}
-	}
-	l.WithFields(f).Info("pin")
-}
-
-// write writes the record to the audit log with msg ("call", or "call
-// could not run").
-func (r *auditRecord) write(l *logrus.Logger, msg string) {
-	l.WithFields(r.fields()).Info(msg)
+func ranEgress(r *audit.Call, u rt.EgressUse) {
+	r.EgressConns, r.EgressBytes, r.EgressLimit = audit.Some(u.Conns), audit.Some(u.Bytes), u.Limit
 }
 
 // audit writes one record per call and counts it in the metrics.
-func (s *Server) audit(r *auditRecord, msg string) {
-	r.write(s.auditLog, msg)
-	r.observe(s.metrics)
+func (s *Server) audit(r *audit.Call, msg string) {
+	r.Write(s.auditLog, msg)
+	s.metrics.observe(r)
 }

@@ -19,6 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/auth"
+	"github.com/toolgate/toolgate/auth/authtest"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -213,7 +216,7 @@ func TestAuditRecordKinds(t *testing.T) {
 	})
 
 	t.Run("http token", func(t *testing.T) {
-		f := startHTTP(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken)), MaxPerPrincipal: 1})
+		f := startHTTP(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken)), MaxPerPrincipal: 1})
 		f.direct.block = make(chan struct{})
 		c := mcpClient(t, f.url, aliceToken, false)
 		first := make(chan error, 1)
@@ -235,14 +238,14 @@ func TestAuditRecordKinds(t *testing.T) {
 	})
 
 	t.Run("http oauth scope", func(t *testing.T) {
-		is := newIssuer(t)
+		is := authtest.NewIssuer(t)
 		scopes := ToolScopes{}
 		scopes.Add("tools.read", []string{"hello", "checkpoint_status"})
 		scopes.Add("tools.test", []string{"sbx"})
 		f, resource := startOAuth(t, is, scopes)
-		claims := is.claims(resource)
+		claims := is.Claims(resource)
 		claims["scope"] = "tools.read"
-		tok := is.sign(t, "rsa1", claims)
+		tok := is.Sign(t, "rsa1", claims)
 		body := `{"jsonrpc":"2.0","id":"s1","method":"tools/call","params":{"name":"sbx","_meta":{"traceparent":"` + validTP + `"}}}`
 		if got := f.post(t, rpcReq{token: tok, body: body}); got.status != 403 {
 			t.Fatalf("scope refusal: %d", got.status)
@@ -380,26 +383,26 @@ default_tools_approval_mode = "auto"
 func TestAuditObserve(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		rec     auditRecord
+		rec     audit.Call
 		outcome string
 		limit   string
 	}{
-		{"ok", auditRecord{Tool: "checkpoint_status", Backend: "direct", Limit: some("")}, OutcomeOK, ""},
-		{"error", auditRecord{Tool: "checkpoint_status", Backend: "direct", IsError: true}, OutcomeError, ""},
-		{"queue", auditRecord{Tool: "checkpoint_status", Backend: "direct", Refused: "queue", IsError: true}, OutcomeRefused, "max_concurrent"},
-		{"principal queue", auditRecord{Tool: "checkpoint_status", Backend: "direct", Refused: "principal_queue", IsError: true}, OutcomeRefused, "principal_concurrent"},
-		{"cancelled", auditRecord{Tool: "checkpoint_status", Backend: "direct", Cancelled: true, Limit: some("")}, OutcomeCancelled, ""},
-		{"failed", auditRecord{Tool: "checkpoint_status", Backend: "direct", Error: some(""), IsError: true}, OutcomeFailed, ""},
-		{"timeout", auditRecord{Tool: "checkpoint_status", Backend: "direct", TimedOut: some(true), Limit: some("timeout"), IsError: true}, OutcomeTimeout, "timeout"},
-		{"pids", auditRecord{Tool: "checkpoint_status", Backend: "direct", Limit: some("pids"), IsError: true}, OutcomeLimit, "pids"},
-		{"truncated", auditRecord{Tool: "checkpoint_status", Backend: "direct", Truncated: some(true)}, OutcomeOK, "output"},
-		{"no backend", auditRecord{Tool: "checkpoint_status", Refused: "cancelled before it began", Cancelled: true, IsError: true}, OutcomeRefused, ""},
+		{"ok", audit.Call{Tool: "checkpoint_status", Backend: "direct", Limit: audit.Some("")}, OutcomeOK, ""},
+		{"error", audit.Call{Tool: "checkpoint_status", Backend: "direct", IsError: true}, OutcomeError, ""},
+		{"queue", audit.Call{Tool: "checkpoint_status", Backend: "direct", Refused: "queue", IsError: true}, OutcomeRefused, "max_concurrent"},
+		{"principal queue", audit.Call{Tool: "checkpoint_status", Backend: "direct", Refused: "principal_queue", IsError: true}, OutcomeRefused, "principal_concurrent"},
+		{"cancelled", audit.Call{Tool: "checkpoint_status", Backend: "direct", Cancelled: true, Limit: audit.Some("")}, OutcomeCancelled, ""},
+		{"failed", audit.Call{Tool: "checkpoint_status", Backend: "direct", Error: audit.Some(""), IsError: true}, OutcomeFailed, ""},
+		{"timeout", audit.Call{Tool: "checkpoint_status", Backend: "direct", TimedOut: audit.Some(true), Limit: audit.Some("timeout"), IsError: true}, OutcomeTimeout, "timeout"},
+		{"pids", audit.Call{Tool: "checkpoint_status", Backend: "direct", Limit: audit.Some("pids"), IsError: true}, OutcomeLimit, "pids"},
+		{"truncated", audit.Call{Tool: "checkpoint_status", Backend: "direct", Truncated: audit.Some(true)}, OutcomeOK, "output"},
+		{"no backend", audit.Call{Tool: "checkpoint_status", Refused: "cancelled before it began", Cancelled: true, IsError: true}, OutcomeRefused, ""},
 		// A tool the server does not serve is never a label value.
-		{"unknown tool", auditRecord{Tool: "made-up", Backend: "direct", IsError: true}, OutcomeError, ""},
+		{"unknown tool", audit.Call{Tool: "made-up", Backend: "direct", IsError: true}, OutcomeError, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := NewMetrics(New(Options{}))
-			tc.rec.observe(m)
+			m := New(Options{Metrics: true}).Metrics()
+			m.observe(&tc.rec)
 			label := tc.rec.Tool
 			if label == "made-up" {
 				label = "other"
@@ -420,5 +423,5 @@ func TestAuditObserve(t *testing.T) {
 		})
 	}
 	var none *Metrics
-	(&auditRecord{Tool: "checkpoint_status"}).observe(none) // no metrics: nothing to count, no panic
+	none.observe(&audit.Call{Tool: "checkpoint_status"}) // no metrics: nothing to count, no panic
 }

@@ -1,21 +1,15 @@
 package server
 
 import (
-	"context"
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
-	jose "github.com/go-jose/go-jose/v4"
+	"github.com/toolgate/toolgate/auth"
+	"github.com/toolgate/toolgate/auth/authtest"
 )
 
 // TestHTTPOAuthSubjectsAreExact: two subjects that differ only past the
@@ -23,7 +17,7 @@ import (
 // an escape), are two principals: neither can use or end the other's
 // session, and the audit shows each under a name of its own.
 func TestHTTPOAuthSubjectsAreExact(t *testing.T) {
-	is := newIssuer(t)
+	is := authtest.NewIssuer(t)
 	f, resource := startOAuth(t, is, nil)
 	long := strings.Repeat("a", 256)
 	digest := func(s string) string {
@@ -43,9 +37,9 @@ func TestHTTPOAuthSubjectsAreExact(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			token := func(sub string) string {
-				c := is.claims(resource)
+				c := is.Claims(resource)
 				c["sub"] = sub
-				return is.sign(t, "rsa1", c)
+				return is.Sign(t, "rsa1", c)
 			}
 			ta, tb := token(tc.a), token(tc.b)
 			init := f.post(t, rpcReq{token: ta, body: initBody})
@@ -87,9 +81,9 @@ func TestHTTPOAuthSubjectsAreExact(t *testing.T) {
 // TestHTTPOAuthSubjectsQueueApart: the per-principal queue is keyed on
 // the exact subject too: a\x02 is not held up behind a\x01's call.
 func TestHTTPOAuthSubjectsQueueApart(t *testing.T) {
-	is := newIssuer(t)
+	is := authtest.NewIssuer(t)
 	const resource = "https://toolgate.test/mcp"
-	o, err := NewOAuth(OAuthOptions{Issuer: is.srv.URL, Resource: resource})
+	o, err := auth.NewOAuth(auth.OAuthOptions{Issuer: is.URL(), Resource: resource})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +91,9 @@ func TestHTTPOAuthSubjectsQueueApart(t *testing.T) {
 	f := startHTTP(t, HTTPOptions{Auth: o, OAuth: o, Resource: resource, MaxPerPrincipal: 1})
 	f.direct.block = make(chan struct{})
 	token := func(sub string) string {
-		c := is.claims(resource)
+		c := is.Claims(resource)
 		c["sub"] = sub
-		return is.sign(t, "rsa1", c)
+		return is.Sign(t, "rsa1", c)
 	}
 	a, b := mcpClient(t, f.url, token("a\x01"), false), mcpClient(t, f.url, token("a\x02"), false)
 	done := make(chan error, 2)
@@ -120,151 +114,6 @@ func TestHTTPOAuthSubjectsQueueApart(t *testing.T) {
 	for range 2 {
 		if err := <-done; err != nil {
 			t.Errorf("a call: %v", err)
-		}
-	}
-}
-
-// redirectingIssuer is an issuer on 127.0.0.1 over TLS whose metadata
-// and key set answer as the test says, and an attacker's plain-HTTP
-// server on 127.0.0.1 serving metadata and a key set of its own.
-type redirectingIssuer struct {
-	tls      *httptest.Server
-	attacker *httptest.Server
-	evil     *rsa.PrivateKey
-	good     *issuer      // its keys are the TLS issuer's own
-	hits     atomic.Int32 // requests that reached the attacker
-}
-
-func newRedirectingIssuer(t *testing.T, metadata, jwks func(ri *redirectingIssuer, w http.ResponseWriter, r *http.Request)) *redirectingIssuer {
-	t.Helper()
-	ri := &redirectingIssuer{good: newIssuer(t)}
-	var err error
-	if ri.evil, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {
-		t.Fatal(err)
-	}
-	am := http.NewServeMux()
-	ri.attacker = httptest.NewServer(am)
-	t.Cleanup(ri.attacker.Close)
-	am.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		ri.hits.Add(1)
-		switch r.URL.Path {
-		case "/jwks":
-			json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: ri.evil.Public(), KeyID: "evil", Algorithm: "RS256", Use: "sig"}}})
-		default: // metadata naming the issuer, and the attacker's keys
-			json.NewEncoder(w).Encode(map[string]string{"issuer": ri.tls.URL, "jwks_uri": ri.attacker.URL + "/jwks"})
-		}
-	})
-	mux := http.NewServeMux()
-	ri.tls = httptest.NewTLSServer(mux)
-	t.Cleanup(ri.tls.Close)
-	mux.HandleFunc("/.well-known/", func(w http.ResponseWriter, r *http.Request) { metadata(ri, w, r) })
-	mux.HandleFunc("/jwks", func(w http.ResponseWriter, r *http.Request) { jwks(ri, w, r) })
-	mux.HandleFunc("/jwks-moved", func(w http.ResponseWriter, r *http.Request) {
-		ri.good.mu.Lock()
-		defer ri.good.mu.Unlock()
-		json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: ri.good.keys})
-	})
-	return ri
-}
-
-func serveMetadata(jwksURI func(ri *redirectingIssuer) string) func(ri *redirectingIssuer, w http.ResponseWriter, r *http.Request) {
-	return func(ri *redirectingIssuer, w http.ResponseWriter, r *http.Request) {
-		json.NewEncoder(w).Encode(map[string]string{"issuer": ri.tls.URL, "jwks_uri": jwksURI(ri)})
-	}
-}
-
-func redirectTo(to func(ri *redirectingIssuer) string) func(ri *redirectingIssuer, w http.ResponseWriter, r *http.Request) {
-	return func(ri *redirectingIssuer, w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, to(ri), http.StatusFound)
-	}
-}
-
-// TestOAuthFetchesNoRedirectNorPlainHTTP: an https issuer's metadata and
-// key set are read from the URLs named and over https only: a redirect
-// (to plain http, or even to https on the same host) is refused, and so is
-// an http jwks_uri; the attacker's keys are never loaded, its token is
-// refused, and the error says why. An https issuer with an https key set,
-// and an http issuer on loopback (named so by the operator), are served.
-func TestOAuthFetchesNoRedirectNorPlainHTTP(t *testing.T) {
-	const resource = "https://toolgate.test/mcp"
-	own := serveMetadata(func(ri *redirectingIssuer) string { return ri.tls.URL + "/jwks" })
-	goodKeys := func(ri *redirectingIssuer, w http.ResponseWriter, r *http.Request) {
-		ri.good.mu.Lock()
-		defer ri.good.mu.Unlock()
-		json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: ri.good.keys})
-	}
-	for _, tc := range []struct {
-		name     string
-		metadata func(*redirectingIssuer, http.ResponseWriter, *http.Request)
-		jwks     func(*redirectingIssuer, http.ResponseWriter, *http.Request)
-		wantErr  string // "": the issuer's own token is accepted
-	}{
-		{"the key set redirects to plain http", own,
-			redirectTo(func(ri *redirectingIssuer) string { return ri.attacker.URL + "/jwks" }),
-			"redirected to http://127.0.0.1:"},
-		{"the metadata redirects to plain http", redirectTo(func(ri *redirectingIssuer) string { return ri.attacker.URL + "/md" }),
-			goodKeys, "redirected to http://127.0.0.1:"},
-		{"the key set redirects to https on the same host", own,
-			redirectTo(func(ri *redirectingIssuer) string { return ri.tls.URL + "/jwks-moved" }),
-			"/jwks-moved: toolgate follows no redirect"},
-		{"the metadata names a plain-http key set", serveMetadata(func(ri *redirectingIssuer) string { return ri.attacker.URL + "/jwks" }),
-			goodKeys, "plain http only for an http issuer on loopback"},
-		{"https throughout", own, goodKeys, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ri := newRedirectingIssuer(t, tc.metadata, tc.jwks)
-			o, err := NewOAuth(OAuthOptions{Issuer: ri.tls.URL, Resource: resource, Client: ri.tls.Client(), MinRefresh: time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer o.Close()
-			claims := ri.good.claims(resource)
-			claims["iss"] = ri.tls.URL
-			evil := signWith(t, jose.SigningKey{Algorithm: jose.RS256, Key: ri.evil}, "evil", claims)
-			_, err = o.Authenticate(context.Background(), evil)
-			if tc.wantErr == "" {
-				var ae *AuthError
-				if !errors.As(err, &ae) || !strings.Contains(ae.Description, "a key the issuer's key set does not have") {
-					t.Errorf("the attacker's token: %v, want refused: a key the set does not have", err)
-				}
-				if _, err := o.Authenticate(context.Background(), ri.good.sign(t, "rsa1", claims)); err != nil {
-					t.Errorf("the issuer's own token: %v, want accepted", err)
-				}
-			} else {
-				if !errors.Is(err, ErrAuthUnavailable) || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Errorf("the attacker's token: %v, want refused: the keys are not loaded, because %q", err, tc.wantErr)
-				}
-				if ready, rerr := o.Ready(); ready || rerr == nil || !strings.Contains(rerr.Error(), tc.wantErr) {
-					t.Errorf("Ready() = %v, %v; want not ready, because %q", ready, rerr, tc.wantErr)
-				}
-			}
-			if n := ri.hits.Load(); n != 0 {
-				t.Errorf("%d requests reached the attacker's plain-http server, want 0", n)
-			}
-		})
-	}
-	// An http issuer is accepted on loopback only, and its key set may then
-	// be plain http on loopback too (the tests' own issuer).
-	is := newIssuer(t)
-	o, err := NewOAuth(OAuthOptions{Issuer: is.srv.URL, Resource: resource})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
-	if _, err := o.Authenticate(context.Background(), is.sign(t, "ec1", is.claims(resource))); err != nil {
-		t.Errorf("a loopback http issuer's token: %v, want accepted", err)
-	}
-	for _, tc := range []struct{ issuer, jwks, want string }{
-		{"https://issuer.test", "http://127.0.0.1:1/jwks", "--oauth-jwks-url: \"http://127.0.0.1:1/jwks\": want https (plain http only for an http issuer on loopback)"},
-		{"https://issuer.test", "http://issuer.test/jwks", "--oauth-jwks-url: \"http://issuer.test/jwks\": want https (plain http only for an http issuer on loopback)"},
-		{"http://issuer.test", "", "--oauth-issuer: \"http://issuer.test\": want https (http only on a loopback host)"},
-	} {
-		o, err := NewOAuth(OAuthOptions{Issuer: tc.issuer, Resource: resource, JWKSURL: tc.jwks})
-		if o != nil {
-			o.Close()
-		}
-		if err == nil || err.Error() != tc.want {
-			t.Errorf("NewOAuth(issuer %s, jwks %q) = %v, want %q", tc.issuer, tc.jwks, err, tc.want)
 		}
 	}
 }

@@ -1,14 +1,12 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
 
-	"github.com/mark3labs/mcp-go/mcp"
-
+	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
 )
 
@@ -51,7 +49,7 @@ func (m ToolScopes) Add(scope string, tools []string) {
 }
 
 // Allows reports whether p may list and call tool.
-func (m ToolScopes) Allows(p Principal, tool string) bool {
+func (m ToolScopes) Allows(p auth.Principal, tool string) bool {
 	if len(m) == 0 {
 		return true
 	}
@@ -111,23 +109,4 @@ func (m ToolScopes) Unmapped(served []string) []string {
 		}
 	}
 	return out
-}
-
-// scopeFilter is the tools/list (and call-time) filter of an HTTP
-// principal: only the tools its scopes open. Over stdio (no principal)
-// it keeps every tool.
-func scopeFilter(m ToolScopes) func(context.Context, []mcp.Tool) []mcp.Tool {
-	return func(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
-		p, ok := PrincipalFrom(ctx)
-		if !ok || len(m) == 0 {
-			return tools
-		}
-		out := tools[:0:0]
-		for _, t := range tools {
-			if m.Allows(p, t.Name) {
-				out = append(out, t)
-			}
-		}
-		return out
-	}
 }

@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolgate/toolgate/audit"
 )
 
 // Bounds of the calls served at once.
@@ -147,7 +149,7 @@ func (d *dispatcher) call(id json.RawMessage, tool string, line []byte) {
 func (d *dispatcher) serve(ctx context.Context, id json.RawMessage, tool string, msg []byte, key string) {
 	defer d.s.cancelled.take(key) // what a handler noted for the response filter
 	if ctx.Err() != nil {
-		d.s.audit(&auditRecord{RequestID: key, Tool: tool, Cancelled: true, IsError: true, Refused: "cancelled before it began"}, "call")
+		d.s.audit(&audit.Call{RequestID: key, Tool: tool, Cancelled: true, IsError: true, Refused: "cancelled before it began"}, "call")
 		return
 	}
 	resp := func() (out []byte) {

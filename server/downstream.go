@@ -41,6 +41,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/egress"
 	rt "github.com/toolgate/toolgate/runtime"
@@ -89,7 +90,7 @@ type downstreamDeps struct {
 	log     *logrus.Logger
 	// audit writes a call's audit record (and counts it); callID numbers
 	// the calls.
-	audit  func(rec *auditRecord, msg string)
+	audit  func(rec *audit.Call, msg string)
 	callID func() string
 	// cancelled notes a call whose answer is dropped: it was cancelled.
 	cancelled func(requestID string)
@@ -100,9 +101,9 @@ type downstreamDeps struct {
 	stopping func() bool
 	// egress returns what audits each egress connection of a server with
 	// allowed_hosts (rec names the server).
-	egress func(rec *auditRecord) func(egress.Record)
+	egress func(rec *audit.Call) func(egress.Record)
 	// pinAudit writes the audit record of a pin check (kind pin).
-	pinAudit func(pinAudit)
+	pinAudit func(audit.Pin)
 	// update changes what is served of the server's tools, and
 	// setStatus its part of checkpoint_status; both are no-ops before the
 	// server is registered.
@@ -118,11 +119,11 @@ func (s *Server) downstreamDeps(opts DownstreamOptions) downstreamDeps {
 		log:         s.log,
 		audit:       s.audit,
 		callID:      s.nextID,
-		egress:      func(rec *auditRecord) func(egress.Record) { return egressRecorder(s.auditLog, rec) },
+		egress:      func(rec *audit.Call) func(egress.Record) { return audit.EgressRecorder(s.auditLog, rec) },
 		cancelled:   s.cancelled.add,
 		keepEscapes: func(tool string) bool { return s.keepEscapes[tool] },
 		stopping:    s.stopping.Load,
-		pinAudit:    func(r pinAudit) { r.write(s.auditLog) },
+		pinAudit:    func(r audit.Pin) { r.Write(s.auditLog) },
 		update:      s.updateDownstream,
 		setStatus:   s.setDownstreamStatus,
 	}

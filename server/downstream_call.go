@@ -14,6 +14,7 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/audit"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -23,9 +24,9 @@ import (
 func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 	served := d.srv.ServedName(tool)
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		rec := &auditRecord{RequestID: requestID(req), Tool: served, Kind: "downstream", Server: d.srv.ID,
+		rec := &audit.Call{RequestID: requestID(req), Tool: served, Kind: "downstream", Server: d.srv.ID,
 			Transport: string(d.srv.Transport), Backend: d.backend, Content: "external", Call: d.deps.callID()}
-		rec.annotate(ctx, req)
+		rec.Annotate(ctx, req)
 		done := func(res *mcp.CallToolResult) (*mcp.CallToolResult, error) { //nolint:unparam // shaped to be the handler's return
 			rec.IsError = res.IsError
 			if ctx.Err() != nil {
@@ -71,7 +72,7 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 		}
 		c, err := d.get(ctx)
 		if err != nil {
-			rec.Error = some(err.Error())
+			rec.Error = audit.Some(err.Error())
 			d.log.WithError(err).Warn("downstream server could not be started")
 			return done(errorResult("toolgate: %s: the downstream server %q could not be started: %v", served, d.srv.ID, err))
 		}
@@ -92,8 +93,8 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 		start := time.Now()
 		res, err := c.client.CallTool(cctx, creq)
 		rec.Start = c.n
-		rec.ElapsedMS = some(time.Since(start).Milliseconds())
-		rec.QueuedMS = some(start.Sub(queued).Milliseconds())
+		rec.ElapsedMS = audit.Some(time.Since(start).Milliseconds())
+		rec.QueuedMS = audit.Some(start.Sub(queued).Milliseconds())
 		if err != nil {
 			return done(d.callFailed(ctx, cctx, c, rec, served, err))
 		}
@@ -101,7 +102,7 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 			res = neutralizeResult(res)
 		}
 		out, cut := capResult(res, d.maxBytes())
-		rec.Truncated = some(cut)
+		rec.Truncated = audit.Some(cut)
 		return done(out)
 	}
 }
@@ -109,18 +110,18 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 // callFailed turns a failed call into isError, and stops a server that ran
 // past the call's budget or whose HTTP session broke; a crashed process
 // was already noted by its watcher.
-func (d *downstream) callFailed(ctx, cctx context.Context, c *dconn, rec *auditRecord, served string, err error) *mcp.CallToolResult {
+func (d *downstream) callFailed(ctx, cctx context.Context, c *dconn, rec *audit.Call, served string, err error) *mcp.CallToolResult {
 	msg := d.redact(err.Error())
 	if reason, ok := c.takeDiscarded(err); ok && ctx.Err() == nil {
-		rec.Truncated, rec.Error = some(true), some("oversized response")
+		rec.Truncated, rec.Error = audit.Some(true), audit.Some("oversized response")
 		return errorResult("toolgate: %s: the downstream server %q sent %s. Ask for less, or raise --downstream-max-bytes.", served, d.srv.ID, reason)
 	}
 	switch {
 	case ctx.Err() != nil:
-		rec.Limit = some(string(rt.LimitCancelled))
+		rec.Limit = audit.Some(string(rt.LimitCancelled))
 		return errorResult("toolgate: %s: [cancelled] the caller cancelled the call", served)
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
-		rec.Limit, rec.TimedOut = some(string(rt.LimitTimeout)), some(true)
+		rec.Limit, rec.TimedOut = audit.Some(string(rt.LimitTimeout)), audit.Some(true)
 		if c.proc != nil {
 			why := ""
 			if reason, ended := c.ended(); ended {
@@ -141,14 +142,14 @@ func (d *downstream) callFailed(ctx, cctx context.Context, c *dconn, rec *auditR
 		if reason == "" {
 			reason = "its stdout closed"
 		}
-		rec.Error = some("server ended: " + reason)
+		rec.Error = audit.Some("server ended: " + reason)
 		d.log.WithFields(logrus.Fields{"start": c.n, "reason": reason}).Warn("downstream server ended during a call")
 		return errorResult("toolgate: %s: the downstream server %q ended during the call (%s); it is started again on the next call", served, d.srv.ID, reason)
 	case isRPCError(err):
-		rec.RPCError = some(msg)
+		rec.RPCError = audit.Some(msg)
 		return errorResult("toolgate: %s: the downstream server %q answered an error: %s", served, d.srv.ID, msg)
 	}
-	rec.Error = some(msg)
+	rec.Error = audit.Some(msg)
 	if c.proc == nil {
 		d.drop(c, "the HTTP session failed: "+msg)
 	}

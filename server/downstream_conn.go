@@ -23,6 +23,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 )
@@ -284,7 +285,7 @@ func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
 	}
 	if len(d.srv.AllowedHosts) > 0 {
 		svc.Egress = d.srv.AllowedHosts
-		svc.EgressRecord = d.deps.egress(&auditRecord{Tool: d.srv.ID, Server: d.srv.ID, Call: svc.ID})
+		svc.EgressRecord = d.deps.egress(&audit.Call{Tool: d.srv.ID, Server: d.srv.ID, Call: svc.ID})
 		svc.Inject = injections(d.srv.Credentials)
 	}
 	p, err := d.starter.StartService(ctx, svc)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/egress"
 )
@@ -104,13 +105,13 @@ func ListLive(ctx context.Context, opts LiveOptions, ids []string) ([]LiveServer
 		opts:        opts.Downstream,
 		version:     opts.Version,
 		log:         opts.Log,
-		audit:       func(*auditRecord, string) {},
+		audit:       func(*audit.Call, string) {},
 		callID:      func() string { return "" },
 		cancelled:   func(string) {},
 		keepEscapes: func(string) bool { return false },
 		stopping:    func() bool { return false },
-		egress:      func(rec *auditRecord) func(egress.Record) { return egressRecorder(opts.Audit, rec) },
-		pinAudit:    func(pinAudit) {},
+		egress:      func(rec *audit.Call) func(egress.Record) { return audit.EgressRecorder(opts.Audit, rec) },
+		pinAudit:    func(audit.Pin) {},
 		update:      func([]entry, []string) {},
 		setStatus:   func(*downstream) {},
 	}

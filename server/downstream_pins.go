@@ -20,6 +20,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/status"
 )
@@ -258,7 +259,7 @@ func (d *downstream) report(tool string, start int, old, v verdict) {
 			reason = "it lists the definition toolgate first served again"
 		}
 	}
-	d.deps.pinAudit(pinAudit{Tool: d.srv.ServedName(tool), Server: d.srv.ID, Transport: string(d.srv.Transport), Start: start,
+	d.deps.pinAudit(audit.Pin{Tool: d.srv.ServedName(tool), Server: d.srv.ID, Transport: string(d.srv.Transport), Start: start,
 		Decision: decision, Pin: string(v.pin), Reason: reason, SHA256: v.digest, Pinned: v.pinned, Diff: v.diff})
 }
 

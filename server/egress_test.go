@@ -13,10 +13,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/bundle"
 	"github.com/toolgate/toolgate/conf"
@@ -135,21 +135,6 @@ func TestEgressCall(t *testing.T) {
 	}
 }
 
-// TestEgressRecordKeys pins the egress audit record byte for byte: a
-// connection's, one whose host was cut (host_bytes), and a summary's.
-func TestEgressRecordKeys(t *testing.T) {
-	alog, buf := jsonAudit()
-	rec := egressRecorder(alog, &auditRecord{RequestID: "7", Tool: "net", Call: "c3", Principal: &Principal{Name: "alice", Method: "token"}})
-	rec(egress.Record{Host: "api.example.com", Port: 443, Addr: "192.0.2.7:443", Decision: egress.Allowed, Up: 10, Down: 20, Elapsed: 1500 * time.Millisecond})
-	rec(egress.Record{Host: "evil%22.example.com", HostBytes: 70000, Port: 443, Decision: egress.Refused, Reason: "not in the allowlist"})
-	rec(egress.Record{Decision: egress.Summary, Reason: "2 further connections refused past the cap (egress-connections): not recorded one by one (1200 bytes of records)",
-		Suppressed: 2, PastCap: 2, SuppressedBytes: 1200})
-	checkAudit(t, auditLines(t, buf, "net"),
-		`{"addr":"192.0.2.7:443","bytes_down":20,"bytes_up":10,"call":"c3","decision":"allowed","elapsed_ms":1500,"host":"api.example.com","kind":"egress","level":"info","msg":"egress","port":443,"principal":"alice","request_id":"7","time":"*","tool":"net"}`,
-		`{"bytes_down":0,"bytes_up":0,"call":"c3","decision":"refused","elapsed_ms":0,"host":"evil%22.example.com","host_bytes":70000,"kind":"egress","level":"info","msg":"egress","port":443,"principal":"alice","reason":"not in the allowlist","request_id":"7","time":"*","tool":"net"}`,
-		`{"call":"c3","decision":"summary","kind":"egress","level":"info","msg":"egress","past_cap":2,"principal":"alice","reason":"2 further connections refused past the cap (egress-connections): not recorded one by one (1200 bytes of records)","request_id":"7","suppressed":2,"suppressed_bytes":1200,"time":"*","tool":"net"}`)
-}
-
 // floodWire is a CONNECT target's host of 64 KiB, as the request line
 // writes it; floodHost is the host the proxy reads from it, which carries
 // what an audit line must never take verbatim: a quote, a '<', a '%', a
@@ -190,7 +175,7 @@ func TestEgressAuditFlood(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			alog, buf := jsonAudit()
-			e, err := rt.StartEgress(allow, tc.limits, -1, -1, egressRecorder(alog, &auditRecord{RequestID: "1", Tool: "net", Call: "c1"}))
+			e, err := rt.StartEgress(allow, tc.limits, -1, -1, audit.EgressRecorder(alog, &audit.Call{RequestID: "1", Tool: "net", Call: "c1"}))
 			if err != nil {
 				t.Fatal(err)
 			}

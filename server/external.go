@@ -14,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/egress"
@@ -104,8 +105,8 @@ func externalTool(t conf.Tool) mcp.Tool {
 func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 	backend := s.backendName(t)
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		rec := &auditRecord{RequestID: requestID(req), Tool: t.Name, Kind: "external", Class: t.Class, Backend: backend}
-		rec.annotate(ctx, req)
+		rec := &audit.Call{RequestID: requestID(req), Tool: t.Name, Kind: "external", Class: t.Class, Backend: backend}
+		rec.Annotate(ctx, req)
 		refuse := func(reason string, res *mcp.CallToolResult) (*mcp.CallToolResult, error) {
 			rec.Refused = reason
 			rec.IsError = true
@@ -125,7 +126,7 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 		queued := arrival(ctx)
 		release, err := s.acquire(ctx, queued, t.Timeout)
 		if err != nil {
-			rec.QueuedMS = some(time.Since(queued).Milliseconds())
+			rec.QueuedMS = audit.Some(time.Since(queued).Milliseconds())
 			if ctx.Err() != nil {
 				// notifications/cancelled of a queued call: it never runs
 				// and answers nothing.
@@ -150,9 +151,9 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 			Env:      append(slices.Clip(t.Env), rt.EgressNoProxy(t.Egress)...),
 		}
 		rec.Call = inv.ID
-		rec.QueuedMS = some(time.Since(queued).Milliseconds())
+		rec.QueuedMS = audit.Some(time.Since(queued).Milliseconds())
 		if len(t.Egress) > 0 {
-			inv.Egress, inv.EgressRecord = t.Egress, egressRecorder(s.auditLog, rec)
+			inv.Egress, inv.EgressRecord = t.Egress, audit.EgressRecorder(s.auditLog, rec)
 			inv.Inject = injections(t.Credentials)
 		}
 		if token := progressToken(req); token != nil {
@@ -171,14 +172,14 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 			return refuse("no sandbox", s.noSandbox(t.Name, err))
 		}
 		if err != nil {
-			rec.Error = some(err.Error())
+			rec.Error = audit.Some(err.Error())
 			rec.IsError = true
 			s.audit(rec, "call could not run")
 			return errorResult("toolgate: %s could not run: %v", t.Name, err), nil
 		}
-		rec.ran(res)
+		ran(rec, res)
 		if len(t.Egress) > 0 {
-			rec.ranEgress(res.Egress)
+			ranEgress(rec, res.Egress)
 		}
 		s.audit(rec, "call")
 		return renderResult(res, backend, s.keepEscapes[t.Name], len(t.Egress) > 0), nil

@@ -20,11 +20,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 )
@@ -55,11 +58,11 @@ const (
 type HTTPOptions struct {
 	// Auth checks bearer tokens; nil serves without authentication, which
 	// Serve accepts only on a unix socket (ListenUnix): every request is
-	// then principal "local" (AuthLocal).
-	Auth Authenticator
+	// then principal "local" (auth.MethodLocal).
+	Auth auth.Authenticator
 	// OAuth, when set, is also in Auth: its issuer is named in the
 	// protected resource metadata, and /readyz waits for its keys.
-	OAuth *OAuth
+	OAuth *auth.OAuth
 	// Resource is this server's URL (--oauth-resource): the protected
 	// resource metadata's resource, and the base of the metadata URL that
 	// a 401 names.
@@ -94,9 +97,6 @@ type HTTPOptions struct {
 	ShutdownGrace time.Duration
 	// TLSCert and TLSKey serve HTTPS when both are set.
 	TLSCert, TLSKey string
-	// Metrics, when set, are served at /metrics (authenticated) and fed by
-	// every call.
-	Metrics *Metrics
 }
 
 // HTTP is toolgate's streamable HTTP transport: MCP at /mcp behind Origin
@@ -105,6 +105,7 @@ type HTTPOptions struct {
 type HTTP struct {
 	s        *Server
 	opts     HTTPOptions
+	metrics  *Metrics // the Server's (Options.Metrics): served at /metrics, authenticated
 	mcp      *mcpserver.StreamableHTTPServer
 	sessions *sessions
 	limits   *principalLimits
@@ -119,15 +120,12 @@ type HTTP struct {
 	inFlight atomic.Int64
 }
 
-var httpOnce sync.Map // *Server → struct{}: the middleware is installed once
-
-// NewHTTP prepares s to be served over HTTP: it installs the scope filter
-// and the per-call middleware (principal limits, metrics) on s's MCP
-// server. It must be called before serving, at most once per Server.
+// NewHTTP returns the HTTP transport of s. It changes nothing of s: the
+// requests it serves carry it in their context, and the tool filter and
+// middleware New installed on every Server apply its scopes and
+// per-principal limits to them (gateTools, gateCall); s's metrics
+// (Options.Metrics) are served at /metrics.
 func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
-	if _, loaded := httpOnce.LoadOrStore(s, struct{}{}); loaded {
-		return nil, errors.New("NewHTTP: already set up for this server")
-	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxRequestBytes
 	}
@@ -159,6 +157,7 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 	h := &HTTP{
 		s:        s,
 		opts:     opts,
+		metrics:  s.metrics,
 		sessions: newSessions(maxSessionsPerPrincipal, DefaultSessionIdle),
 		limits:   newPrincipalLimits(opts.MaxPerPrincipal),
 		hosts:    hosts,
@@ -176,9 +175,6 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 		h.prmURL = u.Scheme + "://" + u.Host + h.prmPath
 		h.hosts[strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")] = true
 	}
-	s.metrics = opts.Metrics
-	mcpserver.WithToolFilter(scopeFilter(opts.Scopes))(s.mcp)
-	mcpserver.WithToolHandlerMiddleware(h.middleware)(s.mcp)
 	slogger := slog.New(slog.NewTextHandler(s.log.WriterLevel(logrus.DebugLevel), nil))
 	h.mcp = mcpserver.NewStreamableHTTPServer(s.mcp,
 		mcpserver.WithEndpointPath(MCPPath),
@@ -192,11 +188,11 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 	h.mux.HandleFunc(MCPPath, h.serveMCP)
 	h.mux.HandleFunc("/healthz", h.healthz)
 	h.mux.HandleFunc("/readyz", h.readyz)
-	h.mux.HandleFunc("/metrics", h.authenticated(h.metrics))
+	h.mux.HandleFunc("/metrics", h.authenticated(h.serveMetrics))
 	if opts.OAuth != nil {
 		prm := mcpserver.NewProtectedResourceMetadataHandler(mcpserver.ProtectedResourceMetadataConfig{
 			Resource:               opts.Resource,
-			AuthorizationServers:   []string{opts.OAuth.opts.Issuer},
+			AuthorizationServers:   []string{opts.OAuth.Issuer()},
 			ScopesSupported:        opts.Scopes.Scopes(),
 			BearerMethodsSupported: []string{"header"},
 			ResourceName:           "toolgate",
@@ -213,14 +209,8 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 	return h, nil
 }
 
-// Handler is the HTTP handler of every path, behind the Host check.
-func (h *HTTP) Handler() http.Handler { return h.handler }
-
 // InFlight is the number of tool calls being served over HTTP.
 func (h *HTTP) InFlight() int { return int(h.inFlight.Load()) }
-
-// Sessions is the number of live 2025-11-25 sessions.
-func (h *HTTP) Sessions() int { return h.sessions.count() }
 
 // CheckListen refuses to serve without authentication on anything but a
 // unix socket: on a TCP address, loopback included, every local user (and
@@ -266,7 +256,7 @@ func (h *HTTP) Serve(ctx context.Context, ln, metrics net.Listener) error {
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          errorLog,
 	}
-	ln = newLimitListener(ln, listenerMCP, h.opts.MaxConns, h.opts.MaxConnsPerClient, h.opts.Metrics)
+	ln = newLimitListener(ln, listenerMCP, h.opts.MaxConns, h.opts.MaxConnsPerClient, h.metrics)
 	tlsOn := h.opts.TLSCert != "" || h.opts.TLSKey != ""
 	if tlsOn {
 		if h.opts.TLSCert == "" || h.opts.TLSKey == "" {
@@ -293,10 +283,10 @@ func (h *HTTP) Serve(ctx context.Context, ln, metrics net.Listener) error {
 		mmux := http.NewServeMux()
 		mmux.HandleFunc("/healthz", h.healthz)
 		mmux.HandleFunc("/readyz", h.readyz)
-		mmux.HandleFunc("/metrics", h.metrics)
+		mmux.HandleFunc("/metrics", h.serveMetrics)
 		msrv = &http.Server{Handler: h.checkHost(mmux), ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout: h.opts.IdleTimeout, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errorLog}
-		mln := newLimitListener(metrics, listenerMetrics, h.opts.MaxConns, h.opts.MaxConnsPerClient, h.opts.Metrics)
+		mln := newLimitListener(metrics, listenerMetrics, h.opts.MaxConns, h.opts.MaxConnsPerClient, h.metrics)
 		go func() { errc <- msrv.Serve(mln) }()
 	}
 	select {
@@ -389,12 +379,12 @@ func (h *HTTP) readyz(w http.ResponseWriter, _ *http.Request) {
 	_ = json.NewEncoder(w).Encode(st)
 }
 
-func (h *HTTP) metrics(w http.ResponseWriter, r *http.Request) {
-	if h.opts.Metrics == nil {
+func (h *HTTP) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if h.metrics == nil {
 		http.Error(w, "metrics are off", http.StatusNotFound)
 		return
 	}
-	h.opts.Metrics.Handler().ServeHTTP(w, r)
+	h.metrics.Handler().ServeHTTP(w, r)
 }
 
 // authenticated wraps next in the same Origin and token checks as /mcp.
@@ -433,7 +423,7 @@ func (h *HTTP) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
 	}
 	n, err := normalOrigin(o)
 	if err == nil {
-		if u, _ := url.Parse(n); loopbackHost(u.Hostname()) {
+		if u, _ := url.Parse(n); auth.IsLoopbackHost(u.Hostname()) {
 			return true
 		}
 		for _, a := range h.opts.AllowOrigins {
@@ -442,7 +432,7 @@ func (h *HTTP) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
 			}
 		}
 	}
-	h.opts.Metrics.authFailure("origin")
+	h.metrics.authFailure("origin")
 	http.Error(w, "Forbidden: Origin "+strconv.Quote(bounded(o, 256))+" is not allowed (toolgate serve --allow-origin)", http.StatusForbidden)
 	return false
 }
@@ -469,7 +459,7 @@ func (h *HTTP) checkHost(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		h.opts.Metrics.authFailure("host")
+		h.metrics.authFailure("host")
 		http.Error(w, "Forbidden: Host "+strconv.Quote(bounded(r.Host, 256))+
 			" is not allowed: name this server by its IP address, localhost, the host of --listen or --oauth-resource, or a name given to toolgate serve --allow-host (DNS-rebinding protection)",
 			http.StatusForbidden)
@@ -523,37 +513,37 @@ func writeAuthError(w http.ResponseWriter, status int, code, desc string) {
 // authenticate returns the request's principal, or answers 401 (no or a
 // refused token) or 503 (the token could not be checked now) and returns
 // false. Nothing of the token is ever logged or echoed.
-func (h *HTTP) authenticate(w http.ResponseWriter, r *http.Request) (Principal, bool) {
+func (h *HTTP) authenticate(w http.ResponseWriter, r *http.Request) (auth.Principal, bool) {
 	if h.opts.Auth == nil {
 		// Serve takes no TCP listener without authentication: a request
 		// without a unix socket peer reached this handler some other
 		// way, and is refused.
 		uid, ok := unixPeer(r.Context())
 		if !ok {
-			h.opts.Metrics.authFailure("missing")
+			h.metrics.authFailure("missing")
 			h.challenge(w, "", "", "")
 			writeAuthError(w, http.StatusUnauthorized, "invalid_request", "a bearer token is required (only a unix socket listener serves without one)")
-			return Principal{}, false
+			return auth.Principal{}, false
 		}
-		return localPrincipal(uid), true
+		return auth.Local(uid), true
 	}
-	token, present, err := bearerToken(r)
+	token, present, err := auth.BearerToken(r)
 	if !present {
-		h.opts.Metrics.authFailure("missing")
+		h.metrics.authFailure("missing")
 		h.challenge(w, "", "", "")
 		writeAuthError(w, http.StatusUnauthorized, "invalid_request", "a bearer token is required")
-		return Principal{}, false
+		return auth.Principal{}, false
 	}
-	var p Principal
+	var p auth.Principal
 	if err == nil {
 		p, err = h.opts.Auth.Authenticate(r.Context(), token)
 	}
 	if err == nil {
 		return p, true
 	}
-	var ae *AuthError
+	var ae *auth.Error
 	if errors.As(err, &ae) {
-		h.opts.Metrics.authFailure("invalid")
+		h.metrics.authFailure("invalid")
 		h.s.log.WithFields(logrus.Fields{"remote": r.RemoteAddr, "reason": ae.Description}).Info("http: token refused")
 		h.challenge(w, ae.Code, ae.Description, "")
 		status := http.StatusUnauthorized
@@ -561,13 +551,13 @@ func (h *HTTP) authenticate(w http.ResponseWriter, r *http.Request) (Principal, 
 			status = http.StatusBadRequest
 		}
 		writeAuthError(w, status, ae.Code, ae.Description)
-		return Principal{}, false
+		return auth.Principal{}, false
 	}
-	h.opts.Metrics.authFailure("unavailable")
+	h.metrics.authFailure("unavailable")
 	h.s.log.WithError(err).Warn("http: a token could not be checked")
 	w.Header().Set("Retry-After", "5")
 	writeAuthError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "the token cannot be checked now: "+err.Error())
-	return Principal{}, false
+	return auth.Principal{}, false
 }
 
 // envelope is what serveMCP reads of a request before mcp-go does.
@@ -602,7 +592,7 @@ func (e *envelope) isRequest() bool {
 func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
 	w = rec
-	defer func() { h.opts.Metrics.request(r.Method, rec.code) }()
+	defer func() { h.metrics.request(r.Method, rec.code) }()
 	if !h.checkOrigin(w, r) {
 		return
 	}
@@ -616,7 +606,7 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 	r.Header.Del(requestIDHeader)
 	r.Header.Del("Authorization")
 	sid := r.Header.Get(mcpserver.HeaderKeySessionID)
-	if sid != "" && !h.sessions.owns(p.key(), sid) {
+	if sid != "" && !h.sessions.owns(p.Key(), sid) {
 		http.Error(w, "session not found", http.StatusNotFound)
 		return
 	}
@@ -629,7 +619,7 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 		body, err := readBody(r, h.opts.MaxBodyBytes)
 		_ = rc.SetReadDeadline(time.Time{})
 		if err != nil {
-			h.opts.Metrics.limit("request_body")
+			h.metrics.limit("request_body")
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusRequestEntityTooLarge)
 			_, _ = w.Write(errorLine(json.RawMessage("null"), mcp.INVALID_REQUEST, "Invalid Request: "+err.Error()))
@@ -655,20 +645,70 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 			// expected, and its id (unique only per client) could name
 			// another client's call of the same principal.
 			if !env.stateless(r) && sid != "" {
-				h.inflight.cancel(p.key(), sid, env.Params.RequestID)
+				h.inflight.cancel(p.Key(), sid, env.Params.RequestID)
 			}
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
 		if !env.stateless(r) && sid != "" && env.isRequest() {
-			ctx, done := h.inflight.add(r.Context(), p.key(), sid, env.ID)
+			ctx, done := h.inflight.add(r.Context(), p.Key(), sid, env.ID)
 			defer done()
 			r = r.WithContext(ctx)
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 	}
-	h.mcp.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+	h.mcp.ServeHTTP(w, r.WithContext(withHTTP(auth.WithPrincipal(r.Context(), p), h)))
+}
+
+// httpKey is the context key of the HTTP transport serving a request.
+type httpKey struct{}
+
+func withHTTP(ctx context.Context, h *HTTP) context.Context {
+	return context.WithValue(ctx, httpKey{}, h)
+}
+
+// servedBy returns the HTTP transport serving ctx's request; ok is false
+// over stdio.
+func servedBy(ctx context.Context) (h *HTTP, ok bool) {
+	h, ok = ctx.Value(httpKey{}).(*HTTP)
+	return h, ok
+}
+
+// gateTools is the tools/list (and call-time) filter New installs: over
+// HTTP, the tools the principal's scopes open (ToolScopes); over stdio
+// every tool.
+func gateTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+	h, ok := servedBy(ctx)
+	if !ok || len(h.opts.Scopes) == 0 {
+		return tools
+	}
+	p, _ := auth.PrincipalFrom(ctx)
+	out := tools[:0:0]
+	for _, t := range tools {
+		if h.opts.Scopes.Allows(p, t.Name) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// gateCall is the middleware New installs around every tool handler: a
+// call over HTTP goes through its transport's gate (HTTP.gate); one over
+// stdio is only timed, when metrics are on.
+func (s *Server) gateCall(next mcpserver.ToolHandlerFunc) mcpserver.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if h, ok := servedBy(ctx); ok {
+			return h.gate(ctx, req, next)
+		}
+		if s.metrics == nil {
+			return next(ctx, req)
+		}
+		start := time.Now()
+		res, err := next(ctx, req)
+		s.metrics.observeCall(req.Params.Name, s.backendOf(req.Params.Name), time.Since(start))
+		return res, err
+	}
 }
 
 // inflight are the 2025-11-25 requests being served over HTTP, by
@@ -720,15 +760,15 @@ func (f *inflight) cancel(principal, session string, id json.RawMessage) {
 // refuseScope answers a tools/call of a tool the principal's scopes do
 // not open: 403 insufficient_scope naming the scopes that would (the MCP
 // authorization spec's step-up), audited, nothing run.
-func (h *HTTP) refuseScope(w http.ResponseWriter, p Principal, env envelope) {
+func (h *HTTP) refuseScope(w http.ResponseWriter, p auth.Principal, env envelope) {
 	scopes := strings.Join(h.opts.Scopes.ScopesFor(env.Params.Name), " ")
-	rec := &auditRecord{RequestID: string(env.ID), Tool: env.Params.Name, Kind: h.s.kindOf(env.Params.Name),
+	rec := &audit.Call{RequestID: string(env.ID), Tool: env.Params.Name, Kind: h.s.kindOf(env.Params.Name),
 		Backend: h.s.backendOf(env.Params.Name), Refused: "scope", IsError: true, Principal: &p}
-	if tp, _ := env.Params.Meta["traceparent"].(string); validTraceparent(tp) {
+	if tp, _ := env.Params.Meta["traceparent"].(string); audit.ValidTraceparent(tp) {
 		rec.Traceparent = tp
 	}
 	h.s.audit(rec, "call")
-	h.opts.Metrics.limit("scope")
+	h.metrics.limit("scope")
 	h.challenge(w, "insufficient_scope", "the token's scopes do not open this tool", scopes)
 	writeAuthError(w, http.StatusForbidden, "insufficient_scope", "the token's scopes do not open tool "+strconv.Quote(bounded(env.Params.Name, 128))+"; it needs one of: "+scopes)
 }
@@ -782,53 +822,48 @@ func (s *statusRecorder) Flush() {
 // Unwrap lets http.ResponseController reach the connection.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// middleware runs around every tool handler. Over HTTP it checks the
-// principal's scope again (mcp-go's filter already hid the tool), holds a
-// slot of the principal's --max-concurrent-per-principal, and times the
-// call; over stdio it only times it.
-func (h *HTTP) middleware(next mcpserver.ToolHandlerFunc) mcpserver.ToolHandlerFunc {
-	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		name := req.Params.Name
-		backend := h.s.backendOf(name)
-		p, isHTTP := PrincipalFrom(ctx)
-		if !isHTTP {
-			start := time.Now()
-			res, err := next(ctx, req)
-			h.opts.Metrics.observeCall(name, backend, time.Since(start))
-			return res, err
-		}
-		h.calls.Add(1)
-		defer h.calls.Done()
-		h.inFlight.Add(1)
-		defer h.inFlight.Add(-1)
-		if h.opts.Metrics != nil {
-			h.opts.Metrics.inFlight.Inc()
-			defer h.opts.Metrics.inFlight.Dec()
-		}
-		// The stdio transport drops the answers of cancelled calls by their
-		// id; over HTTP a cancelled request has no answer to drop, so its
-		// id must not stay behind.
-		defer h.s.cancelled.take(requestID(req))
-		start := time.Now()
-		if !h.opts.Scopes.Allows(p, name) {
-			return errorResult("toolgate: tool %q is not opened by the token's scopes", name), nil
-		}
-		release, waited, err := h.limits.acquire(ctx, p.key(), h.s.callTimeout(name))
-		if waited > 0 && h.opts.Metrics != nil {
-			h.opts.Metrics.queueWait.WithLabelValues("principal").Observe(waited.Seconds())
-		}
-		if err != nil {
-			rec := &auditRecord{RequestID: requestID(req), Tool: name, Kind: h.s.kindOf(name), Backend: backend,
-				Refused: "principal_queue", IsError: true, QueuedMS: some(waited.Milliseconds())}
-			rec.annotate(ctx, req)
-			h.s.audit(rec, "call")
-			return errorResult("toolgate: %s: %v", name, err), nil
-		}
-		defer release()
-		res, err := next(ctx, req)
-		h.opts.Metrics.observeCall(name, backend, time.Since(start))
-		return res, err
+// gate runs a call over HTTP: it checks the principal's scope again
+// (gateTools already hid the tool), holds a slot of the principal's
+// --max-concurrent-per-principal, and times the call. A request without
+// a principal (none reaches here: serveMCP sets both) is refused.
+func (h *HTTP) gate(ctx context.Context, req mcp.CallToolRequest, next mcpserver.ToolHandlerFunc) (*mcp.CallToolResult, error) {
+	name := req.Params.Name
+	backend := h.s.backendOf(name)
+	p, ok := auth.PrincipalFrom(ctx)
+	if !ok {
+		return errorResult("toolgate: %s: the request has no principal", name), nil
 	}
+	h.calls.Add(1)
+	defer h.calls.Done()
+	h.inFlight.Add(1)
+	defer h.inFlight.Add(-1)
+	if h.metrics != nil {
+		h.metrics.inFlight.Inc()
+		defer h.metrics.inFlight.Dec()
+	}
+	// The stdio transport drops the answers of cancelled calls by their
+	// id; over HTTP a cancelled request has no answer to drop, so its
+	// id must not stay behind.
+	defer h.s.cancelled.take(requestID(req))
+	start := time.Now()
+	if !h.opts.Scopes.Allows(p, name) {
+		return errorResult("toolgate: tool %q is not opened by the token's scopes", name), nil
+	}
+	release, waited, err := h.limits.acquire(ctx, p.Key(), h.s.callTimeout(name))
+	if waited > 0 && h.metrics != nil {
+		h.metrics.queueWait.WithLabelValues("principal").Observe(waited.Seconds())
+	}
+	if err != nil {
+		rec := &audit.Call{RequestID: requestID(req), Tool: name, Kind: h.s.kindOf(name), Backend: backend,
+			Refused: "principal_queue", IsError: true, QueuedMS: audit.Some(waited.Milliseconds())}
+		rec.Annotate(ctx, req)
+		h.s.audit(rec, "call")
+		return errorResult("toolgate: %s: %v", name, err), nil
+	}
+	defer release()
+	res, err := next(ctx, req)
+	h.metrics.observeCall(name, backend, time.Since(start))
+	return res, err
 }
 
 // callTimeout is how long a call of name may wait for a principal's slot:
@@ -870,4 +905,20 @@ func (s *Server) ServedNames() []string {
 		out = append(out, t.Name)
 	}
 	return slices.Clip(out)
+}
+
+// bounded cuts s to at most n bytes and replaces what does not print, so
+// that a value quoted in an error cannot flood or forge a line. It is
+// lossy: never use it for what must tell two values apart (showClaim).
+func bounded(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return '?'
+	}, s)
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "")
+	}
+	return s
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 )
@@ -34,8 +35,8 @@ func BenchmarkHTTPCall(b *testing.B) {
 	quiet := logrus.New()
 	quiet.SetOutput(discard{})
 	s := New(Options{Version: "bench", Conf: loadConf(b, httpConf), Direct: &fakeRunner{res: rt.Result{Output: []byte("hi\n")}},
-		Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{}), MaxConcurrent: 8, Log: quiet, Audit: quiet})
-	h, err := NewHTTP(s, HTTPOptions{Auth: NewStaticTokens(toks), Metrics: NewMetrics(s)})
+		Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{}), MaxConcurrent: 8, Log: quiet, Audit: quiet, Metrics: true})
+	h, err := NewHTTP(s, HTTPOptions{Auth: auth.NewStaticTokens(toks)})
 	if err != nil {
 		b.Fatal(err)
 	}

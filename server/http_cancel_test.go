@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolgate/toolgate/auth"
 )
 
 // cancelBody is a notifications/cancelled of request id, in the stateless
@@ -29,7 +31,7 @@ func cancelBody(id int, modern bool) string {
 // a 2026-07-28 notice, which that revision does not expect over HTTP (it
 // names an id that only the request's own stream could scope), is ignored.
 func TestHTTPCancelStaysWithItsPrincipal(t *testing.T) {
-	f := startHTTP(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken, "bob "+bobToken))})
+	f := startHTTP(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken, "bob "+bobToken))})
 	f.direct.block = make(chan struct{})
 	init := f.post(t, rpcReq{token: aliceToken, body: initBody})
 	sid := init.header.Get("Mcp-Session-Id")

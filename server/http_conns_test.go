@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/toolgate/toolgate/auth"
 )
 
 // dialFrom opens a TCP connection to addr from the local address src
@@ -46,8 +48,8 @@ func served(c net.Conn) bool {
 // go on serving, the refusals and the open count are in /metrics, and a
 // closed connection's place is taken again.
 func TestHTTPConnectionBounds(t *testing.T) {
-	f := startHTTPWith(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken)), MaxConns: 3, MaxConnsPerClient: 2}, true)
-	m := f.h.opts.Metrics
+	f := startHTTPWith(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken)), MaxConns: 3, MaxConnsPerClient: 2}, true)
+	m := f.h.metrics
 	addr := strings.TrimPrefix(f.base, "http://")
 	a1, a2 := dialFrom(t, "127.0.0.1", addr), dialFrom(t, "127.0.0.1", addr)
 	if !served(a1) || !served(a2) {
@@ -105,7 +107,7 @@ func TestHTTPConnectionBounds(t *testing.T) {
 // TestHTTPIdleTimeout: a keep-alive connection idle past --idle-timeout is
 // closed, and its place given back.
 func TestHTTPIdleTimeout(t *testing.T) {
-	f := startHTTP(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken)), IdleTimeout: 200 * time.Millisecond})
+	f := startHTTP(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken)), IdleTimeout: 200 * time.Millisecond})
 	c := dialFrom(t, "127.0.0.1", strings.TrimPrefix(f.base, "http://"))
 	if !served(c) {
 		t.Fatal("not served")
@@ -118,5 +120,5 @@ func TestHTTPIdleTimeout(t *testing.T) {
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("the idle connection was closed after %s, want about 200ms", d)
 	}
-	waitFor(t, func() bool { return testutil.ToFloat64(f.h.opts.Metrics.conns.WithLabelValues(listenerMCP)) == 0 })
+	waitFor(t, func() bool { return testutil.ToFloat64(f.h.metrics.conns.WithLabelValues(listenerMCP)) == 0 })
 }

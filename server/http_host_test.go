@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/toolgate/toolgate/auth"
+	"github.com/toolgate/toolgate/auth/authtest"
 )
 
 // hostGet GETs base+path (POSTs an initialize to /mcp) with the Host
@@ -42,7 +45,7 @@ func hostGet(t *testing.T, base, path, host, token string) int {
 // kubelet probe and Prometheus send: Host is the pod's IP:port) or by
 // localhost is served.
 func TestHTTPHostCheckedEverywhere(t *testing.T) {
-	f := startHTTPWith(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken))}, true)
+	f := startHTTPWith(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken))}, true)
 	for _, l := range []struct {
 		name, base string
 		paths      []string
@@ -80,7 +83,7 @@ func TestHTTPHostCheckedEverywhere(t *testing.T) {
 // a unix socket are served; another name is refused and counted; an
 // --allow-host that is not a host name is refused at start.
 func TestHTTPAllowHost(t *testing.T) {
-	f := startHTTPWith(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken)), AllowHosts: []string{"toolgate.internal"}}, true)
+	f := startHTTPWith(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken)), AllowHosts: []string{"toolgate.internal"}}, true)
 	for _, base := range []string{f.base, f.metrics} {
 		port := base[strings.LastIndex(base, ":")+1:]
 		for _, tc := range []struct {
@@ -98,11 +101,11 @@ func TestHTTPAllowHost(t *testing.T) {
 			}
 		}
 	}
-	if got := testutil.ToFloat64(f.h.opts.Metrics.auth.WithLabelValues("host")); got != 4 {
+	if got := testutil.ToFloat64(f.h.metrics.auth.WithLabelValues("host")); got != 4 {
 		t.Errorf(`toolgate_http_auth_failures_total{reason="host"} = %v, want 4`, got)
 	}
 
-	is := newIssuer(t)
+	is := authtest.NewIssuer(t)
 	o, _ := startOAuth(t, is, nil)
 	if got := hostGet(t, o.base, "/readyz", "toolgate.test", ""); got == 403 {
 		t.Errorf("GET /readyz with the --oauth-resource host: %d, want served", got)

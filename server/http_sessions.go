@@ -11,6 +11,8 @@ import (
 	"time"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/toolgate/toolgate/auth"
 )
 
 // sessions binds each 2025-11-25 session id (Mcp-Session-Id) to the
@@ -98,12 +100,6 @@ func (s *sessions) terminate(principal, id string, any bool) error {
 	return nil
 }
 
-func (s *sessions) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.byID)
-}
-
 // ResolveSessionIdManager implements mcpserver.SessionIdManagerResolver: a
 // manager bound to the request's principal; without a request (mcp-go's
 // idle sweeper, shutdown), one that may end any session.
@@ -111,8 +107,8 @@ func (s *sessions) ResolveSessionIdManager(r *http.Request) mcpserver.SessionIdM
 	if r == nil {
 		return sessionManager{s: s, any: true}
 	}
-	p, _ := PrincipalFrom(r.Context())
-	return sessionManager{s: s, principal: p.key()}
+	p, _ := auth.PrincipalFrom(r.Context())
+	return sessionManager{s: s, principal: p.Key()}
 }
 
 type sessionManager struct {

@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -12,7 +11,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
@@ -21,7 +19,6 @@ import (
 	"math/big"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -33,13 +30,14 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
-	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/auth"
+	"github.com/toolgate/toolgate/auth/authtest"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 )
@@ -156,15 +154,12 @@ func startHTTPWith(t *testing.T, hopts HTTPOptions, metrics bool, fopts ...fixtu
 	audit.SetFormatter(&logrus.JSONFormatter{})
 	opts := Options{
 		Version: "test", Conf: loadConf(t, httpConf), Direct: f.direct,
-		Sandbox: rt.ReadySandbox("bwrap", f.sandbox), MaxConcurrent: 8, Log: log, Audit: audit,
+		Sandbox: rt.ReadySandbox("bwrap", f.sandbox), MaxConcurrent: 8, Log: log, Audit: audit, Metrics: true,
 	}
 	for _, o := range fopts {
 		o(&opts)
 	}
 	f.srv = New(opts)
-	if hopts.Metrics == nil {
-		hopts.Metrics = NewMetrics(f.srv)
-	}
 	h, err := NewHTTP(f.srv, hopts)
 	if err != nil {
 		t.Fatal(err)
@@ -330,7 +325,7 @@ const (
 )
 
 func TestHTTPServesBothEras(t *testing.T) {
-	f := startHTTP(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken))})
+	f := startHTTP(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken))})
 	for _, tc := range []struct {
 		name   string
 		legacy bool
@@ -379,7 +374,7 @@ func TestHTTPServesBothEras(t *testing.T) {
 			continue
 		}
 		calls++
-		if r["principal"] != "alice" || r["auth"] != AuthToken || r["traceparent"] != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
+		if r["principal"] != "alice" || r["auth"] != auth.MethodToken || r["traceparent"] != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
 			t.Errorf("audit record %v: want principal alice, auth token and the traceparent", r)
 		}
 	}
@@ -389,7 +384,7 @@ func TestHTTPServesBothEras(t *testing.T) {
 }
 
 func TestHTTPStaticTokens(t *testing.T) {
-	f := startHTTP(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t,
+	f := startHTTP(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t,
 		"alice "+aliceToken,
 		"bob sha256:"+hexSHA(bobToken)))})
 	for _, tc := range []struct {
@@ -442,111 +437,13 @@ func hexSHA(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// issuer is an OAuth authorization server on 127.0.0.1: RFC 8414
-// metadata and a JWKS, and the keys to sign with.
-type issuer struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	keys []jose.JSONWebKey // public, served
-	priv map[string]crypto.Signer
-	hits int // JWKS fetches
-}
-
-func newIssuer(t *testing.T) *issuer {
-	t.Helper()
-	is := &issuer{priv: map[string]crypto.Signer{}}
-	mux := http.NewServeMux()
-	is.srv = httptest.NewServer(mux)
-	t.Cleanup(is.srv.Close)
-	mux.HandleFunc("/.well-known/oauth-authorization-server", func(w http.ResponseWriter, r *http.Request) {
-		json.NewEncoder(w).Encode(map[string]string{"issuer": is.srv.URL, "jwks_uri": is.srv.URL + "/jwks"})
-	})
-	mux.HandleFunc("/jwks", func(w http.ResponseWriter, r *http.Request) {
-		is.mu.Lock()
-		defer is.mu.Unlock()
-		is.hits++
-		json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: is.keys})
-	})
-	is.addRSA(t, "rsa1")
-	is.addEC(t, "ec1")
-	return is
-}
-
-func (is *issuer) add(kid, alg string, k crypto.Signer) {
-	is.mu.Lock()
-	defer is.mu.Unlock()
-	is.priv[kid] = k
-	is.keys = append(is.keys, jose.JSONWebKey{Key: k.Public(), KeyID: kid, Algorithm: alg, Use: "sig"})
-}
-
-func (is *issuer) addRSA(t *testing.T, kid string) {
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	is.add(kid, "RS256", k)
-}
-
-func (is *issuer) addEC(t *testing.T, kid string) {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	is.add(kid, "ES256", k)
-}
-
-// claims are a valid access token's for resource, subject alice.
-func (is *issuer) claims(resource string) map[string]any {
-	now := time.Now()
-	return map[string]any{
-		"iss": is.srv.URL, "sub": "alice", "aud": resource, "client_id": "agent-1",
-		"iat": now.Unix(), "nbf": now.Unix(), "exp": now.Add(time.Hour).Unix(),
-	}
-}
-
-func (is *issuer) sign(t *testing.T, kid string, claims map[string]any) string {
-	t.Helper()
-	is.mu.Lock()
-	k := is.priv[kid]
-	is.mu.Unlock()
-	alg := jose.RS256
-	if _, ok := k.(*ecdsa.PrivateKey); ok {
-		alg = jose.ES256
-	}
-	return signWith(t, jose.SigningKey{Algorithm: alg, Key: k}, kid, claims)
-}
-
-func signWith(t *testing.T, key jose.SigningKey, kid string, claims map[string]any) string {
-	t.Helper()
-	opts := (&jose.SignerOptions{}).WithType("at+jwt")
-	if kid != "" {
-		opts = opts.WithHeader("kid", kid)
-	}
-	sig, err := jose.NewSigner(key, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := jwt.Signed(sig).Claims(claims).Serialize()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
-
-func unsignedToken(claims map[string]any) string {
-	enc := base64.RawURLEncoding
-	h, _ := json.Marshal(map[string]string{"alg": "none", "typ": "JWT", "kid": "rsa1"})
-	c, _ := json.Marshal(claims)
-	return enc.EncodeToString(h) + "." + enc.EncodeToString(c) + "."
-}
-
-func startOAuth(t *testing.T, is *issuer, scopes ToolScopes) (*httpFixture, string) {
+func startOAuth(t *testing.T, is *authtest.Issuer, scopes ToolScopes) (*httpFixture, string) {
 	t.Helper()
 	// The resource URL is this server's own; its port is not known before
 	// it listens, and the audience need only match what the server is
 	// told, so a fixed canonical URL stands for it.
 	resource := "https://toolgate.test/mcp"
-	o, err := NewOAuth(OAuthOptions{Issuer: is.srv.URL, Resource: resource, MinRefresh: time.Millisecond})
+	o, err := auth.NewOAuth(auth.OAuthOptions{Issuer: is.URL(), Resource: resource, MinRefresh: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,14 +453,14 @@ func startOAuth(t *testing.T, is *issuer, scopes ToolScopes) (*httpFixture, stri
 }
 
 func TestHTTPOAuthRefusesBadTokens(t *testing.T) {
-	is := newIssuer(t)
+	is := authtest.NewIssuer(t)
 	f, resource := startOAuth(t, is, nil)
 	with := func(edit func(map[string]any)) map[string]any {
-		c := is.claims(resource)
+		c := is.Claims(resource)
 		edit(c)
 		return c
 	}
-	rsaPub, _ := x509.MarshalPKIXPublicKey(is.priv["rsa1"].Public())
+	rsaPub, _ := x509.MarshalPKIXPublicKey(is.Public("rsa1"))
 	foreign, _ := rsa.GenerateKey(rand.Reader, 2048)
 	huge := strings.Repeat("a", 100<<10)
 	for _, tc := range []struct {
@@ -573,16 +470,16 @@ func TestHTTPOAuthRefusesBadTokens(t *testing.T) {
 		desc   string // in WWW-Authenticate
 	}{
 		{"no token", "", 401, ""},
-		{"wrong audience", is.sign(t, "rsa1", with(func(c map[string]any) { c["aud"] = "https://other.test/mcp" })), 401, "not issued for this resource"},
-		{"no audience", is.sign(t, "rsa1", with(func(c map[string]any) { delete(c, "aud") })), 401, "not issued for this resource"},
-		{"expired", is.sign(t, "rsa1", with(func(c map[string]any) { c["exp"] = time.Now().Add(-time.Hour).Unix() })), 401, "expired"},
-		{"no exp", is.sign(t, "rsa1", with(func(c map[string]any) { delete(c, "exp") })), 401, "no exp claim"},
-		{"not valid yet", is.sign(t, "rsa1", with(func(c map[string]any) { c["nbf"] = time.Now().Add(time.Hour).Unix() })), 401, "not valid yet"},
-		{"another issuer", is.sign(t, "rsa1", with(func(c map[string]any) { c["iss"] = "https://evil.test" })), 401, "another issuer"},
-		{"alg none", unsignedToken(is.claims(resource)), 401, "not a JWT signed with an accepted algorithm"},
-		{"HS256 keyed with the public key", signWith(t, jose.SigningKey{Algorithm: jose.HS256, Key: rsaPub}, "rsa1", is.claims(resource)), 401, "not a JWT signed with an accepted algorithm"},
-		{"a key the JWKS does not have", signWith(t, jose.SigningKey{Algorithm: jose.RS256, Key: foreign}, "rogue", is.claims(resource)), 401, "a key the issuer's key set does not have"},
-		{"a known kid, another key", signWith(t, jose.SigningKey{Algorithm: jose.RS256, Key: foreign}, "rsa1", is.claims(resource)), 401, "signature does not verify"},
+		{"wrong audience", is.Sign(t, "rsa1", with(func(c map[string]any) { c["aud"] = "https://other.test/mcp" })), 401, "not issued for this resource"},
+		{"no audience", is.Sign(t, "rsa1", with(func(c map[string]any) { delete(c, "aud") })), 401, "not issued for this resource"},
+		{"expired", is.Sign(t, "rsa1", with(func(c map[string]any) { c["exp"] = time.Now().Add(-time.Hour).Unix() })), 401, "expired"},
+		{"no exp", is.Sign(t, "rsa1", with(func(c map[string]any) { delete(c, "exp") })), 401, "no exp claim"},
+		{"not valid yet", is.Sign(t, "rsa1", with(func(c map[string]any) { c["nbf"] = time.Now().Add(time.Hour).Unix() })), 401, "not valid yet"},
+		{"another issuer", is.Sign(t, "rsa1", with(func(c map[string]any) { c["iss"] = "https://evil.test" })), 401, "another issuer"},
+		{"alg none", authtest.Unsigned(is.Claims(resource)), 401, "not a JWT signed with an accepted algorithm"},
+		{"HS256 keyed with the public key", authtest.SignWith(t, jose.SigningKey{Algorithm: jose.HS256, Key: rsaPub}, "rsa1", is.Claims(resource)), 401, "not a JWT signed with an accepted algorithm"},
+		{"a key the JWKS does not have", authtest.SignWith(t, jose.SigningKey{Algorithm: jose.RS256, Key: foreign}, "rogue", is.Claims(resource)), 401, "a key the issuer's key set does not have"},
+		{"a known kid, another key", authtest.SignWith(t, jose.SigningKey{Algorithm: jose.RS256, Key: foreign}, "rsa1", is.Claims(resource)), 401, "signature does not verify"},
 		{"garbage", "not.a.jwt", 401, "not a JWT"},
 		{"a token over 8 KiB", strings.Repeat("a", 9<<10), 401, "over"},
 		{"a huge header", huge, 431, ""},
@@ -609,30 +506,28 @@ func TestHTTPOAuthRefusesBadTokens(t *testing.T) {
 		t.Fatalf("%d tool runs after refused tokens, want 0", n)
 	}
 	// And the good token works, with its principal in the audit record.
-	c := mcpClient(t, f.url, is.sign(t, "ec1", is.claims(resource)), true)
+	c := mcpClient(t, f.url, is.Sign(t, "ec1", is.Claims(resource)), true)
 	if _, err := callTool(t, c, "hello", nil); err != nil {
 		t.Fatal(err)
 	}
 	recs := f.auditRecords(t)
-	if len(recs) != 1 || recs[0]["principal"] != "alice" || recs[0]["auth"] != AuthOAuth || recs[0]["client"] != "agent-1" {
+	if len(recs) != 1 || recs[0]["principal"] != "alice" || recs[0]["auth"] != auth.MethodOAuth || recs[0]["client"] != "agent-1" {
 		t.Errorf("audit %v, want one record of principal alice (oauth, client agent-1)", recs)
 	}
 }
 
 func TestHTTPOAuthKeyRotation(t *testing.T) {
-	is := newIssuer(t)
+	is := authtest.NewIssuer(t)
 	f, resource := startOAuth(t, is, nil)
-	old := is.sign(t, "rsa1", is.claims(resource))
+	old := is.Sign(t, "rsa1", is.Claims(resource))
 	if got := f.post(t, rpcReq{token: old, body: initBody}); got.status != 200 {
 		t.Fatalf("the first key's token: %d %s", got.status, got.body)
 	}
 	// The issuer rotates: a new key, the old one withdrawn.
-	is.addEC(t, "ec2")
-	is.mu.Lock()
-	is.keys = slices.DeleteFunc(is.keys, func(k jose.JSONWebKey) bool { return k.KeyID == "rsa1" })
-	is.mu.Unlock()
+	is.AddEC(t, "ec2")
+	is.Withdraw("rsa1")
 	time.Sleep(5 * time.Millisecond) // past MinRefresh
-	if got := f.post(t, rpcReq{token: is.sign(t, "ec2", is.claims(resource)), body: initBody}); got.status != 200 {
+	if got := f.post(t, rpcReq{token: is.Sign(t, "ec2", is.Claims(resource)), body: initBody}); got.status != 200 {
 		t.Fatalf("the new key's token: %d %s", got.status, got.body)
 	}
 	if got := f.post(t, rpcReq{token: old, body: initBody}); got.status != 401 {
@@ -640,64 +535,15 @@ func TestHTTPOAuthKeyRotation(t *testing.T) {
 	}
 }
 
-func TestHTTPOAuthMakesUpNoFetches(t *testing.T) {
-	is := newIssuer(t)
-	o, err := NewOAuth(OAuthOptions{Issuer: is.srv.URL, Resource: "https://toolgate.test/mcp", MinRefresh: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
-	foreign, _ := rsa.GenerateKey(rand.Reader, 2048)
-	if _, err := o.Authenticate(context.Background(), is.sign(t, "rsa1", is.claims("https://toolgate.test/mcp"))); err != nil {
-		t.Fatal(err)
-	}
-	is.mu.Lock()
-	before := is.hits
-	is.mu.Unlock()
-	for i := range 50 {
-		tok := signWith(t, jose.SigningKey{Algorithm: jose.RS256, Key: foreign}, fmt.Sprintf("made-up-%d", i), is.claims("https://toolgate.test/mcp"))
-		if _, err := o.Authenticate(context.Background(), tok); err == nil {
-			t.Fatal("a token of a made-up key was accepted")
-		}
-	}
-	is.mu.Lock()
-	defer is.mu.Unlock()
-	if is.hits != before {
-		t.Errorf("50 tokens with made-up key ids fetched the JWKS %d times within MinRefresh, want 0", is.hits-before)
-	}
-}
-
-func TestHTTPOAuthAlgorithms(t *testing.T) {
-	for _, tc := range []struct {
-		algs    []string
-		wantErr string
-	}{
-		{[]string{"RS256", "ES256"}, ""},
-		{[]string{"HS256"}, `"HS256" is not accepted`},
-		{[]string{"none"}, `"none" is not accepted`},
-	} {
-		o, err := NewOAuth(OAuthOptions{Issuer: "https://issuer.test", Resource: "https://toolgate.test/mcp", Algorithms: tc.algs})
-		if o != nil {
-			o.Close()
-		}
-		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
-			t.Errorf("NewOAuth(algs %v) = %v, want %q", tc.algs, err, tc.wantErr)
-		}
-	}
-	if _, err := NewOAuth(OAuthOptions{Issuer: "http://issuer.test", Resource: "https://toolgate.test/mcp"}); err == nil || !strings.Contains(err.Error(), "want https") {
-		t.Errorf("an http issuer off loopback: %v, want refused", err)
-	}
-}
-
 func TestHTTPScopes(t *testing.T) {
-	is := newIssuer(t)
+	is := authtest.NewIssuer(t)
 	scopes := ToolScopes{}
 	scopes.Add("tools.read", []string{"hello", "checkpoint_status"})
 	scopes.Add("tools.test", []string{"sbx"})
 	f, resource := startOAuth(t, is, scopes)
-	claims := is.claims(resource)
+	claims := is.Claims(resource)
 	claims["scope"] = "tools.read openid"
-	tok := is.sign(t, "rsa1", claims)
+	tok := is.Sign(t, "rsa1", claims)
 	for _, legacy := range []bool{true, false} {
 		c := mcpClient(t, f.url, tok, legacy)
 		if names := listNames(t, c); !slices.Equal(names, []string{"checkpoint_status", "hello"}) {
@@ -727,7 +573,7 @@ func TestHTTPScopes(t *testing.T) {
 }
 
 func TestHTTPProtectedResourceMetadata(t *testing.T) {
-	is := newIssuer(t)
+	is := authtest.NewIssuer(t)
 	scopes := ToolScopes{}
 	scopes.Add("tools.read", []string{"hello"})
 	f, resource := startOAuth(t, is, scopes)
@@ -742,7 +588,7 @@ func TestHTTPProtectedResourceMetadata(t *testing.T) {
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
 		}
-		want := map[string]any{"resource": resource, "authorization_servers": []any{is.srv.URL},
+		want := map[string]any{"resource": resource, "authorization_servers": []any{is.URL()},
 			"scopes_supported": []any{"tools.read"}, "bearer_methods_supported": []any{"header"}, "resource_name": "toolgate"}
 		if fmt.Sprint(md) != fmt.Sprint(want) {
 			t.Errorf("GET %s = %v, want %v", path, md, want)
@@ -801,7 +647,7 @@ func TestCheckListen(t *testing.T) {
 }
 
 func TestHTTPOrigin(t *testing.T) {
-	f := startHTTP(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken)), AllowOrigins: []string{"https://agents.example.com"}})
+	f := startHTTP(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken)), AllowOrigins: []string{"https://agents.example.com"}})
 	port := strings.TrimPrefix(f.base, "http://127.0.0.1:")
 	for _, tc := range []struct {
 		name    string
@@ -852,7 +698,7 @@ func TestHTTPBodyCap(t *testing.T) {
 }
 
 func TestHTTPSessionsBoundToPrincipal(t *testing.T) {
-	f := startHTTP(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken, "bob "+bobToken))})
+	f := startHTTP(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken, "bob "+bobToken))})
 	init := f.post(t, rpcReq{token: aliceToken, body: initBody})
 	sid := init.header.Get("Mcp-Session-Id")
 	if init.status != 200 || len(sid) != 32 {
@@ -883,7 +729,7 @@ func TestHTTPSessionsBoundToPrincipal(t *testing.T) {
 }
 
 func TestHTTPPrincipalLimit(t *testing.T) {
-	f := startHTTP(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken, "bob "+bobToken)), MaxPerPrincipal: 1})
+	f := startHTTP(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken, "bob "+bobToken)), MaxPerPrincipal: 1})
 	f.direct.block = make(chan struct{})
 	alice := mcpClient(t, f.url, aliceToken, false)
 	first := make(chan error, 1)
@@ -912,7 +758,7 @@ func TestHTTPPrincipalLimit(t *testing.T) {
 	if err := <-bobDone; err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(f.h.opts.Metrics.limits.WithLabelValues("principal_concurrent")); got != 1 {
+	if got := testutil.ToFloat64(f.h.metrics.limits.WithLabelValues("principal_concurrent")); got != 1 {
 		t.Errorf("limits_hit{principal_concurrent} = %v, want 1", got)
 	}
 }
@@ -950,7 +796,7 @@ func TestHTTPHealthReadyMetrics(t *testing.T) {
 		<-setup
 		return sandbox, nil
 	})
-	f := startHTTP(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken))}, func(o *Options) { o.Sandbox = sb })
+	f := startHTTP(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken))}, func(o *Options) { o.Sandbox = sb })
 	if code, body := getStatus(t, f.base+"/healthz", ""); code != 200 || body != "ok\n" {
 		t.Errorf("/healthz = %d %q", code, body)
 	}
@@ -1086,7 +932,7 @@ func TestHTTPCancelWithoutSessionIsIgnored(t *testing.T) {
 // up on the call (its request ends) cancels it: the runner sees its
 // context end and the audit record says cancelled.
 func TestHTTPProgressAndCancel(t *testing.T) {
-	f := startHTTP(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken))})
+	f := startHTTP(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken))})
 	f.direct.block = make(chan struct{})
 	defer close(f.direct.block)
 	for _, legacy := range []bool{true, false} {
@@ -1165,17 +1011,17 @@ func TestAuditTraceparentWithoutHTTP(t *testing.T) {
 // TestHTTPPrincipalsOfTwoMethods: a token file's name and an OAuth subject
 // that are equal are two principals: neither can use the other's session.
 func TestHTTPPrincipalsOfTwoMethods(t *testing.T) {
-	is := newIssuer(t)
+	is := authtest.NewIssuer(t)
 	resource := "https://toolgate.test/mcp"
-	o, err := NewOAuth(OAuthOptions{Issuer: is.srv.URL, Resource: resource})
+	o, err := auth.NewOAuth(auth.OAuthOptions{Issuer: is.URL(), Resource: resource})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer o.Close()
-	f := startHTTP(t, HTTPOptions{Auth: ChainAuth(NewStaticTokens(tokenFile(t, "alice "+aliceToken)), o), OAuth: o, Resource: resource})
+	f := startHTTP(t, HTTPOptions{Auth: auth.Chain(auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken)), o), OAuth: o, Resource: resource})
 	init := f.post(t, rpcReq{token: aliceToken, body: initBody})
 	sid := init.header.Get("Mcp-Session-Id")
-	jwtAlice := is.sign(t, "rsa1", is.claims(resource)) // sub: alice
+	jwtAlice := is.Sign(t, "rsa1", is.Claims(resource)) // sub: alice
 	h := map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-11-25"}
 	if got := f.post(t, rpcReq{token: jwtAlice, body: callBody("hello"), headers: h}); got.status != 404 {
 		t.Errorf("OAuth subject alice in token alice's session: %d, want 404", got.status)
@@ -1209,7 +1055,7 @@ func TestHTTPTLS(t *testing.T) {
 	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
 
 	s := New(Options{Conf: loadConf(t, httpConf), Direct: &fakeRunner{}})
-	h, err := NewHTTP(s, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken)), TLSCert: certFile, TLSKey: keyFile})
+	h, err := NewHTTP(s, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken)), TLSCert: certFile, TLSKey: keyFile})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/internal/testbin"
 )
 
@@ -242,7 +243,7 @@ func TestHTTPUnixLocalPrincipal(t *testing.T) {
 	if len(recs) != 1 || recs[0]["principal"] != "local" || recs[0]["auth"] != "local" || recs[0]["peer_uid"] != float64(os.Geteuid()) {
 		t.Errorf("audit %v: want principal local, auth local, peer_uid %d", recs, os.Geteuid())
 	}
-	if localPrincipal(0).key() == localPrincipal(1000).key() {
+	if auth.Local(0).Key() == auth.Local(1000).Key() {
 		t.Error("two uids are one principal")
 	}
 	// The handler serves no one without a token but over a unix socket.
@@ -253,7 +254,7 @@ func TestHTTPUnixLocalPrincipal(t *testing.T) {
 	}
 	ctx := context.WithValue(context.Background(), peerKey{}, 1000)
 	r := httptest.NewRequest(http.MethodPost, MCPPath, strings.NewReader(initBody)).WithContext(ctx)
-	if p, ok := h.authenticate(httptest.NewRecorder(), r); !ok || p.Name != "local" || p.key() != localPrincipal(1000).key() {
+	if p, ok := h.authenticate(httptest.NewRecorder(), r); !ok || p.Name != "local" || p.Key() != auth.Local(1000).Key() {
 		t.Errorf("no Auth, a unix socket peer: %v %v, want local of uid 1000", p, ok)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/toolgate/toolgate/audit"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -50,9 +51,9 @@ const (
 // durationBuckets span a direct call (about 2 ms) to a long test run.
 var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600}
 
-// NewMetrics registers the metrics of s, including the sandbox backend's
+// newMetrics registers the metrics of s, including the sandbox backend's
 // state, read at each scrape.
-func NewMetrics(s *Server) *Metrics {
+func newMetrics(s *Server) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry(), known: s.known}
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolgate_calls_total",
@@ -148,17 +149,18 @@ func (m *Metrics) Handler() http.Handler {
 // Registry is the registry (tests).
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// observe counts a call from its audit record in m (nil: no metrics):
+// observe counts a call in m (nil: no metrics) from its audit record:
 // outcome, queue wait at --max-concurrent, and the limit that ended it.
-func (r *auditRecord) observe(m *Metrics) {
+func (m *Metrics) observe(r *audit.Call) {
 	if m == nil || r.Tool == "" {
 		return
 	}
-	if r.QueuedMS.ok {
-		m.queueWait.WithLabelValues("server").Observe(float64(r.QueuedMS.v) / 1000)
+	if ms, ok := r.QueuedMS.Get(); ok {
+		m.queueWait.WithLabelValues("server").Observe(float64(ms) / 1000)
 	}
 	outcome := OutcomeOK
-	limit := r.Limit.v
+	_, failed := r.Error.Get()
+	limit := r.Limit.Value()
 	switch {
 	case r.Refused != "":
 		outcome = OutcomeRefused
@@ -170,9 +172,9 @@ func (r *auditRecord) observe(m *Metrics) {
 		}
 	case r.Cancelled:
 		outcome = OutcomeCancelled
-	case r.Error.ok:
+	case failed:
 		outcome = OutcomeFailed
-	case r.TimedOut.v || limit == string(rt.LimitTimeout):
+	case r.TimedOut.Value() || limit == string(rt.LimitTimeout):
 		outcome = OutcomeTimeout
 		m.limits.WithLabelValues("timeout").Inc()
 	case limit == string(rt.LimitPids) || limit == string(rt.LimitMemory):
@@ -181,7 +183,7 @@ func (r *auditRecord) observe(m *Metrics) {
 	case r.IsError:
 		outcome = OutcomeError
 	}
-	if r.Truncated.v {
+	if r.Truncated.Value() {
 		m.limits.WithLabelValues("output").Inc()
 	}
 	// A record of a call refused before it began may have no backend.

@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/toolgate/toolgate/auth"
 )
 
 func randomWord(t *testing.T, prefix string) string {
@@ -50,8 +52,8 @@ func series(t *testing.T, c prometheus.Collector) []string {
 // {method="other",code="401"}, not 400; calls of made-up tools and
 // requests with made-up Origins add none beyond their closed sets.
 func TestMetricLabelsBounded(t *testing.T) {
-	f := startHTTP(t, HTTPOptions{Auth: NewStaticTokens(tokenFile(t, "alice "+aliceToken))})
-	m := f.h.opts.Metrics
+	f := startHTTP(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken))})
+	m := f.h.metrics
 	for range 400 {
 		req, err := http.NewRequest(randomWord(t, "X"), f.url, strings.NewReader(initBody))
 		if err != nil {

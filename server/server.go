@@ -22,6 +22,7 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
@@ -58,6 +59,9 @@ type Options struct {
 	// keeps its terminal control sequences (--keep-escapes); every other
 	// tool's are neutralised (escapes.go).
 	KeepEscapes []string
+	// Metrics counts every call in Prometheus metrics (Server.Metrics),
+	// served over HTTP at /metrics.
+	Metrics bool
 }
 
 // Server is a configured toolgate MCP server.
@@ -79,7 +83,7 @@ type Server struct {
 	served []status.Tool
 	down   *downstreamSet // ConnectDownstream
 
-	// metrics, when set (NewHTTP), count every call.
+	// metrics, when Options.Metrics, count every call.
 	metrics *Metrics
 
 	// listed is closed when the downstream discovery started by
@@ -123,14 +127,22 @@ func New(opts Options) *Server {
 	s.mcp = mcpserver.NewMCPServer("toolgate", opts.Version,
 		mcpserver.WithToolCapabilities(true),
 		mcpserver.WithRecovery(),
+		mcpserver.WithToolHandlerMiddleware(s.gateCall),
 		mcpserver.WithToolFilter(s.sortTools),
+		mcpserver.WithToolFilter(gateTools),
 		mcpserver.WithHooks(s.hooks()),
 		mcpserver.WithInstructions("toolgate serves operator-configured, fixed-argv tools. "+
 			"External tools take no arguments: what the operator configured is what runs."),
 	)
 	s.register()
+	if opts.Metrics {
+		s.metrics = newMetrics(s)
+	}
 	return s
 }
+
+// Metrics are the server's metrics; nil unless Options.Metrics.
+func (s *Server) Metrics() *Metrics { return s.metrics }
 
 // InFlight is the number of external calls running now.
 func (s *Server) InFlight() int { return int(s.inFlight.Load()) }
@@ -252,9 +264,9 @@ func (s *Server) builtinHandler(b builtin.Tool) mcpserver.ToolHandlerFunc {
 		if res.IsError {
 			res.Text = boundText(res.Text, MaxErrorText) // it may quote the arguments
 		}
-		rec := &auditRecord{RequestID: requestID(req), Tool: b.Name, Kind: "builtin", Backend: s.builtinBackend(b),
-			IsError: res.IsError, ElapsedMS: some(time.Since(start).Milliseconds())}
-		rec.annotate(ctx, req)
+		rec := &audit.Call{RequestID: requestID(req), Tool: b.Name, Kind: "builtin", Backend: s.builtinBackend(b),
+			IsError: res.IsError, ElapsedMS: audit.Some(time.Since(start).Milliseconds())}
+		rec.Annotate(ctx, req)
 		s.audit(rec, "call")
 		return toolResult(res.Text, res.Structured, res.IsError), nil
 	}

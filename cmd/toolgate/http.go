@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/server"
 )
@@ -61,7 +62,7 @@ func (f *httpFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.oauthIssuer, "oauth-issuer", "", "OAuth 2.1 resource server: accept JWT access tokens of this issuer (its keys from its metadata, or --oauth-jwks-url)")
 	fs.StringVar(&f.oauthResource, "oauth-resource", "", "this server's URL as clients reach it (https://host/mcp): the audience a token must name, and the protected resource metadata's resource")
 	fs.StringVar(&f.oauthJWKS, "oauth-jwks-url", "", "the issuer's JWKS URL (default: from its RFC 8414 or OpenID Connect metadata)")
-	fs.StringVar(&f.oauthAlgs, "oauth-algs", strings.Join(server.DefaultOAuthAlgorithms, ","), "signature algorithms accepted (asymmetric only)")
+	fs.StringVar(&f.oauthAlgs, "oauth-algs", strings.Join(auth.DefaultOAuthAlgorithms, ","), "signature algorithms accepted (asymmetric only)")
 	fs.Var(&f.toolScopes, "tool-scope", "SCOPE=TOOL[,TOOL...]: a token with SCOPE lists and calls these tools (* for all); once given, a tool no scope names is served to no one over HTTP (repeatable)")
 	fs.Var(&f.allowOrigins, "allow-origin", "an Origin (scheme://host[:port]) accepted besides loopback ones; a request with any other Origin is refused 403 (repeatable)")
 	fs.Var(&f.allowHosts, "allow-host", "a host name a request's Host may give besides IP addresses, localhost and the hosts of --listen, --metrics-listen and --oauth-resource; any other name is refused 403 on every path (DNS rebinding) (repeatable)")
@@ -153,7 +154,7 @@ func serveHTTP(ctx context.Context, a *app, srv *server.Server, f *httpFlags, ma
 		fmt.Fprintf(stderr, "toolgate serve: "+format+"\n", v...)
 		return code
 	}
-	var auths []server.Authenticator
+	var auths []auth.Authenticator
 	opts := server.HTTPOptions{
 		Scopes:            f.scopes,
 		AllowOrigins:      f.allowOrigins,
@@ -172,7 +173,7 @@ func serveHTTP(ctx context.Context, a *app, srv *server.Server, f *httpFlags, ma
 		if err != nil {
 			return fail(2, "--auth-tokens: %v", err)
 		}
-		auths = append(auths, server.NewStaticTokens(t))
+		auths = append(auths, auth.NewStaticTokens(t))
 		a.log.WithField("tokens", len(t.Tokens)).Info("static bearer tokens loaded")
 	}
 	if f.oauthConfigured {
@@ -182,7 +183,7 @@ func serveHTTP(ctx context.Context, a *app, srv *server.Server, f *httpFlags, ma
 				algs = append(algs, s)
 			}
 		}
-		o, err := server.NewOAuth(server.OAuthOptions{
+		o, err := auth.NewOAuth(auth.OAuthOptions{
 			Issuer: f.oauthIssuer, Resource: f.oauthResource, JWKSURL: f.oauthJWKS, Algorithms: algs, Log: a.log,
 		})
 		if err != nil {
@@ -193,9 +194,8 @@ func serveHTTP(ctx context.Context, a *app, srv *server.Server, f *httpFlags, ma
 		opts.OAuth, opts.Resource = o, f.oauthResource
 	}
 	if len(auths) > 0 {
-		opts.Auth = server.ChainAuth(auths...)
+		opts.Auth = auth.Chain(auths...)
 	}
-	opts.Metrics = server.NewMetrics(srv)
 	h, err := server.NewHTTP(srv, opts)
 	if err != nil {
 		return fail(2, "%v", err)
@@ -245,7 +245,7 @@ func serveHTTP(ctx context.Context, a *app, srv *server.Server, f *httpFlags, ma
 		if f.gid >= 0 {
 			who = fmt.Sprintf("toolgate's user and group %d", f.gid)
 		}
-		a.log.WithField("socket", f.unixPath).Infof("serving MCP on a unix socket without authentication: every process of %s may connect, as principal %q", who, server.LocalPrincipal)
+		a.log.WithField("socket", f.unixPath).Infof("serving MCP on a unix socket without authentication: every process of %s may connect, as principal %q", who, auth.LocalPrincipal)
 	} else if scheme == "http" {
 		if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 			a.log.Warn("serving MCP over plain HTTP on a non-loopback address: bearer tokens cross the network in the clear unless a TLS proxy or mesh is in front (--tls-cert, --tls-key)")

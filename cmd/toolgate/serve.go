@@ -63,6 +63,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	a.opts.MaxRequestBytes = *maxRequest
 	a.opts.KeepEscapes = keep
+	a.opts.Metrics = hf.listen != "" // served at /metrics
 	srv := server.New(a.opts)
 	// Prepared sandboxes for every served test-class tool (and the
 	// built-ins' fixed helper runs), once the backend is ready.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/direct"
@@ -181,13 +182,12 @@ func (a *app) close() {
 
 // auditConf records a refused tools.conf in the audit log: one record per
 // refused line (line number, field, reason; never more of the file).
-func auditConf(audit *logrus.Logger, c *conf.Config) {
+func auditConf(l *logrus.Logger, c *conf.Config) {
 	if c.State != conf.StateRefused {
 		return
 	}
 	for _, ce := range status.FromConf(c).Errors {
-		audit.WithFields(logrus.Fields{"kind": "conf", "conf": c.Path, "state": c.State,
-			"line": ce.Line, "field": ce.Field, "reason": ce.Reason}).Info("conf refused")
+		audit.Conf{Conf: c.Path, State: c.State, Line: ce.Line, Field: ce.Field, Reason: ce.Reason}.Write(l)
 	}
 }
 

@@ -1,4 +1,4 @@
-package server
+package auth
 
 import (
 	"context"
@@ -159,7 +159,7 @@ func secureURL(raw string) error {
 	if err != nil || u.Host == "" {
 		return fmt.Errorf("%q is not an absolute URL", raw)
 	}
-	if u.Scheme == "https" || (u.Scheme == "http" && loopbackHost(u.Hostname())) {
+	if u.Scheme == "https" || (u.Scheme == "http" && IsLoopbackHost(u.Hostname())) {
 		return nil
 	}
 	return fmt.Errorf("%q: want https (http only on a loopback host)", raw)
@@ -179,7 +179,7 @@ func (o *OAuth) fetchable(raw string) error {
 		return nil
 	}
 	iss, _ := url.Parse(o.opts.Issuer)
-	if u.Scheme == "http" && iss.Scheme == "http" && loopbackHost(iss.Hostname()) && loopbackHost(u.Hostname()) {
+	if u.Scheme == "http" && iss.Scheme == "http" && IsLoopbackHost(iss.Hostname()) && IsLoopbackHost(u.Hostname()) {
 		return nil
 	}
 	return fmt.Errorf("%q: want https (plain http only for an http issuer on loopback)", raw)
@@ -196,8 +196,8 @@ func refuseRedirect(req *http.Request, _ []*http.Request) error {
 	return fmt.Errorf("redirected to %s: toolgate follows no redirect for the issuer's metadata or keys (name the final URL: --oauth-jwks-url, or the issuer's metadata)", req.URL.Redacted())
 }
 
-// loopbackHost reports a loopback IP literal or localhost.
-func loopbackHost(h string) bool {
+// IsLoopbackHost reports a loopback IP literal or localhost.
+func IsLoopbackHost(h string) bool {
 	if strings.EqualFold(h, "localhost") {
 		return true
 	}
@@ -207,6 +207,9 @@ func loopbackHost(h string) bool {
 
 // Close stops the background refresh.
 func (o *OAuth) Close() { o.stop() }
+
+// Issuer returns the issuer identifier tokens must carry.
+func (o *OAuth) Issuer() string { return o.opts.Issuer }
 
 // Algorithms returns the signature allow-list.
 func (o *OAuth) Algorithms() []string {
@@ -410,7 +413,7 @@ func (o *OAuth) keysFor(ctx context.Context, kid string) ([]jose.JSONWebKey, err
 		if err == nil {
 			err = errors.New("no fetch has answered yet")
 		}
-		return nil, fmt.Errorf("%w: the issuer's keys are not loaded: %w", ErrAuthUnavailable, err)
+		return nil, fmt.Errorf("%w: the issuer's keys are not loaded: %w", ErrUnavailable, err)
 	}
 	return nil, invalidToken("signed with a key the issuer's key set does not have")
 }
@@ -490,7 +493,7 @@ func (o *OAuth) Authenticate(ctx context.Context, raw string) (Principal, error)
 		return Principal{}, invalidToken("claims do not validate")
 	}
 	p := Principal{
-		Name: showClaim(claims.Subject), Method: AuthOAuth, Scopes: scopesOf(extra),
+		Name: showClaim(claims.Subject), Method: MethodOAuth, Scopes: scopesOf(extra),
 		Issuer: claims.Issuer, Subject: claims.Subject,
 	}
 	p.Client = showClaim(extra.Azp)
@@ -578,20 +581,4 @@ func showClaim(s string) string {
 		b.WriteString(part)
 	}
 	return b.String() + mark
-}
-
-// bounded cuts s to at most n bytes and replaces what does not print, so
-// that a value quoted in an error cannot flood or forge a line. It is
-// lossy: never use it for what must tell two values apart (showClaim).
-func bounded(s string, n int) string {
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsPrint(r) {
-			return r
-		}
-		return '?'
-	}, s)
-	if len(s) > n {
-		s = strings.ToValidUTF8(s[:n], "")
-	}
-	return s
 }

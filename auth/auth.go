@@ -1,4 +1,10 @@
-package server
+// Package auth authenticates the requests of toolgate's HTTP transport:
+// the principal a request was authenticated as (Principal, carried in its
+// context), bearer tokens checked against a token file (StaticTokens) or
+// as JWT access tokens of an OAuth 2.1 issuer (OAuth), and the RFC 6750
+// refusals. It knows nothing of tools or of the MCP server: what a
+// principal may call is the server's (--tool-scope).
+package auth
 
 import (
 	"context"
@@ -22,10 +28,10 @@ type Principal struct {
 	// file's name of the token, or the OAuth token's subject as
 	// showClaim escapes it (two subjects never show the same).
 	Name string
-	// Method is AuthToken, AuthOAuth or AuthLocal.
+	// Method is MethodToken, MethodOAuth or MethodLocal.
 	Method string
 	// Issuer and Subject are an OAuth principal's iss and sub exactly as
-	// the token says: the pair is who it is (key), whatever Name shows.
+	// the token says: the pair is who it is (Key), whatever Name shows.
 	Issuer, Subject string
 	// Scopes are the scopes the token carries (token file or the JWT's
 	// scope/scp claim).
@@ -34,15 +40,16 @@ type Principal struct {
 	// client_id), when the token says.
 	Client string
 	// peerUID is the uid of the process at the other end of a unix
-	// socket (SO_PEERCRED): the local principal's.
-	peerUID opt[int]
+	// socket (SO_PEERCRED): the local principal's, when hasPeer.
+	peerUID int
+	hasPeer bool
 }
 
 // The ways a principal is authenticated.
 const (
-	AuthToken = "token" // a static bearer token of --auth-tokens
-	AuthOAuth = "oauth" // a JWT access token of --oauth-issuer
-	AuthLocal = "local" // a unix socket listener without authentication: whoever the socket's mode lets connect
+	MethodToken = "token" // a static bearer token of --auth-tokens
+	MethodOAuth = "oauth" // a JWT access token of --oauth-issuer
+	MethodLocal = "local" // a unix socket listener without authentication: whoever the socket's mode lets connect
 )
 
 // LocalPrincipal is the principal of every request over a unix socket
@@ -50,22 +57,28 @@ const (
 // too (peer_uid), and sessions and queues are each uid's own.
 const LocalPrincipal = "local"
 
-func localPrincipal(uid int) Principal {
-	return Principal{Name: LocalPrincipal, Method: AuthLocal, peerUID: some(uid)}
+// Local is the principal of a request over a unix socket listener without
+// authentication, from a process of uid.
+func Local(uid int) Principal {
+	return Principal{Name: LocalPrincipal, Method: MethodLocal, peerUID: uid, hasPeer: true}
 }
 
-// key identifies p in sessions, queues and cancellation. It is
+// PeerUID returns the uid of a local principal's process; ok is false for
+// a principal a token authenticated.
+func (p Principal) PeerUID() (uid int, ok bool) { return p.peerUID, p.hasPeer }
+
+// Key identifies p in sessions, queues and cancellation. It is
 // injective: a token file's name and an OAuth subject that happen to be
 // equal are not one principal, nor are two uids on a unix socket, and an
 // OAuth principal is its exact (issuer, subject) pair, each quoted
 // (strconv.Quote is reversible, and a quoted string ends where its
 // closing quote is), never the Name that shows it.
-func (p Principal) key() string {
-	if p.Method == AuthOAuth {
+func (p Principal) Key() string {
+	if p.Method == MethodOAuth {
 		return p.Method + "/" + strconv.Quote(p.Issuer) + "/" + strconv.Quote(p.Subject)
 	}
-	if p.peerUID.ok {
-		return p.Method + "/" + p.Name + "/" + strconv.Itoa(p.peerUID.v)
+	if p.hasPeer {
+		return p.Method + "/" + p.Name + "/" + strconv.Itoa(p.peerUID)
 	}
 	return p.Method + "/" + p.Name
 }
@@ -90,27 +103,27 @@ func PrincipalFrom(ctx context.Context) (Principal, bool) {
 // Authenticator checks a bearer token.
 type Authenticator interface {
 	// Authenticate returns the principal of token, or an error: an
-	// *AuthError for a token that is refused, anything else when the token
-	// could not be checked now (ErrAuthUnavailable).
+	// *Error for a token that is refused, anything else when the token
+	// could not be checked now (ErrUnavailable).
 	Authenticate(ctx context.Context, token string) (Principal, error)
 }
 
-// AuthError is a refused token: the RFC 6750 error code and a description
+// Error is a refused token: the RFC 6750 error code and a description
 // that never quotes the token.
-type AuthError struct {
+type Error struct {
 	Code        string // invalid_token, invalid_request
 	Description string
 }
 
-func (e *AuthError) Error() string { return e.Code + ": " + e.Description }
+func (e *Error) Error() string { return e.Code + ": " + e.Description }
 
-// ErrAuthUnavailable wraps why a token could not be checked at all (the
+// ErrUnavailable wraps why a token could not be checked at all (the
 // issuer's keys are not loaded): the client should retry, not discard its
 // token.
-var ErrAuthUnavailable = errors.New("authentication unavailable")
+var ErrUnavailable = errors.New("authentication unavailable")
 
 func invalidToken(format string, a ...any) error {
-	return &AuthError{Code: "invalid_token", Description: fmt.Sprintf(format, a...)}
+	return &Error{Code: "invalid_token", Description: fmt.Sprintf(format, a...)}
 }
 
 // StaticTokens authenticates the bearer tokens of a token file.
@@ -139,7 +152,7 @@ func (s *StaticTokens) Authenticate(_ context.Context, token string) (Principal,
 		return Principal{}, errUnknownToken
 	}
 	t := s.tokens[match]
-	return Principal{Name: t.Name, Method: AuthToken, Scopes: slices.Clone(t.Scopes)}, nil
+	return Principal{Name: t.Name, Method: MethodToken, Scopes: slices.Clone(t.Scopes)}, nil
 }
 
 var errUnknownToken = invalidToken("unknown token")
@@ -150,9 +163,9 @@ var errUnknownToken = invalidToken("unknown token")
 // token at all and no other refused it for a reason of its own.
 type chain []Authenticator
 
-// ChainAuth accepts a token any of auths accepts (static tokens, then
+// Chain accepts a token any of auths accepts (static tokens, then
 // OAuth).
-func ChainAuth(auths ...Authenticator) Authenticator { return chain(auths) }
+func Chain(auths ...Authenticator) Authenticator { return chain(auths) }
 
 func (c chain) Authenticate(ctx context.Context, token string) (Principal, error) {
 	var refused, unavailable error
@@ -161,7 +174,7 @@ func (c chain) Authenticate(ctx context.Context, token string) (Principal, error
 		switch {
 		case err == nil:
 			return p, nil
-		case errors.Is(err, ErrAuthUnavailable):
+		case errors.Is(err, ErrUnavailable):
 			unavailable = err
 		case refused == nil || errors.Is(refused, errUnknownToken):
 			refused = err
@@ -176,30 +189,30 @@ func (c chain) Authenticate(ctx context.Context, token string) (Principal, error
 	return Principal{}, refused
 }
 
-// bearerToken returns the token of an Authorization: Bearer header. ok is
+// BearerToken returns the token of an Authorization: Bearer header. ok is
 // false when there is no Authorization header; err says why a header is
 // refused.
-func bearerToken(r *http.Request) (token string, ok bool, err error) {
+func BearerToken(r *http.Request) (token string, ok bool, err error) {
 	h := r.Header.Values("Authorization")
 	if len(h) == 0 {
 		return "", false, nil
 	}
 	if len(h) > 1 {
-		return "", true, &AuthError{Code: "invalid_request", Description: "more than one Authorization header"}
+		return "", true, &Error{Code: "invalid_request", Description: "more than one Authorization header"}
 	}
 	scheme, tok, found := strings.Cut(h[0], " ")
 	if !found || !strings.EqualFold(scheme, "Bearer") {
-		return "", true, &AuthError{Code: "invalid_request", Description: "want Authorization: Bearer <token>"}
+		return "", true, &Error{Code: "invalid_request", Description: "want Authorization: Bearer <token>"}
 	}
 	tok = strings.TrimSpace(tok)
 	if tok == "" {
-		return "", true, &AuthError{Code: "invalid_request", Description: "empty bearer token"}
+		return "", true, &Error{Code: "invalid_request", Description: "empty bearer token"}
 	}
 	if len(tok) > conf.MaxTokenLength {
 		return "", true, invalidToken("token over %d bytes", conf.MaxTokenLength)
 	}
 	if r.URL.Query().Has("access_token") {
-		return "", true, &AuthError{Code: "invalid_request", Description: "a token in the query string is not accepted"}
+		return "", true, &Error{Code: "invalid_request", Description: "a token in the query string is not accepted"}
 	}
 	return tok, true, nil
 }

@@ -1,4 +1,4 @@
-package server
+package auth
 
 import (
 	"crypto/sha256"
@@ -58,23 +58,23 @@ func TestShowClaim(t *testing.T) {
 // file name, whatever the shown names.
 func TestPrincipalKey(t *testing.T) {
 	ps := []Principal{
-		{Name: "alice", Method: AuthToken},
-		{Name: "alice", Method: AuthOAuth, Issuer: "https://a.test", Subject: "alice"},
-		{Name: "alice", Method: AuthOAuth, Issuer: "https://b.test", Subject: "alice"},
-		{Name: "a%01", Method: AuthOAuth, Issuer: "https://a.test", Subject: "a\x01"},
-		{Name: "a%01", Method: AuthOAuth, Issuer: "https://a.test", Subject: "a%01"}, // a Name that lies
-		{Name: "x", Method: AuthOAuth, Issuer: `https://a.test"/"b`, Subject: "c"},
-		{Name: "x", Method: AuthOAuth, Issuer: "https://a.test", Subject: `b"/"c`},
+		{Name: "alice", Method: MethodToken},
+		{Name: "alice", Method: MethodOAuth, Issuer: "https://a.test", Subject: "alice"},
+		{Name: "alice", Method: MethodOAuth, Issuer: "https://b.test", Subject: "alice"},
+		{Name: "a%01", Method: MethodOAuth, Issuer: "https://a.test", Subject: "a\x01"},
+		{Name: "a%01", Method: MethodOAuth, Issuer: "https://a.test", Subject: "a%01"}, // a Name that lies
+		{Name: "x", Method: MethodOAuth, Issuer: `https://a.test"/"b`, Subject: "c"},
+		{Name: "x", Method: MethodOAuth, Issuer: "https://a.test", Subject: `b"/"c`},
 	}
 	seen := map[string]int{}
 	for i, p := range ps {
-		k := p.key()
+		k := p.Key()
 		if j, ok := seen[k]; ok {
 			t.Errorf("principals %+v and %+v share the key %q", ps[j], p, k)
 		}
 		seen[k] = i
 	}
-	if got, want := ps[3].key(), `oauth/"https://a.test"/"a\x01"`; got != want {
+	if got, want := ps[3].Key(), `oauth/"https://a.test"/"a\x01"`; got != want {
 		t.Errorf("key() = %q, want %q", got, want)
 	}
 }
