@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 
 // DrainGrace is how long Exec waits for the output pipe to reach EOF after
@@ -54,7 +56,7 @@ type Cmd struct {
 	Seen *atomic.Int64
 	// Group is the call's cgroup, when the host offers one. Everything the
 	// call starts is in it and is killed with it.
-	Group *Group
+	Group *cgroup.Group
 	// Stop, when set, asks the process tree to end early (timeout or
 	// cancellation) instead of the default SIGKILL of the process group.
 	// Exec still SIGKILLs the group if the direct child has not exited
@@ -127,7 +129,7 @@ type supervised struct {
 	maxBytes    int
 	stderrMax   int
 	seen        *atomic.Int64
-	group       *Group
+	group       *cgroup.Group
 	stop        func(pid int)
 	finish      func()
 }
@@ -224,7 +226,7 @@ wait:
 		res.Stderr, res.StderrBytes, _ = stderr.result()
 	}
 	if sv.group != nil {
-		if l := sv.group.limitHit(); l != LimitNone && res.Limit == LimitNone {
+		if l := cgroupLimit(sv.group.Exceeded()); l != LimitNone && res.Limit == LimitNone {
 			res.Limit = l
 		}
 	}
@@ -241,7 +243,7 @@ type proc struct {
 	dir   string
 	sys   *syscall.SysProcAttr
 	extra []*os.File
-	group *Group
+	group *cgroup.Group
 }
 
 // start starts p with the given streams (a nil stdin is /dev/null) and
@@ -275,7 +277,7 @@ func (p proc) start(stdin, stdout, stderr *os.File) (*exec.Cmd, error) {
 // attributes, in a process group of its own, SIGKILLed when the server's
 // thread that started it dies (unless asked otherwise), and in g's
 // cgroup2 group when there is one.
-func processAttr(base *syscall.SysProcAttr, g *Group) *syscall.SysProcAttr {
+func processAttr(base *syscall.SysProcAttr, g *cgroup.Group) *syscall.SysProcAttr {
 	attr := &syscall.SysProcAttr{}
 	if base != nil {
 		*attr = *base
@@ -285,11 +287,23 @@ func processAttr(base *syscall.SysProcAttr, g *Group) *syscall.SysProcAttr {
 	if attr.Pdeathsig == 0 {
 		attr.Pdeathsig = syscall.SIGKILL
 	}
-	if g != nil && g.fd >= 0 {
+	if fd := g.FD(); fd >= 0 {
 		attr.UseCgroupFD = true
-		attr.CgroupFD = g.fd
+		attr.CgroupFD = fd
 	}
 	return attr
+}
+
+// cgroupLimit is the Limit of a cgroup controller whose limit a call's
+// group reached (cgroup.Group.Exceeded).
+func cgroupLimit(controller string) Limit {
+	switch controller {
+	case cgroup.Memory:
+		return LimitMemory
+	case cgroup.Pids:
+		return LimitPids
+	}
+	return LimitNone
 }
 
 // callPipes are the pipes of one call: stdout, stderr (the same pipe when
@@ -347,7 +361,7 @@ func (p *callPipes) close() {
 
 // killGroup SIGKILLs the process group led by pid and, when set, every
 // process of the call's cgroup.
-func killGroup(pid int, g *Group) {
+func killGroup(pid int, g *cgroup.Group) {
 	_ = unix.Kill(-pid, unix.SIGKILL)
 	if g != nil {
 		g.Kill()

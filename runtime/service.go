@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/egress"
 	"github.com/toolgate/toolgate/egress/allowlist"
 
+	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/shim"
 )
 
@@ -101,7 +102,7 @@ type ServiceCmd struct {
 	// Group, when set, is the cgroup the process starts in. The Process
 	// owns it from then on: it is killed and removed when the process
 	// ends.
-	Group *Group
+	Group *cgroup.Group
 	// Stop, when set, asks the process tree to end instead of the default
 	// SIGKILL of the process group (the reap shim takes SIGTERM as "kill
 	// everything"). The group is SIGKILLed anyway if the direct child has
@@ -128,7 +129,7 @@ type Process struct {
 	stdin  *os.File
 	stdout *os.File
 	pid    int
-	group  *Group
+	group  *cgroup.Group
 	egress *Egress
 	ids    SandboxID
 	stop   func(pid int)
@@ -344,7 +345,7 @@ func forwardLines(r io.Reader, sink func(string)) {
 type DirectServices struct {
 	// Cgroups is the host's cgroup support; without a cgroup2 part the
 	// reap shim tracks the service instead.
-	Cgroups *Cgroups
+	Cgroups *cgroup.Manager
 	// Shim is the toolgate-shim binary (the reap shim).
 	Shim string
 }
@@ -372,7 +373,7 @@ func (d *DirectServices) StartService(ctx context.Context, s Service) (*Process,
 		c.Dir = "/"
 	}
 	if d.Cgroups != nil && d.Cgroups.V2 != "" {
-		if g, err := d.Cgroups.NewGroup(s.ID, Limits{}); err == nil {
+		if g, err := d.Cgroups.NewGroup(s.ID, cgroup.Limits{}); err == nil {
 			c.Group = g
 			p, err := StartProcess(c)
 			if err != nil {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 
 // StandbyCmd is how a backend starts a prepared sandbox: the common ground
@@ -35,7 +37,7 @@ type StandbyCmd struct {
 	// ExtraFiles become fds 3 and up, then the release channel.
 	ExtraFiles []*os.File
 	// Group is the sandbox's cgroup. The Standby owns it.
-	Group *Group
+	Group *cgroup.Group
 	// Streams says how the call's stdout, stderr and stdin reach the
 	// sandbox.
 	Streams StreamsAt
@@ -94,7 +96,7 @@ type Standby struct {
 	cmd     *exec.Cmd
 	pid     int
 	ctl     *os.File
-	group   *Group
+	group   *cgroup.Group
 	streams StreamsAt
 	pipes   *callPipes // StreamsAtPrepare
 	split   bool

@@ -28,6 +28,7 @@ import (
 
 	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/shim"
 )
 
@@ -40,7 +41,7 @@ type Config struct {
 	// and, bound read-only at ShimPath, the init shim inside it.
 	Shim string
 	// Cgroups is the host's cgroup support.
-	Cgroups *rt.Cgroups
+	Cgroups *cgroup.Manager
 	// Limits are the per-call limits.
 	Limits rt.SandboxLimits
 }
@@ -49,7 +50,7 @@ type Config struct {
 type Runner struct {
 	bwrap  string
 	shim   string
-	cg     *rt.Cgroups
+	cg     *cgroup.Manager
 	limits rt.SandboxLimits
 	// policy is the sandbox of every call, rendered by Args.
 	policy bundle.Policy
@@ -373,10 +374,10 @@ type start struct {
 // service's) starts so: bwrap gives no new session keyring, and without
 // the shim's the sandbox would share toolgate's (issue 21). The rlimits
 // are set by the shim inside the sandbox. The caller closes the group.
-func (r *Runner) enter(name string, plan Plan, id rt.SandboxID) (*rt.Group, start, error) {
-	var group *rt.Group
+func (r *Runner) enter(name string, plan Plan, id rt.SandboxID) (*cgroup.Group, start, error) {
+	var group *cgroup.Group
 	if r.cg != nil && (r.cg.V2 != "" || r.limits.Pids > 0 || r.limits.Memory > 0) {
-		g, err := r.cg.NewGroup(name, rt.Limits{Pids: r.limits.Pids, Memory: r.limits.Memory})
+		g, err := r.cg.NewGroup(name, cgroup.Limits{Pids: r.limits.Pids, Memory: r.limits.Memory})
 		if err != nil {
 			return nil, start{}, fmt.Errorf("sandbox cgroup: %w", err)
 		}

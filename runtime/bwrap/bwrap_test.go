@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/bundle"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 
 func TestMain(m *testing.M) {
@@ -27,7 +28,7 @@ func newRunner(t *testing.T) *Runner {
 	if _, err := Find(); err != nil {
 		testbin.Missing(t, "%v", err)
 	}
-	cg := rt.SetupCgroups()
+	cg := cgroup.Setup()
 	t.Cleanup(cg.Close)
 	r, err := New(context.Background(), Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: rt.DefaultSandboxLimits()})
 	if errors.Is(err, bundle.ErrNoSeccomp) {
@@ -114,7 +115,7 @@ func TestSandboxUID(t *testing.T) {
 	if _, err := Find(); err != nil {
 		testbin.Missing(t, "%v", err)
 	}
-	cg := rt.SetupCgroups()
+	cg := cgroup.Setup()
 	t.Cleanup(cg.Close)
 	limits := rt.DefaultSandboxLimits()
 	limits.IDs = rt.IDRange{UID: 64123, GID: 64124, Count: 1, Shared: true}
@@ -170,7 +171,7 @@ func BenchmarkRun(b *testing.B) {
 		cg   bool
 	}{{"cgroup-limits", true}, {"no-cgroup-limits", false}} {
 		b.Run(bc.name, func(b *testing.B) {
-			cg := rt.SetupCgroups()
+			cg := cgroup.Setup()
 			b.Cleanup(cg.Close)
 			limits := rt.DefaultSandboxLimits()
 			if !bc.cg {

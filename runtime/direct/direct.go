@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/shim"
 )
 
@@ -22,7 +23,7 @@ import (
 type Runner struct {
 	// Cgroups is the host's cgroup support; without a cgroup2 part the
 	// reap shim tracks the call instead.
-	Cgroups *rt.Cgroups
+	Cgroups *cgroup.Manager
 	// Shim is the toolgate-shim binary (the reap shim).
 	Shim string
 }
@@ -58,7 +59,7 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		Seen:      inv.Seen,
 	}
 	if r.Tracking() == "cgroup2" {
-		g, err := r.Cgroups.NewGroup(inv.ID, rt.Limits{})
+		g, err := r.Cgroups.NewGroup(inv.ID, cgroup.Limits{})
 		if err == nil {
 			defer g.Close()
 			c.Group = g

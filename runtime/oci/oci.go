@@ -30,6 +30,7 @@ import (
 
 	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/shim"
 )
 
@@ -166,7 +167,7 @@ func newPlan(cfg Config) (*plan, error) {
 	// The cgroup limits the host can enforce; the rest are notes for
 	// doctor.
 	p.policy.Pids, p.policy.Memory = 0, 0
-	cg := rt.ReadCgroupHost().Roots()
+	cg := cgroup.ReadHost().Roots()
 	if cfg.Limits.Pids > 0 {
 		if cg.Pids {
 			p.policy.Pids = max(cfg.Limits.Pids, fl.pidsFloor)
@@ -187,7 +188,7 @@ func newPlan(cfg Config) (*plan, error) {
 	}
 	if cfg.Runtime == Crun && cg.HybridControllers {
 		p.mask = filepath.Join(p.dir, "empty-cgroup.controllers")
-		p.notes = append(p.notes, "crun: hybrid cgroups with controllers in the unified hierarchy; crun is run in a private mount namespace where "+rt.UnifiedControllers+" reads empty")
+		p.notes = append(p.notes, "crun: hybrid cgroups with controllers in the unified hierarchy; crun is run in a private mount namespace where "+cgroup.UnifiedControllers+" reads empty")
 	}
 	return p, nil
 }
@@ -520,7 +521,7 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 		Argv:      r.fl.createArgv(r.bin, r.state, b, filepath.Join(b, "pid"), id),
 	}
 	if r.mask != "" {
-		hold.Mask = r.mask + "=" + rt.UnifiedControllers
+		hold.Mask = r.mask + "=" + cgroup.UnifiedControllers
 	}
 	dirs := []string{t.Path}
 	if t.Dir != "" {
