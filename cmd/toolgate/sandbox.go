@@ -18,6 +18,7 @@ import (
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
 	"github.com/toolgate/toolgate/runtime/cgroup"
+	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/status"
 )
 
@@ -116,8 +117,8 @@ func (f *sandboxFlags) fixedFlag(uid bool) func(string) error {
 }
 
 // poolTemplates are what the pool keeps sandboxes prepared for: every
-// served test-class tool, in conf order (rt.Template of the invocation
-// server/external.go makes), then the built-ins' helper runs whose argv is
+// served test-class tool, in conf order (the Template of the invocation
+// the call handler runs, server.InvocationOf), then the built-ins' helper runs whose argv is
 // fixed. A tool with an egress line is left out: its proxy is the call's
 // own (its caps and audit records are the call's), so its sandbox is made
 // on the call's path.
@@ -132,7 +133,7 @@ func poolTemplates(c *conf.Config, served []status.Tool, helpers []rt.Template) 
 	if c != nil {
 		for _, t := range c.Tools {
 			if t.Class == conf.ClassTest && names[t.Name] && len(t.Egress) == 0 {
-				out = append(out, rt.Template{Name: t.Name, Path: t.ExeResolved, Argv: t.Argv(), Dir: t.DirResolved, Env: t.Env})
+				out = append(out, server.InvocationOf(t).Template)
 			}
 		}
 	}

@@ -44,7 +44,7 @@ func (b *bench) bwrapArgv() ([]string, error) {
 		return nil, err
 	}
 	pol := rt.DefaultSandboxLimits().Policy(h, b.shim)
-	p := bwrap.Plan{Exe: b.probe, ExeResolved: b.probe, Argv: b.toolArgv(), Dir: b.work}
+	p := bwrap.Plan{Template: rt.Template{Path: b.probe, Argv: b.toolArgv(), Dir: b.work}}
 	return append([]string{bin}, bwrap.Args(pol, p)...), nil
 }
 

@@ -158,8 +158,9 @@ func (r *Runner) SelfTest(ctx context.Context) error {
 	}
 	defer os.Remove(dir)
 	res, err := r.Run(ctx, rt.Invocation{
-		ID: "selftest", Name: "selftest", Path: exe, Argv: []string{exe}, Dir: dir,
-		Timeout: 10 * time.Second, MaxBytes: 4096,
+		ID:       "selftest",
+		Template: rt.Template{Name: "selftest", Path: exe, Argv: []string{exe}, Dir: dir},
+		Call:     rt.Call{Timeout: 10 * time.Second, MaxBytes: 4096},
 	})
 	if err != nil {
 		return fmt.Errorf("bwrap self-test: %w", err)
@@ -211,7 +212,7 @@ func Hint(msg string) string {
 
 // Run runs inv in a fresh sandbox.
 func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
-	plan := Plan{Exe: inv.Argv[0], ExeResolved: inv.Path, Argv: inv.Argv, Dir: inv.Dir, KeepStderr: inv.StderrMax > 0, Env: inv.Env}
+	plan := Plan{Template: inv.Template}
 	// The sandbox's own host ids, given back once Exec has killed and
 	// reaped everything it started (the deferred calls below run first).
 	id, err := r.ids.Acquire()
@@ -241,17 +242,8 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	}
 	defer group.Close()
 	res, err := rt.Exec(ctx, rt.Cmd{
-		Path:       start.path,
-		Args:       start.argv,
-		ExtraFiles: []*os.File{filter},
-		Env:        rt.Env,
-		Dir:        "/",
-		Timeout:    inv.Timeout,
-		MaxBytes:   inv.MaxBytes,
-		StderrMax:  inv.StderrMax,
-		Stdin:      inv.Stdin,
-		Seen:       inv.Seen,
-		Group:      group,
+		Proc: rt.Proc{Path: start.path, Args: start.argv, ExtraFiles: []*os.File{filter}, Env: rt.Env, Dir: "/", Group: group},
+		Call: inv.Call,
 	})
 	res.Egress = eg.Use()
 	return res, err
@@ -267,7 +259,7 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 	if len(t.Argv) == 0 {
 		return nil, errors.New("bwrap: prepare: empty argv")
 	}
-	plan := Plan{Exe: t.Argv[0], ExeResolved: t.Path, Argv: t.Argv, Dir: t.Dir, KeepStderr: t.SplitStderr, Env: t.Env, Standby: true}
+	plan := Plan{Template: t, Standby: true}
 	return r.prepare(plan, rt.Env, fixedPaths(t.Dir, t.Path))
 }
 
@@ -294,15 +286,10 @@ func (r *Runner) prepare(plan Plan, env, fixed []string) (*rt.Standby, error) {
 		return nil, err
 	}
 	sb, err := rt.StartStandby(rt.StandbyCmd{
-		Path:       st.path,
-		Args:       st.argv,
-		ExtraFiles: extra,
-		Env:        env,
-		Dir:        "/",
-		Group:      group,
-		Streams:    rt.StreamsAtRelease,
-		Fixed:      fixed,
-		IDs:        id,
+		Proc:    rt.Proc{Path: st.path, Args: st.argv, ExtraFiles: extra, Env: env, Dir: "/", Group: group},
+		Streams: rt.StreamsAtRelease,
+		Fixed:   fixed,
+		IDs:     id,
 	})
 	if err != nil {
 		if group != nil {

@@ -48,15 +48,8 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		return rt.Result{}, fmt.Errorf("%s: variables of its own are for a sandboxed tool: the direct backend runs with exactly the four", inv.Name)
 	}
 	c := rt.Cmd{
-		Path:      inv.Path,
-		Args:      inv.Argv,
-		Env:       rt.Env,
-		Dir:       inv.Dir,
-		Timeout:   inv.Timeout,
-		MaxBytes:  inv.MaxBytes,
-		StderrMax: inv.StderrMax,
-		Stdin:     inv.Stdin,
-		Seen:      inv.Seen,
+		Proc: rt.Proc{Path: inv.Path, Args: inv.Argv, Env: rt.Env, Dir: inv.Dir},
+		Call: inv.Call,
 	}
 	if r.Tracking() == "cgroup2" {
 		g, err := r.Cgroups.NewGroup(inv.ID, cgroup.Limits{})

@@ -57,12 +57,8 @@ func inv(t *testing.T, dir string, timeout time.Duration, max int, args ...strin
 	seq++
 	return rt.Invocation{
 		ID:       fmt.Sprintf("t%d-%d", os.Getpid(), seq),
-		Name:     "probe",
-		Path:     probe,
-		Argv:     append([]string{probe}, args...),
-		Dir:      dir,
-		Timeout:  timeout,
-		MaxBytes: max,
+		Template: rt.Template{Name: "probe", Path: probe, Argv: append([]string{probe}, args...), Dir: dir},
+		Call:     rt.Call{Timeout: timeout, MaxBytes: max},
 	}
 }
 

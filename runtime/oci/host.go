@@ -214,8 +214,9 @@ func (r *Runner) probe(ctx context.Context) error {
 	}
 	defer os.Remove(dir)
 	inv := rt.Invocation{
-		ID: "probe", Name: "probe", Path: exe, Argv: []string{exe},
-		Dir: dir, Timeout: 30 * time.Second, MaxBytes: 8 << 10,
+		ID:       "probe",
+		Template: rt.Template{Name: "probe", Path: exe, Argv: []string{exe}, Dir: dir},
+		Call:     rt.Call{Timeout: 30 * time.Second, MaxBytes: 8 << 10},
 	}
 	res, err := r.Run(ctx, inv)
 	if err != nil {

@@ -245,7 +245,7 @@ func render(pol bundle.Policy, fl flavour, inv rt.Invocation, egressDir string) 
 	if (egressDir != "") != (len(inv.Egress) > 0) {
 		return nil, fmt.Errorf("oci: spec of %s: an egress directory without an allowlist, or the reverse", inv.Name)
 	}
-	initSpec := shim.Spec{Mode: shim.Init, KeepStderr: inv.StderrMax > 0, Env: inv.Env, Path: inv.Path, Argv: inv.Argv}
+	initSpec := shim.Spec{Mode: shim.Init, KeepStderr: inv.SplitStderr, Env: inv.Env, Path: inv.Path, Argv: inv.Argv}
 	if egressDir != "" {
 		initSpec.Egress = bundle.EgressSocketPath
 	}
@@ -442,15 +442,8 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 
 	argv := r.fl.runArgv(r.bin, r.state, b, id)
 	c := rt.Cmd{
-		Path:      r.bin,
-		Args:      argv,
-		Env:       rt.Env,
-		Dir:       b,
-		Timeout:   inv.Timeout,
-		MaxBytes:  inv.MaxBytes,
-		StderrMax: inv.StderrMax,
-		Stdin:     inv.Stdin,
-		Seen:      inv.Seen,
+		Proc: rt.Proc{Path: r.bin, Args: argv, Env: rt.Env, Dir: b},
+		Call: inv.Call,
 		// Killing `runc run` leaves the container running: stop it
 		// through the runtime, and always kill and delete it after.
 		Stop:   func(int) { r.kill(id) },
@@ -492,10 +485,7 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 	if err != nil {
 		return nil, err
 	}
-	inv := rt.Invocation{ID: id, Name: t.Name, Path: t.Path, Argv: t.Argv, Dir: t.Dir, Env: t.Env}
-	if t.SplitStderr {
-		inv.StderrMax = 1
-	}
+	inv := rt.Invocation{ID: id, Template: t}
 	// A prepared container holds its ids from now on: the Standby gives
 	// them back once it is deleted.
 	sid, err := r.ids.Acquire()
@@ -528,10 +518,7 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 		dirs = []string{t.Dir, t.Path}
 	}
 	sb, err := rt.StartStandby(rt.StandbyCmd{
-		Path:        r.cfg.Shim,
-		Args:        append([]string{r.cfg.Shim}, hold.Args()...),
-		Env:         rt.Env,
-		Dir:         b,
+		Proc:        rt.Proc{Path: r.cfg.Shim, Args: append([]string{r.cfg.Shim}, hold.Args()...), Env: rt.Env, Dir: b},
 		Streams:     rt.StreamsAtPrepare,
 		SplitStderr: t.SplitStderr,
 		Stdin:       t.Stdin,
@@ -562,8 +549,8 @@ func (r *Runner) op(argv []string) (rt.Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	res, err := r.exec(ctx, rt.Cmd{
-		Path: r.bin, Args: argv, Env: rt.Env, Dir: "/",
-		Timeout: opTimeout, MaxBytes: opMaxBytes,
+		Proc: rt.Proc{Path: r.bin, Args: argv, Env: rt.Env, Dir: "/"},
+		Call: rt.Call{Timeout: opTimeout, MaxBytes: opMaxBytes},
 	})
 	if err != nil {
 		return res, fmt.Errorf("%s %s: %w", r.cfg.Runtime, sub, err)
