@@ -117,7 +117,7 @@ func TestStandbyIsTheSameSandbox(t *testing.T) {
 			if tc.plan.Service {
 				wantMode = shim.Service
 			}
-			if ps[0] != bundle.ShimPath || ss[0] != bundle.ShimPath || ps[2] != wantMode || ss[2] != shim.Standby {
+			if ps[0] != bundle.ShimPath || ss[0] != bundle.ShimPath || shim.Mode(ps[2]) != wantMode || shim.Mode(ss[2]) != shim.Standby {
 				t.Fatalf("shims: plain %q, standby %q", ps[:3], ss[:3])
 			}
 			// Standby adds the release descriptor (and, for a service, says
@@ -128,7 +128,7 @@ func TestStandbyIsTheSameSandbox(t *testing.T) {
 				extra = append([]string{"--stderr", "keep", "--env", "keep"}, extra...)
 			}
 			i := slices.Index(ps, "--")
-			want := slices.Concat(ps[:2], []string{shim.Standby}, ps[3:i], extra, ps[i:])
+			want := slices.Concat(ps[:2], []string{string(shim.Standby)}, ps[3:i], extra, ps[i:])
 			if !slices.Equal(ss, want) {
 				t.Errorf("standby shim argv = %q\nwant %q", ss, want)
 			}

@@ -169,7 +169,7 @@ func parseInit(t *testing.T, a []string) initSpec {
 	t.Helper()
 	// A prepared sandbox's standby shim does what the init shim does,
 	// once released on its release descriptor.
-	if len(a) < 2 || a[0] != shim.Arg || (a[1] != shim.Init && a[1] != shim.Standby) {
+	if len(a) < 2 || a[0] != shim.Arg || (shim.Mode(a[1]) != shim.Init && shim.Mode(a[1]) != shim.Standby) {
 		t.Fatalf("the shim is not run in init (or standby) mode: %q", a)
 	}
 	var s initSpec
