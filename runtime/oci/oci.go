@@ -384,25 +384,6 @@ func (r *Runner) String() string {
 // Runtime is the chosen runtime's name.
 func (r *Runner) Runtime() Name { return r.cfg.Runtime }
 
-// Binary is the runtime's absolute path.
-func (r *Runner) Binary() string { return r.bin }
-
-// Notes are facts about how the runtime runs here, for doctor.
-func (r *Runner) Notes() []string { return append([]string(nil), r.notes...) }
-
-// Spec returns the runtime spec a call of inv uses.
-func (r *Runner) Spec(inv rt.Invocation) (*specs.Spec, error) {
-	id, err := r.containerID(inv.ID)
-	if err != nil {
-		return nil, err
-	}
-	var egressDir string
-	if len(inv.Egress) > 0 {
-		egressDir = rt.EgressDirExample
-	}
-	return r.spec(inv, id, egressDir, rt.SandboxID{UID: -1, GID: -1})
-}
-
 // Run runs inv in a fresh container. However the call ends, the container
 // is killed and deleted and its bundle removed.
 func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
