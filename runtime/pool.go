@@ -593,7 +593,9 @@ func (p *Pool) sweepLoop() {
 	}
 }
 
-// PoolStatus is what the pool holds, for doctor and checkpoint_status.
+// PoolStatus is what the pool holds, for doctor and checkpoint_status
+// (status.Sandbox.Pool: its JSON is what clients read, and a key never
+// changes).
 type PoolStatus struct {
 	Depth  int    `json:"depth"`
 	Max    int    `json:"max"`
@@ -632,7 +634,8 @@ func (p *Pool) Status() PoolStatus {
 	st := PoolStatus{Depth: p.cfg.Depth, Max: p.cfg.Max, MaxAge: p.cfg.MaxAge.String(),
 		Hits: p.counters.hits.Load(), Misses: p.counters.misses.Load(),
 		Prepared: p.counters.prepared.Load(), Failed: p.counters.failed.Load(),
-		Stale: p.counters.stale.Load(), Expired: p.counters.expired.Load(), Evicted: p.counters.evicted.Load()}
+		Stale: p.counters.stale.Load(), Expired: p.counters.expired.Load(), Evicted: p.counters.evicted.Load(),
+		Entries: []PoolEntryStatus{}}
 	p.mu.Lock()
 	for _, s := range p.slots {
 		e := PoolEntryStatus{Name: s.name, Kind: s.kind, Preparing: s.pending, LastError: s.lastErr}
