@@ -27,8 +27,11 @@ func testTool() Tool {
 func testPolicy() Policy {
 	return Policy{
 		Rootfs: "/run/toolgate/1/rootfs", UID: SandboxUID, GID: SandboxGID,
-		Rlimits: Rlimits{NoFile: 1024, NProc: 512, Core: 0, FSize: 1 << 30},
-		TmpSize: 64 << 20, Pids: 256, Memory: 512 << 20, MemorySwap: true,
+		Limits: Limits{
+			Rlimits: Rlimits{NoFile: 1024, NProc: 512, Core: 0, FSize: 1 << 30},
+			TmpSize: 64 << 20, Pids: 256, Memory: 512 << 20,
+		},
+		MemorySwap:  true,
 		CgroupsPath: "toolgate-1/toolgate-1-c1",
 		Host: Host{Etc: []Bind{
 			{Source: "/etc/passwd", Dest: "/etc/passwd"},

@@ -186,7 +186,7 @@ func TestEgressAuditFlood(t *testing.T) {
 		// as many as the budget holds).
 		each int
 	}{
-		{"default caps", egress.Limits{Conns: rt.DefaultEgressConns, Bytes: rt.DefaultEgressBytes}, rt.DefaultEgressConns},
+		{"default caps", egress.Limits{Conns: bundle.DefaultEgressConns, Bytes: bundle.DefaultEgressBytes}, bundle.DefaultEgressConns},
 		{"no connection cap", egress.Limits{}, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
