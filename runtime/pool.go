@@ -438,7 +438,7 @@ func (p *Pool) Run(ctx context.Context, inv Invocation) (Result, error) {
 	if err := inv.streams(inv.Template); err != nil {
 		return Result{}, fmt.Errorf("pool: %s: %w", inv.Name, err)
 	}
-	s := p.slotOf(inv.Template.key())
+	s := p.slotOf(inv.key()) // the key of the call's Template
 	if s == nil {
 		return p.backend.Run(ctx, inv)
 	}

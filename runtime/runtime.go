@@ -1,11 +1,20 @@
-// Package runtime executes tools. It owns process lifetime for every
-// backend: one pipe for stdout and stderr, the output cap, the hard timeout,
-// cancellation, and the guarantee that no process a call started outlives
-// the call.
+// Package runtime runs what toolgate runs, and is the only package that
+// starts a process. Every process is made by one builder (Proc: exact
+// environment, own process group, parent-death signal, cgroup) and one
+// supervisor owns a call's lifetime (Exec, supervise: one pipe for stdout
+// and stderr, the output cap, the hard timeout, cancellation, the kill of
+// everything the call started).
 //
-// The backends live in the subpackages direct (read-class tools, run
-// unsandboxed), bwrap (the default sandbox) and oci (runc, crun or runsc fed
-// a generated bundle). Each implements Runner on top of Exec.
+// A call is an Invocation: its Template (what a sandbox can be prepared
+// for) and its Call (limits, input). The backends (runtime/direct,
+// runtime/bwrap, runtime/oci) implement Runner on top of Exec. Sandbox
+// sets the chosen one up beside serving; Pool keeps sandboxes prepared
+// ahead of their calls (Standby, released once, over the release channel
+// of runtime/shim). Service and Process run the long-lived stdio servers.
+// A call or service with an egress allowlist gets its own proxy
+// (StartEgress). The cgroups are runtime/cgroup, the /proc scans
+// internal/proc, and what runs inside a sandbox runtime/shim, which
+// imports nothing of this package.
 //
 // The name clashes with the standard library's runtime; import it as rt.
 package runtime

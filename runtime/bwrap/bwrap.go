@@ -5,14 +5,15 @@
 //
 // SANDBOX.md records why each measure is needed. The ones outside bwrap's
 // argv are here: bwrap is exec'd with the scrubbed environment (its own
-// process would otherwise carry the server's into the sandbox), as an
-// unprivileged uid when toolgate runs as root (a root-mapped sandbox reads
-// root-only files through binds and is exempt from RLIMIT_NPROC), with
-// lowered rlimits, inside the call's cgroup, which bounds its processes
-// and memory, and with a new session keyring of its own (keyrings are not
-// namespaced, and bwrap makes none). The enter shim (shim.Enter) joins
-// the cgroups, drops the uid and joins the keyring, then execs bwrap; the
-// init shim inside sets the rlimits.
+// process would otherwise carry the server's into the sandbox), as the
+// sandbox's own host ids when toolgate runs as root (a root-mapped sandbox
+// reads root-only files through binds and is exempt from RLIMIT_NPROC),
+// inside the call's cgroup, which bounds its processes and memory, and
+// with a new session keyring of its own (keyrings are not namespaced, and
+// bwrap makes none). The enter shim (shim.Enter) joins the v1 cgroups,
+// drops the ids and joins the keyring, then execs bwrap; the init shim
+// inside (or the service or standby shim) lowers the rlimits and execs
+// the tool.
 package bwrap
 
 import (
