@@ -224,15 +224,9 @@ func (e *env) runHelper(ctx context.Context, name string, args []string, timeout
 		return rt.HelperResult{}, fmt.Errorf("helper %s is not available", name)
 	}
 	res, err := e.sandbox.Run(ctx, rt.Invocation{
-		ID:        "h" + strconv.FormatUint(e.runs.Add(1), 10),
-		Name:      name,
-		Path:      h.Path,
-		Argv:      append([]string{h.Path}, args...),
-		Dir:       e.ws.Root(),
-		Timeout:   timeout,
-		MaxBytes:  maxStdout,
-		StderrMax: helperMaxStderr,
-		Stdin:     stdin,
+		ID:       "h" + strconv.FormatUint(e.runs.Add(1), 10),
+		Template: helperTemplate(h, args, e.ws.Root(), stdin != nil),
+		Call:     rt.Call{Timeout: timeout, MaxBytes: maxStdout, StderrMax: helperMaxStderr, Input: stdin},
 	})
 	if err != nil {
 		return rt.HelperResult{}, fmt.Errorf("%s could not run sandboxed: %w", name, err)
@@ -257,14 +251,21 @@ func PoolTemplates(root string, tools []Tool, helpers []Helper) []rt.Template {
 		}
 		for _, h := range helpers {
 			if h.Name == HelperCtags && h.Available() {
-				out = append(out, rt.Template{
-					Name: h.Name, Path: h.Path, Argv: append([]string{h.Path}, ctagsArgs...), Dir: ws.Root(),
-					SplitStderr: helperMaxStderr > 0, Stdin: true,
-				})
+				out = append(out, helperTemplate(h, ctagsArgs, ws.Root(), true))
 			}
 		}
 	}
 	return out
+}
+
+// helperTemplate is what a run of helper h with args over the workspace
+// root runs (stdin: it is given input), for runHelper and the pool alike:
+// stderr kept apart (helperMaxStderr), the root its working directory.
+func helperTemplate(h Helper, args []string, root string, stdin bool) rt.Template {
+	return rt.Template{
+		Name: h.Name, Path: h.Path, Argv: append([]string{h.Path}, args...), Dir: root,
+		SplitStderr: true, Stdin: stdin,
+	}
 }
 
 // helperFailure describes a helper run that failed, for an isError result.

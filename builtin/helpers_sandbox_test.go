@@ -13,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 
 // sandboxRunner is the real bwrap backend, as serve sets it up for the
@@ -24,7 +25,7 @@ func sandboxRunner(t *testing.T) rt.Runner {
 	if _, err := bwrap.Find(); err != nil {
 		testbin.Missing(t, "%v; this test needs the real sandbox", err)
 	}
-	cg := rt.SetupCgroups()
+	cg := cgroup.Setup()
 	t.Cleanup(cg.Close)
 	limits := rt.DefaultSandboxLimits()
 	limits.Pids, limits.Memory = 0, 0

@@ -41,14 +41,9 @@ type Policy struct {
 	// UID and GID run the process; 0 is refused.
 	UID uint32 `json:"uid"`
 	GID uint32 `json:"gid"`
-	// Rlimits are applied soft = hard.
-	Rlimits Rlimits `json:"rlimits"`
-	// TmpSize is the size in bytes of /tmp and of /dev/shm, the sandbox's
-	// only writable places.
-	TmpSize int64 `json:"tmpSize"`
-	// Pids and Memory are cgroup limits; 0 leaves the limit out.
-	Pids   int64 `json:"pids,omitempty"`
-	Memory int64 `json:"memory,omitempty"`
+	// Limits are the per-call limits: the rlimits, the size of /tmp and
+	// /dev/shm, the cgroup limits (0 leaves one out), the egress caps.
+	Limits
 	// MemorySwap also caps memory plus swap at Memory (needs swap
 	// accounting on the host).
 	MemorySwap bool `json:"memorySwap,omitempty"`
@@ -56,12 +51,6 @@ type Policy struct {
 	Shim string `json:"shim"`
 	// Seccomp asks for the default seccomp profile (see DefaultSeccomp).
 	Seccomp bool `json:"seccomp"`
-	// EgressConns and EgressBytes bound one call's traffic through its
-	// egress proxy (a tool with an allowlist): the connections it may ask
-	// for and the bytes it may move both ways; 0 means no bound.
-	EgressConns int   `json:"egressConns,omitempty"`
-	EgressBytes int64 `json:"egressBytes,omitempty"`
-
 	// Rootfs and CgroupsPath place the OCI rendering: the absolute path
 	// of the (read-only) skeleton rootfs, and linux.cgroupsPath. The bwrap
 	// backend has no use for them.

@@ -27,8 +27,11 @@ func testTool() Tool {
 func testPolicy() Policy {
 	return Policy{
 		Rootfs: "/run/toolgate/1/rootfs", UID: SandboxUID, GID: SandboxGID,
-		Rlimits: Rlimits{NoFile: 1024, NProc: 512, Core: 0, FSize: 1 << 30},
-		TmpSize: 64 << 20, Pids: 256, Memory: 512 << 20, MemorySwap: true,
+		Limits: Limits{
+			Rlimits: Rlimits{NoFile: 1024, NProc: 512, Core: 0, FSize: 1 << 30},
+			TmpSize: 64 << 20, Pids: 256, Memory: 512 << 20,
+		},
+		MemorySwap:  true,
 		CgroupsPath: "toolgate-1/toolgate-1-c1",
 		Host: Host{Etc: []Bind{
 			{Source: "/etc/passwd", Dest: "/etc/passwd"},
@@ -267,9 +270,9 @@ func TestValidateRejects(t *testing.T) {
 		{name: "rootfs slash", policy: func(p *Policy) { p.Rootfs = "/" }, wantErr: `policy rootfs "/"`},
 		{name: "uid 0", policy: func(p *Policy) { p.UID = 0 }, wantErr: "never runs as uid or gid 0"},
 		{name: "gid 0", policy: func(p *Policy) { p.GID = 0 }, wantErr: "never runs as uid or gid 0"},
-		{name: "nofile 0", policy: func(p *Policy) { p.Rlimits.NoFile = 0 }, wantErr: "rlimit nofile 0"},
-		{name: "nproc 0", policy: func(p *Policy) { p.Rlimits.NProc = 0 }, wantErr: "rlimit nproc 0"},
-		{name: "fsize 0", policy: func(p *Policy) { p.Rlimits.FSize = 0 }, wantErr: "rlimit fsize 0"},
+		{name: "nofile 0", policy: func(p *Policy) { p.NoFile = 0 }, wantErr: "rlimit nofile 0"},
+		{name: "nproc 0", policy: func(p *Policy) { p.NProc = 0 }, wantErr: "rlimit nproc 0"},
+		{name: "fsize 0", policy: func(p *Policy) { p.FSize = 0 }, wantErr: "rlimit fsize 0"},
 		{name: "tmp 0", policy: func(p *Policy) { p.TmpSize = 0 }, wantErr: "tmp size 0"},
 		{name: "pids negative", policy: func(p *Policy) { p.Pids = -1 }, wantErr: "policy pids -1"},
 		{name: "memory negative", policy: func(p *Policy) { p.Memory = -1; p.MemorySwap = false }, wantErr: "policy memory -1"},

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 
 // DrainGrace is how long Exec waits for the output pipe to reach EOF after
@@ -27,34 +29,13 @@ const stopEscalation = 2 * time.Second
 // ground of every backend: the backend decides what to run (the tool, the
 // reap shim, bwrap, runc), Exec owns how it runs.
 type Cmd struct {
-	// Path is the absolute executable; Args is the full argv.
-	Path string
-	Args []string
-	// Env is the exact environment. It must not be nil: a nil Env would
-	// make os/exec inherit the server's environment.
-	Env []string
-	// Dir is the working directory of the started process.
-	Dir string
-	// SysProcAttr is extended by Exec with Setpgid, Pdeathsig and, when
-	// Group is set, the cgroup to start in.
-	SysProcAttr *syscall.SysProcAttr
-	// ExtraFiles become fds 3 and up.
-	ExtraFiles []*os.File
-	// Stdin, when set, is written to the process's stdin through a pipe,
-	// which is then closed; nil means /dev/null.
-	Stdin []byte
-	// Timeout and MaxBytes are the call's limits.
-	Timeout  time.Duration
-	MaxBytes int
-	// StderrMax, when set, keeps stderr apart from stdout, capped at this
-	// many bytes (helpers, whose stdout is parsed); MaxBytes then caps
-	// stdout alone. Zero means one stream for both, as a tool call has.
-	StderrMax int
-	// Seen, when set, counts the output bytes read so far (progress).
-	Seen *atomic.Int64
-	// Group is the call's cgroup, when the host offers one. Everything the
-	// call starts is in it and is killed with it.
-	Group *Group
+	// Proc is the process to start. Exec extends its SysProcAttr with
+	// Setpgid, Pdeathsig and, when Group is set, the cgroup to start in.
+	Proc
+	// Call holds the call's limits, its input and its progress counter:
+	// StderrMax, when set, keeps stderr apart from stdout, and MaxBytes
+	// then caps stdout alone.
+	Call
 	// Stop, when set, asks the process tree to end early (timeout or
 	// cancellation) instead of the default SIGKILL of the process group.
 	// Exec still SIGKILLs the group if the direct child has not exited
@@ -78,12 +59,12 @@ func Exec(ctx context.Context, c Cmd) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{Limit: LimitCancelled, ExitCode: -1}, nil
 	}
-	p, err := newCallPipes(c.StderrMax > 0, c.Stdin != nil)
+	p, err := newCallPipes(c.StderrMax > 0, c.Input != nil)
 	if err != nil {
 		return Result{}, fmt.Errorf("exec: %w", err)
 	}
 	start := time.Now()
-	cmd, err := proc{c.Path, c.Args, c.Env, c.Dir, c.SysProcAttr, c.ExtraFiles, c.Group}.start(p.inR, p.outW, p.errW)
+	cmd, err := c.start(p.inR, p.outW, p.errW)
 	p.closeChild()
 	if err != nil {
 		p.closeParent()
@@ -101,7 +82,7 @@ func Exec(ctx context.Context, c Cmd) (Result, error) {
 	}()
 	return supervise(ctx, supervised{
 		cmd: cmd, exited: exited, start: start,
-		out: p.outR, errOut: p.errR, stdin: p.inW, input: c.Stdin,
+		out: p.outR, errOut: p.errR, stdin: p.inW, input: c.Input,
 		timeout: c.Timeout, maxBytes: c.MaxBytes, stderrMax: c.StderrMax, seen: c.Seen,
 		group: c.Group, stop: c.Stop, finish: c.Finish,
 	}), nil
@@ -127,7 +108,7 @@ type supervised struct {
 	maxBytes    int
 	stderrMax   int
 	seen        *atomic.Int64
-	group       *Group
+	group       *cgroup.Group
 	stop        func(pid int)
 	finish      func()
 }
@@ -224,49 +205,61 @@ wait:
 		res.Stderr, res.StderrBytes, _ = stderr.result()
 	}
 	if sv.group != nil {
-		if l := sv.group.limitHit(); l != LimitNone && res.Limit == LimitNone {
+		if l := cgroupLimit(sv.group.Exceeded()); l != LimitNone && res.Limit == LimitNone {
 			res.Limit = l
 		}
 	}
 	return res
 }
 
-// proc is what every process toolgate starts is made of, whatever it
+// Proc is what every process toolgate starts is made of, whatever it
 // serves: a call (Cmd), a service (ServiceCmd), a prepared sandbox
-// (StandbyCmd). start is the one place where one becomes a process.
-type proc struct {
-	path  string
-	args  []string
-	env   []string
-	dir   string
-	sys   *syscall.SysProcAttr
-	extra []*os.File
-	group *Group
+// (StandbyCmd) embed it. start is the one place where one becomes a
+// process.
+type Proc struct {
+	// Path is the absolute executable; Args is the full argv.
+	Path string
+	Args []string
+	// Env is the exact environment. It must not be nil: a nil Env would
+	// make os/exec inherit the server's environment.
+	Env []string
+	// Dir is the working directory of the started process.
+	Dir string
+	// SysProcAttr is extended with a process group of its own, the
+	// parent-death signal and, when Group is set, the cgroup to start in
+	// (processAttr).
+	SysProcAttr *syscall.SysProcAttr
+	// ExtraFiles become fds 3 and up.
+	ExtraFiles []*os.File
+	// Group is the cgroup the process starts in (its cgroup2 part at
+	// clone time), when the host offers one: everything it starts is in
+	// it and is killed with it.
+	Group *cgroup.Group
 }
 
 // start starts p with the given streams (a nil stdin is /dev/null) and
 // extra as fds 3 and up: exactly p's environment, the attributes of
 // processAttr, tracked for the PID 1 reaper. The caller closes the child's
 // ends once it returns.
-func (p proc) start(stdin, stdout, stderr *os.File) (*exec.Cmd, error) {
-	if p.env == nil {
+func (p Proc) start(stdin, stdout, stderr *os.File) (*exec.Cmd, error) {
+	if p.Env == nil {
 		return nil, errors.New("nil environment would inherit the server's")
 	}
 	cmd := &exec.Cmd{
-		Path:       p.path,
-		Args:       p.args,
-		Env:        p.env,
-		Dir:        p.dir,
+		Path:       p.Path,
+		Args:       p.Args,
+		Env:        p.Env,
+		Dir:        p.Dir,
 		Stdout:     stdout,
 		Stderr:     stderr,
-		ExtraFiles: p.extra,
+		ExtraFiles: p.ExtraFiles,
 	}
 	if stdin != nil {
 		cmd.Stdin = stdin
 	}
-	cmd.SysProcAttr = processAttr(p.sys, p.group)
+	cmd.SysProcAttr = processAttr(p.SysProcAttr, p.Group)
 	if err := startTracked(cmd); err != nil {
-		return nil, fmt.Errorf("start %s: %w", p.path, err)
+		return nil, fmt.Errorf("start %s: %w", p.Path, err)
 	}
 	return cmd, nil
 }
@@ -275,7 +268,7 @@ func (p proc) start(stdin, stdout, stderr *os.File) (*exec.Cmd, error) {
 // attributes, in a process group of its own, SIGKILLed when the server's
 // thread that started it dies (unless asked otherwise), and in g's
 // cgroup2 group when there is one.
-func processAttr(base *syscall.SysProcAttr, g *Group) *syscall.SysProcAttr {
+func processAttr(base *syscall.SysProcAttr, g *cgroup.Group) *syscall.SysProcAttr {
 	attr := &syscall.SysProcAttr{}
 	if base != nil {
 		*attr = *base
@@ -285,11 +278,23 @@ func processAttr(base *syscall.SysProcAttr, g *Group) *syscall.SysProcAttr {
 	if attr.Pdeathsig == 0 {
 		attr.Pdeathsig = syscall.SIGKILL
 	}
-	if g != nil && g.fd >= 0 {
+	if fd := g.FD(); fd >= 0 {
 		attr.UseCgroupFD = true
-		attr.CgroupFD = g.fd
+		attr.CgroupFD = fd
 	}
 	return attr
+}
+
+// cgroupLimit is the Limit of a cgroup controller whose limit a call's
+// group reached (cgroup.Group.Exceeded).
+func cgroupLimit(controller string) Limit {
+	switch controller {
+	case cgroup.Memory:
+		return LimitMemory
+	case cgroup.Pids:
+		return LimitPids
+	}
+	return LimitNone
 }
 
 // callPipes are the pipes of one call: stdout, stderr (the same pipe when
@@ -347,7 +352,7 @@ func (p *callPipes) close() {
 
 // killGroup SIGKILLs the process group led by pid and, when set, every
 // process of the call's cgroup.
-func killGroup(pid int, g *Group) {
+func killGroup(pid int, g *cgroup.Group) {
 	_ = unix.Kill(-pid, unix.SIGKILL)
 	if g != nil {
 		g.Kill()

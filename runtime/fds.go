@@ -2,10 +2,10 @@ package runtime
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	procfs "github.com/toolgate/toolgate/internal/proc"
 )
 
 // SealInheritedFDs marks every descriptor above 2 close-on-exec. Whatever
@@ -19,18 +19,12 @@ func SealInheritedFDs() error {
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err == nil {
 		return nil
 	}
-	d, err := os.Open("/proc/self/fd")
+	fds, err := procfs.FDs()
 	if err != nil {
 		return fmt.Errorf("seal inherited descriptors: %w", err)
 	}
-	names, err := d.Readdirnames(-1)
-	d.Close()
-	if err != nil {
-		return fmt.Errorf("seal inherited descriptors: %w", err)
-	}
-	for _, n := range names {
-		fd, err := strconv.Atoi(n)
-		if err != nil || fd <= 2 {
+	for _, fd := range fds {
+		if fd <= 2 {
 			continue
 		}
 		// The directory's own descriptor is closed by now: EBADF.

@@ -61,7 +61,7 @@ func (r HelperResult) Failed() bool {
 //
 // Security caveat: it is for what reads no workspace content (a helper's
 // version probe, with Dir "/"). A helper run over the workspace runs
-// sandboxed (a Runner with Invocation.StderrMax set): a repository's
+// sandboxed (a Runner with Invocation.SplitStderr and StderrMax set): a repository's
 // configuration names programs git runs, and no process started over
 // workspace content may run on the host. A descendant that leaves the
 // process group (setsid) is not killed by the group kill.
@@ -79,15 +79,15 @@ func RunHelper(ctx context.Context, h HelperCmd) (HelperResult, error) {
 			h.Path, h.Timeout, h.MaxStdout, h.MaxStderr)
 	}
 	res, err := Exec(ctx, Cmd{
-		Path: h.Path,
-		Args: append([]string{h.Path}, h.Args...),
-		// A fresh copy: Env is exactly the four variables, never the
-		// server's environment.
-		Env:       append([]string(nil), Env...),
-		Dir:       h.Dir,
-		Timeout:   h.Timeout,
-		MaxBytes:  h.MaxStdout,
-		StderrMax: h.MaxStderr,
+		Proc: Proc{
+			Path: h.Path,
+			Args: append([]string{h.Path}, h.Args...),
+			// A fresh copy: Env is exactly the four variables, never the
+			// server's environment.
+			Env: append([]string(nil), Env...),
+			Dir: h.Dir,
+		},
+		Call: Call{Timeout: h.Timeout, MaxBytes: h.MaxStdout, StderrMax: h.MaxStderr},
 	})
 	if err != nil {
 		return HelperResult{}, fmt.Errorf("run helper %q: %w", h.Path, err)

@@ -14,31 +14,6 @@ import (
 	"time"
 )
 
-// Template is what a prepared sandbox is made for: everything of a call
-// that is known before the call (the tool's executable, its fixed argv,
-// its dir, the shape of its streams). Nothing that varies per call (the
-// call id, the pipes, the limits' clock, the input bytes) is in it.
-type Template struct {
-	// Name is the tool's name, for status and logs.
-	Name string
-	// Path is the canonical executable; Argv the full argv; Dir the
-	// canonical working directory, bound read-only.
-	Path string
-	Argv []string
-	Dir  string
-	// SplitStderr keeps stderr apart (a built-in's helper); Stdin is set
-	// when the call writes input (a helper that reads its stdin).
-	SplitStderr bool
-	Stdin       bool
-	// Env are the tool's own variables (Invocation.Env).
-	Env []string
-}
-
-// TemplateOf is the Template of inv.
-func TemplateOf(inv Invocation) Template {
-	return Template{Name: inv.Name, Path: inv.Path, Argv: inv.Argv, Dir: inv.Dir, SplitStderr: inv.StderrMax > 0, Stdin: inv.Stdin != nil, Env: inv.Env}
-}
-
 // key identifies what a sandbox prepared for t would run: two templates
 // with the same key are interchangeable, any difference makes another.
 func (t Template) key() string {
@@ -460,7 +435,10 @@ func (p *Pool) Run(ctx context.Context, inv Invocation) (Result, error) {
 	if len(inv.Egress) > 0 {
 		return p.backend.Run(ctx, inv)
 	}
-	s := p.slotOf(TemplateOf(inv).key())
+	if err := inv.streams(inv.Template); err != nil {
+		return Result{}, fmt.Errorf("pool: %s: %w", inv.Name, err)
+	}
+	s := p.slotOf(inv.key()) // the key of the call's Template
 	if s == nil {
 		return p.backend.Run(ctx, inv)
 	}
@@ -471,7 +449,7 @@ func (p *Pool) Run(ctx context.Context, inv Invocation) (Result, error) {
 		if sb == nil {
 			break
 		}
-		res, err := sb.Release(ctx, CallOf(inv))
+		res, err := sb.Release(ctx, inv.Call)
 		p.afterCall(sb.Cleanup)
 		if errors.Is(err, ErrStandbyStale) || errors.Is(err, ErrStandbyUsed) {
 			p.counters.stale.Add(1)
@@ -615,7 +593,9 @@ func (p *Pool) sweepLoop() {
 	}
 }
 
-// PoolStatus is what the pool holds, for doctor and checkpoint_status.
+// PoolStatus is what the pool holds, for doctor and checkpoint_status
+// (status.Sandbox.Pool: its JSON is what clients read, and a key never
+// changes).
 type PoolStatus struct {
 	Depth  int    `json:"depth"`
 	Max    int    `json:"max"`
@@ -654,7 +634,8 @@ func (p *Pool) Status() PoolStatus {
 	st := PoolStatus{Depth: p.cfg.Depth, Max: p.cfg.Max, MaxAge: p.cfg.MaxAge.String(),
 		Hits: p.counters.hits.Load(), Misses: p.counters.misses.Load(),
 		Prepared: p.counters.prepared.Load(), Failed: p.counters.failed.Load(),
-		Stale: p.counters.stale.Load(), Expired: p.counters.expired.Load(), Evicted: p.counters.evicted.Load()}
+		Stale: p.counters.stale.Load(), Expired: p.counters.expired.Load(), Evicted: p.counters.evicted.Load(),
+		Entries: []PoolEntryStatus{}}
 	p.mu.Lock()
 	for _, s := range p.slots {
 		e := PoolEntryStatus{Name: s.name, Kind: s.kind, Preparing: s.pending, LastError: s.lastErr}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -53,7 +55,7 @@ func echoTemplate(t *testing.T, dir, word string) Template {
 }
 
 func invOf(tpl Template) Invocation {
-	return Invocation{ID: "x", Name: tpl.Name, Path: tpl.Path, Argv: tpl.Argv, Dir: tpl.Dir, Timeout: 10 * time.Second, MaxBytes: 4096}
+	return Invocation{ID: "x", Template: tpl, Call: Call{Timeout: 10 * time.Second, MaxBytes: 4096}}
 }
 
 func newTestPool(t *testing.T, h *hostPreparer, cfg PoolConfig) *Pool {
@@ -322,5 +324,68 @@ func TestNewPoolOff(t *testing.T) {
 	}
 	if p := NewPool(&recordRunner{}, PoolConfig{Depth: 1}); p != nil {
 		t.Error("a backend that cannot prepare made a pool")
+	}
+}
+
+// oneFieldOff returns, for each field of Template, the name of the field
+// and a copy of base that differs from it in that field alone. A field of
+// a kind it cannot vary fails the test: a new field of Template must be
+// taught here, so that the pool's key is checked to cover it.
+func oneFieldOff(t *testing.T, base Template) map[string]Template {
+	t.Helper()
+	out := map[string]Template{}
+	typ := reflect.TypeFor[Template]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		v := base
+		fv := reflect.ValueOf(&v).Elem().Field(i)
+		switch f.Type.Kind() {
+		case reflect.String:
+			fv.SetString(fv.String() + "-other")
+		case reflect.Bool:
+			fv.SetBool(!fv.Bool())
+		case reflect.Slice:
+			if f.Type.Elem().Kind() != reflect.String {
+				t.Fatalf("Template.%s: a slice of %s: teach oneFieldOff to vary it", f.Name, f.Type.Elem())
+			}
+			fv.Set(reflect.Append(reflect.ValueOf(slices.Clone(fv.Interface().([]string))), reflect.ValueOf("other")))
+		default:
+			t.Fatalf("Template.%s of kind %s: teach oneFieldOff to vary it", f.Name, f.Type.Kind())
+		}
+		out[f.Name] = v
+	}
+	return out
+}
+
+// TestPoolKeyCoversEveryField: a template that differs from a kept one in
+// any one field is a pool miss (the call runs through the backend, and
+// no sandbox prepared for the kept one serves it), except Name, which is
+// for status and logs: two tools that run the same are interchangeable.
+func TestPoolKeyCoversEveryField(t *testing.T) {
+	h := &hostPreparer{t: t}
+	p := newTestPool(t, h, PoolConfig{Depth: 1})
+	sh := lookTool(t, "sh")
+	base := Template{Name: "env", Path: sh, Argv: []string{sh, "-c", "echo hello"}, Dir: t.TempDir(), Env: []string{"MARK=kept"}}
+	p.Keep([]Template{base})
+	waitFor(t, "1 ready", func() bool { return p.Status().Ready == 1 })
+	variants := oneFieldOff(t, base)
+	if len(variants) != reflect.TypeFor[Template]().NumField() {
+		t.Fatalf("%d variants for %d fields", len(variants), reflect.TypeFor[Template]().NumField())
+	}
+	for name, v := range variants {
+		kept := p.slotOf(v.key()) != nil
+		if want := name == "Name"; kept != want {
+			t.Errorf("a template differing in %s alone: kept %v, want %v", name, kept, want)
+		}
+	}
+	// Through Run: a call of the Env variant (a field a hand copy of the
+	// call once missed) runs through the backend, and the prepared
+	// sandbox waits on, unused.
+	res, err := p.Run(context.Background(), invOf(variants["Env"]))
+	if err != nil || string(res.Output) != "hello\n" {
+		t.Fatalf("Run = %q, %v", res.Output, err)
+	}
+	if st := p.Status(); h.ran.Load() != 1 || st.Hits != 0 || st.Ready != 1 {
+		t.Errorf("a call differing in Env: status %+v, backend runs %d; want a miss through the backend", st, h.ran.Load())
 	}
 }

@@ -1,11 +1,20 @@
-// Package runtime executes tools. It owns process lifetime for every
-// backend: one pipe for stdout and stderr, the output cap, the hard timeout,
-// cancellation, and the guarantee that no process a call started outlives
-// the call.
+// Package runtime runs what toolgate runs, and is the only package that
+// starts a process. Every process is made by one builder (Proc: exact
+// environment, own process group, parent-death signal, cgroup) and one
+// supervisor owns a call's lifetime (Exec, supervise: one pipe for stdout
+// and stderr, the output cap, the hard timeout, cancellation, the kill of
+// everything the call started).
 //
-// The backends live in the subpackages direct (read-class tools, run
-// unsandboxed), bwrap (the default sandbox) and oci (runc, crun or runsc fed
-// a generated bundle). Each implements Runner on top of Exec.
+// A call is an Invocation: its Template (what a sandbox can be prepared
+// for) and its Call (limits, input). The backends (runtime/direct,
+// runtime/bwrap, runtime/oci) implement Runner on top of Exec. Sandbox
+// sets the chosen one up beside serving; Pool keeps sandboxes prepared
+// ahead of their calls (Standby, released once, over the release channel
+// of runtime/shim). Service and Process run the long-lived stdio servers.
+// A call or service with an egress allowlist gets its own proxy
+// (StartEgress). The cgroups are runtime/cgroup, the /proc scans
+// internal/proc, and what runs inside a sandbox runtime/shim, which
+// imports nothing of this package.
 //
 // The name clashes with the standard library's runtime; import it as rt.
 package runtime
@@ -57,53 +66,91 @@ var Env = bundle.Env
 // DefaultPath is the fixed PATH of every tool.
 const DefaultPath = bundle.DefaultPath
 
-// Invocation is one call of a tool.
+// Invocation is one call of a tool: the Template (what a sandbox can be
+// prepared for ahead of the call), the Call (what only the call brings),
+// and its egress. One value, passed whole: the pool finds a prepared
+// sandbox by the Template the call carries, never by a copy of its fields.
 type Invocation struct {
 	// ID identifies the call (unique per server process); backends use it
 	// to name containers, bundles and cgroups.
 	ID string
-	// Name is the tool's name, for logs.
-	Name string
-	// Path is the absolute executable to execve: no PATH search.
-	Path string
-	// Argv is the full argument vector; Argv[0] is the exe as configured.
-	Argv []string
-	// Dir is the canonical working directory.
-	Dir string
-	// Timeout is the hard wall-clock limit.
-	Timeout time.Duration
-	// MaxBytes caps the combined output kept.
-	MaxBytes int
-	// Seen, when set, is kept up to date with the output bytes the tool has
-	// written so far, for progress reports. Nil means not wanted.
-	Seen *atomic.Int64
-	// Stdin, when set, is what the process reads on stdin; nil means
-	// /dev/null. A tool call never sets it (a tool's stdin is /dev/null):
-	// the built-ins' helpers do (ctags reads the source it outlines).
-	Stdin []byte
-	// StderrMax, when set, keeps stderr apart from stdout, capped at this
-	// many bytes, and MaxBytes caps stdout alone. A tool call leaves it
-	// zero (a tool's stdout and stderr are one stream); the built-ins'
-	// helpers set it, because their stdout is parsed.
-	StderrMax int
+	Template
+	Call
 	// Egress, when set, is the tool's network allowlist (its egress line,
 	// a registry entry's allowed_hosts): the sandbox then reaches these
 	// destinations, and nothing else, through toolgate's egress proxy
 	// (StartEgress). Nil: no network at all. Only the sandbox backends
-	// take it; the direct backend refuses a call with one.
+	// take it; the direct backend refuses a call with one. A call with one
+	// never runs in a prepared sandbox: its proxy is its own.
 	Egress allowlist.List
 	// EgressRecord receives the record of every connection the egress
 	// proxy allowed or refused; nil discards them.
 	EgressRecord func(egress.Record)
-	// Env are the tool's own KEY=VALUE variables (its env line), added to
-	// the four in a sandbox; nil for none. The direct backend refuses a
-	// call with any.
-	Env []string
 	// Inject are the credentials the egress proxy sets on the tool's
 	// requests, by destination (host:port as listed in Egress): the
 	// sandbox trusts the server CA that the proxy terminates those
 	// destinations' TLS with, and never holds a value.
 	Inject map[string]egress.Injection
+}
+
+// Template is what a prepared sandbox is made for: everything of a call
+// that is known before the call (the tool's executable, its fixed argv,
+// its dir, its variables, the shape of its streams). Nothing that varies
+// per call (the call id, the pipes, the limits' clock, the input bytes)
+// is in it. Two templates that differ in any field but Name run
+// different things: the pool's key covers each (Template.key).
+type Template struct {
+	// Name is the tool's name, for status and logs.
+	Name string
+	// Path is the canonical executable to execve: no PATH search.
+	Path string
+	// Argv is the full argument vector; Argv[0] is the exe as configured.
+	Argv []string
+	// Dir is the canonical working directory, bound read-only in a
+	// sandbox.
+	Dir string
+	// Env are the tool's own KEY=VALUE variables (its env line), added to
+	// the four in a sandbox; nil for none. The direct backend refuses a
+	// call with any.
+	Env []string
+	// SplitStderr keeps stderr apart from stdout (a built-in's helper,
+	// whose stdout is parsed), capped by the call's StderrMax; a tool call
+	// has one stream. It is set exactly when StderrMax is.
+	SplitStderr bool
+	// Stdin gives the process a stdin pipe that the call's Input is
+	// written to (a helper that reads its stdin); otherwise stdin is
+	// /dev/null, as a tool call's is. It is set exactly when Input is.
+	Stdin bool
+}
+
+// Call is what only the call brings: its limits, its input and its
+// progress counter. A release hands it to a prepared sandbox.
+type Call struct {
+	// Timeout is the hard wall-clock limit.
+	Timeout time.Duration
+	// MaxBytes caps the combined output kept (stdout alone when stderr is
+	// kept apart).
+	MaxBytes int
+	// StderrMax, when set, keeps stderr apart from stdout, capped at this
+	// many bytes (Template.SplitStderr); zero means one stream for both,
+	// as a tool call has.
+	StderrMax int
+	// Input, when set, is what the process reads on stdin
+	// (Template.Stdin); nil means /dev/null. A tool call never sets it:
+	// the built-ins' helpers do (ctags reads the source it outlines).
+	Input []byte
+	// Seen, when set, is kept up to date with the output bytes the tool has
+	// written so far, for progress reports. Nil means not wanted.
+	Seen *atomic.Int64
+}
+
+// streams reports whether c's streams are those t was made for.
+func (c Call) streams(t Template) error {
+	if t.SplitStderr != (c.StderrMax > 0) || t.Stdin != (c.Input != nil) {
+		return fmt.Errorf("the call's streams (split stderr %v, stdin %v) are not those of its template (%v, %v)",
+			c.StderrMax > 0, c.Input != nil, t.SplitStderr, t.Stdin)
+	}
+	return nil
 }
 
 // Limit names what ended a call early.

@@ -165,6 +165,9 @@ func (s *Sandbox) Backend(ctx context.Context) (Runner, error) {
 // finished waits for it within its own timeout, and runs with what is
 // left of that timeout.
 func (s *Sandbox) Run(ctx context.Context, inv Invocation) (Result, error) {
+	if err := inv.streams(inv.Template); err != nil {
+		return Result{}, fmt.Errorf("%s: %w", inv.Name, err)
+	}
 	start := time.Now()
 	wctx, cancel := context.WithTimeoutCause(ctx, inv.Timeout, errors.New("its timeout passed"))
 	r, err := s.Backend(wctx)

@@ -24,7 +24,7 @@ func TestSandboxStates(t *testing.T) {
 	if st, err := failed.State(); st != SandboxUnavailable || err == nil || err.Error() != "no bwrap" {
 		t.Errorf("FailedSandbox: %s %v", st, err)
 	}
-	_, err := failed.Run(context.Background(), Invocation{Timeout: time.Second})
+	_, err := failed.Run(context.Background(), Invocation{Call: Call{Timeout: time.Second}})
 	if !errors.Is(err, ErrSandboxUnavailable) || err.Error() != "no bwrap" {
 		t.Errorf("Run on a failed sandbox = %v, want ErrSandboxUnavailable reading as its reason", err)
 	}
@@ -49,12 +49,12 @@ func TestSandboxWaits(t *testing.T) {
 	if st, _ := sb.State(); st != SandboxPending {
 		t.Fatalf("state %s, want pending", st)
 	}
-	_, err := sb.Run(context.Background(), Invocation{Timeout: 50 * time.Millisecond})
+	_, err := sb.Run(context.Background(), Invocation{Call: Call{Timeout: 50 * time.Millisecond}})
 	if !errors.Is(err, ErrSandboxUnavailable) || !strings.Contains(err.Error(), "had not finished") || len(r.inv) != 0 {
 		t.Errorf("Run past its timeout = %v (%d runs), want unavailable, nothing run", err, len(r.inv))
 	}
 	time.AfterFunc(100*time.Millisecond, func() { close(release) })
-	if _, err := sb.Run(context.Background(), Invocation{Timeout: 5 * time.Second}); err != nil {
+	if _, err := sb.Run(context.Background(), Invocation{Call: Call{Timeout: 5 * time.Second}}); err != nil {
 		t.Fatal(err)
 	}
 	if len(r.inv) != 1 || r.inv[0].Timeout > 5*time.Second-90*time.Millisecond {

@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/egress"
 	"github.com/toolgate/toolgate/egress/allowlist"
 
+	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/shim"
 )
 
@@ -87,21 +88,11 @@ const (
 // ServiceCmd is one long-lived process to start: the common ground of the
 // service backends, as Cmd is for calls.
 type ServiceCmd struct {
-	// Path is the absolute executable; Args is the full argv.
-	Path string
-	Args []string
-	// Env is the exact environment. It must not be nil: a nil Env would
-	// make os/exec inherit the server's environment.
-	Env []string
-	// Dir is the working directory of the started process.
-	Dir string
-	// SysProcAttr, when set, is extended with Setpgid, Pdeathsig and the
-	// cgroup to start in (as rt.Cmd's).
-	SysProcAttr *syscall.SysProcAttr
-	// Group, when set, is the cgroup the process starts in. The Process
-	// owns it from then on: it is killed and removed when the process
-	// ends.
-	Group *Group
+	// Proc is the process to start, extended as Exec extends a call's.
+	// The Process owns its Group from then on: it is killed and removed
+	// when the process ends. ExtraFiles carry the bwrap backend's seccomp
+	// program.
+	Proc
 	// Stop, when set, asks the process tree to end instead of the default
 	// SIGKILL of the process group (the reap shim takes SIGTERM as "kill
 	// everything"). The group is SIGKILLed anyway if the direct child has
@@ -109,9 +100,6 @@ type ServiceCmd struct {
 	Stop func(pid int)
 	// Stderr receives stderr lines; see Service.Stderr.
 	Stderr func(line string)
-	// ExtraFiles become fds 3 and up (the bwrap backend's seccomp
-	// program).
-	ExtraFiles []*os.File
 	// Egress, when set, is the process's egress proxy: the Process owns
 	// it from the start, and closes it once the process has ended.
 	Egress *Egress
@@ -128,7 +116,7 @@ type Process struct {
 	stdin  *os.File
 	stdout *os.File
 	pid    int
-	group  *Group
+	group  *cgroup.Group
 	egress *Egress
 	ids    SandboxID
 	stop   func(pid int)
@@ -156,7 +144,7 @@ func StartProcess(c ServiceCmd) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start service: %w", err)
 	}
-	cmd, err := proc{c.Path, c.Args, c.Env, c.Dir, c.SysProcAttr, c.ExtraFiles, c.Group}.start(pp.inR, pp.outW, pp.errW)
+	cmd, err := c.start(pp.inR, pp.outW, pp.errW)
 	// The child holds its ends now; the parent keeps only its own.
 	pp.closeChild()
 	if err != nil {
@@ -344,7 +332,7 @@ func forwardLines(r io.Reader, sink func(string)) {
 type DirectServices struct {
 	// Cgroups is the host's cgroup support; without a cgroup2 part the
 	// reap shim tracks the service instead.
-	Cgroups *Cgroups
+	Cgroups *cgroup.Manager
 	// Shim is the toolgate-shim binary (the reap shim).
 	Shim string
 }
@@ -362,17 +350,14 @@ func (d *DirectServices) StartService(ctx context.Context, s Service) (*Process,
 		return nil, fmt.Errorf("start %s: an egress allowlist needs a sandbox: a direct service has the host's network", s.Name)
 	}
 	c := ServiceCmd{
-		Path:   s.Path,
-		Args:   s.Argv,
-		Env:    ServiceEnv(s.Env),
-		Dir:    s.Dir,
+		Proc:   Proc{Path: s.Path, Args: s.Argv, Env: ServiceEnv(s.Env), Dir: s.Dir},
 		Stderr: s.Stderr,
 	}
 	if c.Dir == "" {
 		c.Dir = "/"
 	}
 	if d.Cgroups != nil && d.Cgroups.V2 != "" {
-		if g, err := d.Cgroups.NewGroup(s.ID, Limits{}); err == nil {
+		if g, err := d.Cgroups.NewGroup(s.ID, cgroup.Limits{}); err == nil {
 			c.Group = g
 			p, err := StartProcess(c)
 			if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/testbin"
 
+	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/shim"
 )
 
@@ -113,7 +114,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 func directServices(t *testing.T) map[string]*DirectServices {
 	t.Helper()
 	out := map[string]*DirectServices{"reap": {Shim: self(t)}}
-	cg := SetupCgroups()
+	cg := cgroup.Setup()
 	t.Cleanup(cg.Close)
 	if cg.V2 != "" {
 		out["cgroup2"] = &DirectServices{Cgroups: cg, Shim: self(t)}

@@ -8,11 +8,11 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 
 // StandbyCmd is how a backend starts a prepared sandbox: the common ground
@@ -22,20 +22,10 @@ import (
 // (release.go); the channel's sandbox end becomes descriptor
 // ReleaseFD(len(ExtraFiles)) of the process.
 type StandbyCmd struct {
-	// Path is the absolute executable; Args is the full argv.
-	Path string
-	Args []string
-	// Env is the exact environment; never nil.
-	Env []string
-	// Dir is the working directory of the started process.
-	Dir string
-	// SysProcAttr is extended as Exec extends it: a process group of its
-	// own, SIGKILLed with the server, in Group's cgroup2 group.
-	SysProcAttr *syscall.SysProcAttr
-	// ExtraFiles become fds 3 and up, then the release channel.
-	ExtraFiles []*os.File
-	// Group is the sandbox's cgroup. The Standby owns it.
-	Group *Group
+	// Proc is the process to start, extended as Exec extends a call's;
+	// its ExtraFiles become fds 3 and up, then the release channel. The
+	// Standby owns its Group.
+	Proc
 	// Streams says how the call's stdout, stderr and stdin reach the
 	// sandbox.
 	Streams StreamsAt
@@ -94,7 +84,7 @@ type Standby struct {
 	cmd     *exec.Cmd
 	pid     int
 	ctl     *os.File
-	group   *Group
+	group   *cgroup.Group
 	streams StreamsAt
 	pipes   *callPipes // StreamsAtPrepare
 	split   bool
@@ -183,7 +173,9 @@ func StartStandby(c StandbyCmd) (*Standby, error) {
 		childEnds = append(childEnds, w)
 	}
 	extra := append(append([]*os.File(nil), c.ExtraFiles...), peer)
-	cmd, err := proc{c.Path, c.Args, c.Env, c.Dir, c.SysProcAttr, extra, c.Group}.start(stdin, stdout, stderr)
+	pr := c.Proc
+	pr.ExtraFiles = extra
+	cmd, err := pr.start(stdin, stdout, stderr)
 	peer.Close()
 	for _, f := range childEnds {
 		f.Close()
@@ -328,21 +320,6 @@ func (s *Standby) take() bool {
 	return ok
 }
 
-// Call is what a release adds to a prepared sandbox: the per-call limits
-// and streams. Nothing of it is known before the call.
-type Call struct {
-	Timeout   time.Duration
-	MaxBytes  int
-	StderrMax int
-	Stdin     []byte
-	Seen      *atomic.Int64
-}
-
-// CallOf is the Call part of inv.
-func CallOf(inv Invocation) Call {
-	return Call{Timeout: inv.Timeout, MaxBytes: inv.MaxBytes, StderrMax: inv.StderrMax, Stdin: inv.Stdin, Seen: inv.Seen}
-}
-
 // Release runs the call in the sandbox: it hands over the call's streams
 // (or checks the ones made at preparation are untouched), lets the shim go
 // and supervises the sandbox as Exec does a process it started; the
@@ -367,17 +344,17 @@ func (s *Standby) Release(ctx context.Context, c Call) (Result, error) {
 		go s.kill() // off the call's path; Cleanup waits for it
 		return Result{}, err
 	}
-	if s.pipes != nil && (s.split != (c.StderrMax > 0) || s.stdin != (c.Stdin != nil)) {
+	if s.pipes != nil && (s.split != (c.StderrMax > 0) || s.stdin != (c.Input != nil)) {
 		go s.kill() // off the call's path; Cleanup waits for it
 		return Result{}, fmt.Errorf("release: the call's streams (split stderr %v, stdin %v) are not those the sandbox was prepared with (%v, %v)",
-			c.StderrMax > 0, c.Stdin != nil, s.split, s.stdin)
+			c.StderrMax > 0, c.Input != nil, s.split, s.stdin)
 	}
 	if err := ctx.Err(); err != nil {
 		go s.kill() // off the call's path; Cleanup waits for it
 		return Result{Limit: LimitCancelled, ExitCode: -1}, nil
 	}
 	sv := supervised{
-		cmd: s.cmd, exited: s.exited, input: c.Stdin,
+		cmd: s.cmd, exited: s.exited, input: c.Input,
 		timeout: c.Timeout, maxBytes: c.MaxBytes, stderrMax: c.StderrMax, seen: c.Seen,
 		group: s.group, stop: s.stop, finish: s.finish,
 	}
@@ -392,7 +369,7 @@ func (s *Standby) Release(ctx context.Context, c Call) (Result, error) {
 		}
 		sv.out, sv.errOut, sv.stdin = s.pipes.outR, s.pipes.errR, s.pipes.inW
 	} else {
-		p, err := newCallPipes(c.StderrMax > 0, c.Stdin != nil)
+		p, err := newCallPipes(c.StderrMax > 0, c.Input != nil)
 		if err != nil {
 			go s.kill() // off the call's path; Cleanup waits for it
 			return Result{}, fmt.Errorf("release: %w", err)

@@ -31,14 +31,14 @@ func (h *hostPreparer) Prepare(tpl Template) (*Standby, error) {
 	h.prepared.Add(1)
 	spec := shim.Spec{Mode: shim.Standby, KeepStderr: tpl.SplitStderr, ReleaseFD: ReleaseFD(0), Path: tpl.Path, Argv: tpl.Argv}
 	return StartStandby(StandbyCmd{
-		Path: self(h.t), Args: append([]string{self(h.t)}, spec.Args()...), Env: Env, Dir: tpl.Dir,
+		Proc:  Proc{Path: self(h.t), Args: append([]string{self(h.t)}, spec.Args()...), Env: Env, Dir: tpl.Dir},
 		Fixed: []string{tpl.Dir, tpl.Path},
 	})
 }
 
 func (h *hostPreparer) Run(ctx context.Context, inv Invocation) (Result, error) {
 	h.ran.Add(1)
-	return Exec(ctx, Cmd{Path: inv.Path, Args: inv.Argv, Env: Env, Dir: inv.Dir, Timeout: inv.Timeout, MaxBytes: inv.MaxBytes, StderrMax: inv.StderrMax, Stdin: inv.Stdin})
+	return Exec(ctx, Cmd{Proc: Proc{Path: inv.Path, Args: inv.Argv, Env: Env, Dir: inv.Dir}, Call: inv.Call})
 }
 
 func lookTool(t *testing.T, name string) string {
@@ -76,7 +76,7 @@ func TestStandbyRelease(t *testing.T) {
 	script := `echo "$@"; ls /proc/self/fd | tr '\n' ' '; echo; env | sort; echo to-stderr >&2; cat`
 	sb := readyStandby(t, h, Template{Path: sh, Argv: []string{sh, "-c", script, "sh", "fixed", "argv"}, Dir: dir})
 	time.Sleep(300 * time.Millisecond)
-	res, err := sb.Release(context.Background(), Call{Timeout: 10 * time.Second, MaxBytes: 1 << 16, Stdin: []byte("from stdin\n")})
+	res, err := sb.Release(context.Background(), Call{Timeout: 10 * time.Second, MaxBytes: 1 << 16, Input: []byte("from stdin\n")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 
 // TestDownstreamDefaultCap: with no --downstream-max-bytes, a result is
@@ -99,7 +100,7 @@ func TestDownstreamSandboxLimits(t *testing.T) {
 	if _, err := bwrap.Find(); err != nil {
 		testbin.Missing(t, "%v", err)
 	}
-	cg := rt.SetupCgroups()
+	cg := cgroup.Setup()
 	t.Cleanup(cg.Close)
 	limits := rt.DefaultSandboxLimits()
 	limits.Pids, limits.NoFile, limits.FSize, limits.Core = 24, 77, 12345678, 0

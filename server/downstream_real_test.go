@@ -30,6 +30,7 @@ import (
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 
 // missing skips the test, or fails it under TOOLGATE_REQUIRE_ALL=1 (CI),
@@ -64,7 +65,7 @@ func bwrapServices(t *testing.T) *bwrap.Runner {
 	if _, err := bwrap.Find(); err != nil {
 		missing(t, "%v", err)
 	}
-	cg := rt.SetupCgroups()
+	cg := cgroup.Setup()
 	t.Cleanup(cg.Close)
 	r, err := bwrap.New(context.Background(), bwrap.Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: rt.DefaultSandboxLimits()})
 	if errors.Is(err, bundle.ErrNoSeccomp) {

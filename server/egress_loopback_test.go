@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 
 // TestEgressLoopbackGit: a listed loopback destination (a git server on
@@ -53,7 +54,7 @@ func TestEgressLoopbackGit(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	addr := l.Addr().String()
 
-	cg := rt.SetupCgroups()
+	cg := cgroup.Setup()
 	t.Cleanup(cg.Close)
 	r, err := bwrap.New(context.Background(), bwrap.Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: rt.DefaultSandboxLimits()})
 	if errors.Is(err, bundle.ErrNoSeccomp) {

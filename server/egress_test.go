@@ -25,6 +25,7 @@ import (
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 
 // TestEgressCall: a test-class tool with an egress line, called through
@@ -51,7 +52,7 @@ func TestEgressCall(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	addr := l.Addr().String()
 
-	cg := rt.SetupCgroups()
+	cg := cgroup.Setup()
 	t.Cleanup(cg.Close)
 	limits := rt.DefaultSandboxLimits()
 	limits.EgressConns = 3
@@ -170,7 +171,7 @@ func TestEgressAuditFlood(t *testing.T) {
 		// as many as the budget holds).
 		each int
 	}{
-		{"default caps", egress.Limits{Conns: rt.DefaultEgressConns, Bytes: rt.DefaultEgressBytes}, rt.DefaultEgressConns},
+		{"default caps", egress.Limits{Conns: bundle.DefaultEgressConns, Bytes: bundle.DefaultEgressBytes}, bundle.DefaultEgressConns},
 		{"no connection cap", egress.Limits{}, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -139,22 +139,12 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 		defer release()
 		s.inFlight.Add(1)
 		defer s.inFlight.Add(-1)
-		inv := rt.Invocation{
-			ID:       s.nextID(),
-			Name:     t.Name,
-			Path:     t.ExeResolved,
-			Argv:     t.Argv(),
-			Dir:      t.DirResolved,
-			Timeout:  t.Timeout,
-			MaxBytes: t.MaxBytes,
-			Seen:     new(atomic.Int64),
-			Env:      append(slices.Clip(t.Env), rt.EgressNoProxy(t.Egress)...),
-		}
+		inv := InvocationOf(t)
+		inv.ID, inv.Seen = s.nextID(), new(atomic.Int64)
 		rec.Call = inv.ID
 		rec.QueuedMS = audit.Some(time.Since(queued).Milliseconds())
 		if len(t.Egress) > 0 {
-			inv.Egress, inv.EgressRecord = t.Egress, audit.EgressRecorder(s.auditLog, rec)
-			inv.Inject = injections(t.Credentials)
+			inv.EgressRecord = audit.EgressRecorder(s.auditLog, rec)
 		}
 		if token := progressToken(req); token != nil {
 			stop := make(chan struct{})
@@ -184,6 +174,28 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 		s.audit(rec, "call")
 		return renderResult(res, backend, s.keepEscapes[t.Name], len(t.Egress) > 0), nil
 	}
+}
+
+// InvocationOf is the invocation of a call of external tool t, less what
+// only the call has (its ID, its progress counter, the sink of its egress
+// records). The call handler runs it, and the pool keeps sandboxes
+// prepared for its Template: one value, so that no field of a call can be
+// missing from what a prepared sandbox was made for.
+func InvocationOf(t conf.Tool) rt.Invocation {
+	inv := rt.Invocation{
+		Template: rt.Template{
+			Name: t.Name,
+			Path: t.ExeResolved,
+			Argv: t.Argv(),
+			Dir:  t.DirResolved,
+			Env:  append(slices.Clip(t.Env), rt.EgressNoProxy(t.Egress)...),
+		},
+		Call: rt.Call{Timeout: t.Timeout, MaxBytes: t.MaxBytes},
+	}
+	if len(t.Egress) > 0 {
+		inv.Egress, inv.Inject = t.Egress, injections(t.Credentials)
+	}
+	return inv
 }
 
 // noSandbox is the answer of a test-class call while the sandbox backend

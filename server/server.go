@@ -314,23 +314,12 @@ func (s *Server) report(ctx context.Context) status.Report {
 		st.Sandbox.Reason = err.Error()
 	}
 	if ps, ok := s.opts.Sandbox.Pool(); ok {
-		st.Sandbox.Pool = poolReport(ps)
+		st.Sandbox.Pool = &ps
 	}
 	if c != nil {
 		st.Conf = status.FromConf(c)
 	}
 	return st
-}
-
-// poolReport is the status model of the pool's state.
-func poolReport(ps rt.PoolStatus) *status.Pool {
-	p := &status.Pool{Depth: ps.Depth, Max: ps.Max, MaxAge: ps.MaxAge, Ready: ps.Ready, Preparing: ps.Preparing,
-		Hits: ps.Hits, Misses: ps.Misses, Prepared: ps.Prepared, Failed: ps.Failed,
-		Stale: ps.Stale, Expired: ps.Expired, Evicted: ps.Evicted, Entries: []status.PoolEntry{}}
-	for _, e := range ps.Entries {
-		p.Entries = append(p.Entries, status.PoolEntry{Name: e.Name, Kind: e.Kind, Ready: e.Ready, Preparing: e.Preparing, LastError: e.LastError})
-	}
-	return p
 }
 
 func (s *Server) nextID() string {

@@ -3,7 +3,9 @@
 // and the tool-MCP registry's servers. The server fills it in, the
 // checkpoint_status built-in returns it (as structuredContent, and as
 // Text), and `toolgate check` prints its conf part. Its JSON is what
-// clients read: a field's key never changes.
+// clients read: a field's key never changes. It imports conf and
+// runtime only, to summarise a loaded tools.conf and to carry the
+// sandbox pool's own report.
 package status
 
 import (
@@ -11,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/toolgate/toolgate/conf"
+	rt "github.com/toolgate/toolgate/runtime"
 )
 
 // Report is what checkpoint_status reports, and what `toolgate check`
@@ -126,43 +129,9 @@ type Sandbox struct {
 	Available bool   `json:"available"`
 	Reason    string `json:"reason,omitempty"`
 	// Pool is what the pool of sandboxes prepared ahead of their calls
-	// holds; nil when it is off (--sandbox-pool 0) or the backend is not
-	// ready.
-	Pool *Pool `json:"pool,omitempty"`
-}
-
-// Pool is the pool of prepared sandboxes (runtime's PoolStatus).
-type Pool struct {
-	Depth  int    `json:"depth"`
-	Max    int    `json:"max"`
-	MaxAge string `json:"max_age"`
-	// Ready and Preparing count the sandboxes held: waiting for their
-	// release, or still being set up.
-	Ready     int `json:"ready"`
-	Preparing int `json:"preparing"`
-	// Hits are calls that released a ready sandbox, Misses calls that
-	// prepared their own on their path (a burst beyond the pool, or a call
-	// before the next one was ready).
-	Hits     int64 `json:"hits"`
-	Misses   int64 `json:"misses"`
-	Prepared int64 `json:"prepared"`
-	Failed   int64 `json:"failed"`
-	// Stale, Expired and Evicted count the sandboxes discarded unused:
-	// they ended or a path they bound changed; they were older than
-	// MaxAge; another tool needed their place under Max.
-	Stale   int64       `json:"stale"`
-	Expired int64       `json:"expired"`
-	Evicted int64       `json:"evicted"`
-	Entries []PoolEntry `json:"entries"`
-}
-
-// PoolEntry is one tool's (or service's) prepared sandboxes.
-type PoolEntry struct {
-	Name      string `json:"name"`
-	Kind      string `json:"kind"` // tool or service
-	Ready     int    `json:"ready"`
-	Preparing int    `json:"preparing"`
-	LastError string `json:"last_error,omitempty"`
+	// holds (the pool's own report, rt.Pool.Status); nil when it is off
+	// (--sandbox-pool 0) or the backend is not ready.
+	Pool *rt.PoolStatus `json:"pool,omitempty"`
 }
 
 // Tool is one served tool.
@@ -217,12 +186,7 @@ func (s Report) Text() string {
 		fmt.Fprintf(&b, " (unavailable: %s)\n", s.Sandbox.Reason)
 	}
 	if p := s.Sandbox.Pool; p != nil {
-		fmt.Fprintf(&b, "  pool: depth %d per tool (at most %d held, replaced after %s): %d ready, %d preparing; %d calls released a ready sandbox, %d prepared their own",
-			p.Depth, p.Max, p.MaxAge, p.Ready, p.Preparing, p.Hits, p.Misses)
-		if p.Failed > 0 {
-			fmt.Fprintf(&b, "; %d preparations failed", p.Failed)
-		}
-		b.WriteString("\n")
+		fmt.Fprintf(&b, "  pool: %s\n", p)
 		for _, e := range p.Entries {
 			fmt.Fprintf(&b, "    %s %s: %d ready, %d preparing", e.Kind, e.Name, e.Ready, e.Preparing)
 			if e.LastError != "" {

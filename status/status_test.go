@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/conf"
+	rt "github.com/toolgate/toolgate/runtime"
 )
 
 // TestReportJSON pins the keys checkpoint_status's structuredContent
@@ -54,5 +55,36 @@ func TestFromConf(t *testing.T) {
 	}
 	if r := (Report{Conf: cs}).Text(); !strings.Contains(r, "refused line 1: exe: ") || !strings.Contains(r, "built-ins stay on") {
 		t.Errorf("Text() =\n%s\nwant the refused line and that built-ins stay on", r)
+	}
+}
+
+// TestReportPoolJSON pins the keys of the pool's part of
+// checkpoint_status (the pool's own report, rt.PoolStatus) and its line
+// in Text.
+func TestReportPoolJSON(t *testing.T) {
+	r := Report{Sandbox: Sandbox{Backend: "bwrap", State: "ready", Available: true, Pool: &rt.PoolStatus{
+		Depth: 1, Max: 32, MaxAge: "10m0s", Ready: 1, Preparing: 1, Hits: 5, Misses: 2, Prepared: 8, Failed: 1,
+		Stale: 1, Expired: 2, Evicted: 3,
+		Entries: []rt.PoolEntryStatus{{Name: "t", Kind: "tool", Ready: 1}, {Name: "s", Kind: "service", Preparing: 1, LastError: "no"}},
+	}}}
+	b, err := json.Marshal(r.Sandbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"backend":"bwrap","state":"ready","available":true,"pool":{"depth":1,"max":32,"max_age":"10m0s","ready":1,"preparing":1,` +
+		`"hits":5,"misses":2,"prepared":8,"failed":1,"stale":1,"expired":2,"evicted":3,` +
+		`"entries":[{"name":"t","kind":"tool","ready":1,"preparing":0},{"name":"s","kind":"service","ready":0,"preparing":1,"last_error":"no"}]}}`
+	if string(b) != want {
+		t.Errorf("json.Marshal(Sandbox) =\n%s\nwant\n%s", b, want)
+	}
+	text := r.Text()
+	for _, line := range []string{
+		"  pool: depth 1 per tool (at most 32 held, replaced after 10m0s): 1 ready, 1 preparing; 5 calls released a ready sandbox, 2 prepared their own; 1 preparations failed\n",
+		"    tool t: 1 ready, 0 preparing\n",
+		"    service s: 0 ready, 1 preparing; last preparation failed: no\n",
+	} {
+		if !strings.Contains(text, line) {
+			t.Errorf("Text() lacks %q:\n%s", line, text)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/direct"
 )
 
@@ -42,7 +43,7 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 		d.line("user: root; each sandbox runs as ids of its own: %s (--sandbox-id-range)", ids)
 	}
 
-	cg := rt.SetupCgroups()
+	cg := cgroup.Setup()
 	defer cg.Close()
 	d.line("cgroups: %s", cg)
 	for _, n := range cg.Notes {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/oci"
 )
 
@@ -40,7 +40,7 @@ func (s *settings) ociConfig(shim string) (oci.Config, error) {
 // (log may be nil: nothing is logged). On error the error says why the
 // runtime cannot run here. The started backend's close removes its
 // containers and directories.
-func (s *settings) prepareOCISandbox(shim string, _ *rt.Cgroups, log *logrus.Logger) (sandboxStart, error) {
+func (s *settings) prepareOCISandbox(shim string, _ *cgroup.Manager, log *logrus.Logger) (sandboxStart, error) {
 	cfg, err := s.ociConfig(shim)
 	if err != nil {
 		return nil, err

@@ -17,6 +17,8 @@ import (
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
+	"github.com/toolgate/toolgate/runtime/cgroup"
+	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/status"
 )
 
@@ -115,8 +117,8 @@ func (f *sandboxFlags) fixedFlag(uid bool) func(string) error {
 }
 
 // poolTemplates are what the pool keeps sandboxes prepared for: every
-// served test-class tool, in conf order (rt.Template of the invocation
-// server/external.go makes), then the built-ins' helper runs whose argv is
+// served test-class tool, in conf order (the Template of the invocation
+// the call handler runs, server.InvocationOf), then the built-ins' helper runs whose argv is
 // fixed. A tool with an egress line is left out: its proxy is the call's
 // own (its caps and audit records are the call's), so its sandbox is made
 // on the call's path.
@@ -131,7 +133,7 @@ func poolTemplates(c *conf.Config, served []status.Tool, helpers []rt.Template) 
 	if c != nil {
 		for _, t := range c.Tools {
 			if t.Class == conf.ClassTest && names[t.Name] && len(t.Egress) == 0 {
-				out = append(out, rt.Template{Name: t.Name, Path: t.ExeResolved, Argv: t.Argv(), Dir: t.DirResolved, Env: t.Env})
+				out = append(out, server.InvocationOf(t).Template)
 			}
 		}
 	}
@@ -176,7 +178,7 @@ func sandboxToolCheck(ids rt.IDRange) func(conf.Tool) error {
 //
 // The error is that of the checks before the self-test: the built-ins that
 // need a helper are then not served at all.
-func (s *settings) newSandbox(shim string, cg *rt.Cgroups, log *logrus.Logger) (*rt.Sandbox, error) {
+func (s *settings) newSandbox(shim string, cg *cgroup.Manager, log *logrus.Logger) (*rt.Sandbox, error) {
 	start, err := s.prepareSandbox(rt.Backend(s.backend), shim, cg, log)
 	if err != nil {
 		log.WithError(err).WithField("backend", s.backend).Error("sandbox backend unavailable: test-class tools answer isError, never run unsandboxed; the built-ins that need a helper are not served")
@@ -243,7 +245,7 @@ type sandboxStart func(ctx context.Context) (startedSandbox, error)
 type sandboxBackend struct {
 	// prepare checks the backend with the configured limits as far as
 	// that needs no process (log may be nil) and returns how to start it.
-	prepare func(s *settings, shim string, cg *rt.Cgroups, log *logrus.Logger) (sandboxStart, error)
+	prepare func(s *settings, shim string, cg *cgroup.Manager, log *logrus.Logger) (sandboxStart, error)
 	// services: the backend also runs long-lived stdio servers (the
 	// registry's downstream servers); the others run tools only.
 	services bool
@@ -256,7 +258,7 @@ var sandboxBackends = map[rt.Backend]sandboxBackend{
 }
 
 // prepareSandbox prepares backend b (see sandboxBackends).
-func (s *settings) prepareSandbox(b rt.Backend, shim string, cg *rt.Cgroups, log *logrus.Logger) (sandboxStart, error) {
+func (s *settings) prepareSandbox(b rt.Backend, shim string, cg *cgroup.Manager, log *logrus.Logger) (sandboxStart, error) {
 	row, ok := sandboxBackends[b]
 	if !ok {
 		_, err := rt.ParseBackend(string(b))
@@ -265,7 +267,7 @@ func (s *settings) prepareSandbox(b rt.Backend, shim string, cg *rt.Cgroups, log
 	return row.prepare(s, shim, cg, log)
 }
 
-func (s *settings) prepareBwrapSandbox(shim string, cg *rt.Cgroups, _ *logrus.Logger) (sandboxStart, error) {
+func (s *settings) prepareBwrapSandbox(shim string, cg *cgroup.Manager, _ *logrus.Logger) (sandboxStart, error) {
 	r, err := bwrap.Prepare(bwrap.Config{Shim: shim, Cgroups: cg, Limits: s.sandbox.limits})
 	if err != nil {
 		return nil, err
@@ -280,7 +282,7 @@ func (s *settings) prepareBwrapSandbox(shim string, cg *rt.Cgroups, _ *logrus.Lo
 
 // newSandboxBackend sets up backend b and proves it works, before it
 // returns (doctor, selftest). Release it with its release method.
-func (s *settings) newSandboxBackend(b rt.Backend, shim string, cg *rt.Cgroups, log *logrus.Logger) (startedSandbox, error) {
+func (s *settings) newSandboxBackend(b rt.Backend, shim string, cg *cgroup.Manager, log *logrus.Logger) (startedSandbox, error) {
 	start, err := s.prepareSandbox(b, shim, cg, log)
 	if err != nil {
 		return startedSandbox{}, err

@@ -12,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/internal/probes"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/battery"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 
 // runBattery runs cases through r and prints each; false when a
@@ -71,7 +72,7 @@ func selftest(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "toolgate selftest: %v\n", err)
 		return 2
 	}
-	cg := rt.SetupCgroups()
+	cg := cgroup.Setup()
 	defer cg.Close()
 
 	backends := []rt.Backend{rt.Backend(s.backend)}

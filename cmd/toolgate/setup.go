@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/direct"
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/status"
@@ -97,7 +98,7 @@ type app struct {
 	log       *logrus.Logger
 	auditFile io.Closer
 	conf      *conf.Config
-	cgroups   *rt.Cgroups
+	cgroups   *cgroup.Manager
 	opts      server.Options
 	// helperTemplates are the built-ins' helper runs the sandbox pool
 	// can prepare for (poolTemplates).
@@ -133,7 +134,7 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 		if err != nil {
 			return nil, err
 		}
-		a.cgroups = rt.SetupCgroups()
+		a.cgroups = cgroup.Setup()
 		for _, d := range a.cgroups.Sweep() {
 			log.WithField("dir", d).Info("removed the cgroup of a server that did not exit cleanly")
 		}

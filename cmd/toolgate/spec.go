@@ -10,6 +10,7 @@ import (
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/oci"
+	"github.com/toolgate/toolgate/server"
 )
 
 // specCmd prints, as JSON, the OCI runtime spec a call of the configured
@@ -73,10 +74,9 @@ func specCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "toolgate spec: %v\n", err)
 		return 2
 	}
-	spec, err := oci.Spec(cfg, rt.Invocation{
-		ID: "spec", Name: t.Name, Path: t.ExeResolved, Argv: t.Argv(), Dir: t.DirResolved,
-		Timeout: t.Timeout, MaxBytes: t.MaxBytes,
-	})
+	inv := server.InvocationOf(t)
+	inv.ID = "spec"
+	spec, err := oci.Spec(cfg, inv)
 	if err != nil {
 		fmt.Fprintf(stderr, "toolgate spec: %v\n", err)
 		return 1

@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/shim"
 )
 
@@ -43,7 +44,7 @@ func (b *bench) bwrapArgv() ([]string, error) {
 		return nil, err
 	}
 	pol := rt.DefaultSandboxLimits().Policy(h, b.shim)
-	p := bwrap.Plan{Exe: b.probe, ExeResolved: b.probe, Argv: b.toolArgv(), Dir: b.work}
+	p := bwrap.Plan{Template: rt.Template{Path: b.probe, Argv: b.toolArgv(), Dir: b.work}}
 	return append([]string{bin}, bwrap.Args(pol, p)...), nil
 }
 
@@ -299,12 +300,12 @@ func (b *bench) runcStartPath(conf string) (*path, error) {
 // separates what the policy costs per call from what toolgate adds.
 func (b *bench) enterPath(bwrapArgv []string, withGroup bool) (*path, error) {
 	p := &path{group: "floor", name: "bwrap through the enter shim, per-call cgroups (by hand)",
-		note: "the backend's exec chain without toolgate: rt.Cgroups.NewGroup (v1 pids 256, memory 512 MiB) joined by toolgate-shim enter (rlimits, uid 65534), bwrap"}
+		note: "the backend's exec chain without toolgate: cgroup.Manager.NewGroup (v1 pids 256, memory 512 MiB) joined by toolgate-shim enter (rlimits, uid 65534), bwrap"}
 	if !withGroup {
 		p.name = "bwrap through the enter shim, no cgroup (by hand)"
 		p.note = "toolgate-shim enter (rlimits, uid 65534, no_new_privs), bwrap: what the extra exec costs"
 	}
-	cg := rt.SetupCgroups()
+	cg := cgroup.Setup()
 	lim := rt.DefaultSandboxLimits()
 	var drop *shim.IDs
 	if os.Geteuid() == 0 {
@@ -315,7 +316,7 @@ func (b *bench) enterPath(bwrapArgv []string, withGroup bool) (*path, error) {
 		i++
 		spec := shim.Spec{Mode: shim.Enter, Drop: drop, Path: bwrapArgv[0], Argv: bwrapArgv}
 		if withGroup {
-			g, err := cg.NewGroup("bench-"+strconv.Itoa(i), rt.Limits{Pids: lim.Pids, Memory: lim.Memory})
+			g, err := cg.NewGroup("bench-"+strconv.Itoa(i), cgroup.Limits{Pids: lim.Pids, Memory: lim.Memory})
 			if err != nil {
 				return err
 			}

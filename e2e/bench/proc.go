@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/internal/proc"
 )
 
 // procStatus reads the "Key: value" lines of /proc/PID/status.
@@ -59,7 +59,7 @@ func openFDs(pid int) int {
 // descendants returns every process below pid, and how many of them are
 // zombies.
 func descendants(pid int) (all, zombies int) {
-	for _, d := range rt.Descendants(pid) {
+	for _, d := range proc.Descendants(pid) {
 		all++
 		if d.State == 'Z' {
 			zombies++

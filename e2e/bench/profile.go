@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/conf"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/direct"
 	"github.com/toolgate/toolgate/server"
 )
@@ -50,7 +51,7 @@ func runProfile(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench profile: %v\n", err)
 		return 2
 	}
-	cg := rt.SetupCgroups()
+	cg := cgroup.Setup()
 	defer cg.Close()
 	cfg := conf.Load(path, conf.Options{Builtins: builtin.Names()})
 	if cfg.State != conf.StateLoaded {

@@ -1,5 +1,7 @@
 // Package proc reads what toolgate needs to know about its own processes
-// from /proc. It imports only the standard library, so that the shim
+// from /proc: its children (the reapers), every process below one (the
+// cost of a prepared sandbox, the bench), their memory and cgroups, its
+// open descriptors. It imports only the standard library, so that the shim
 // (runtime/shim), which runs on every sandboxed call, can use it without
 // linking the server's side.
 package proc

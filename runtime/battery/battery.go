@@ -173,9 +173,9 @@ func (e *Env) invocation(timeout time.Duration, max int, args ...string) rt.Invo
 	argv := append(append([]string{e.Probe.Path}, e.Probe.Prefix...), args...)
 	argv = append(argv, e.tag)
 	return rt.Invocation{
-		ID:   fmt.Sprintf("battery-%s-%d", e.tag[4:12], e.seq.Add(1)),
-		Name: "probe", Path: e.Probe.Path, Argv: argv,
-		Dir: e.Dir, Timeout: timeout, MaxBytes: max,
+		ID:       fmt.Sprintf("battery-%s-%d", e.tag[4:12], e.seq.Add(1)),
+		Template: rt.Template{Name: "probe", Path: e.Probe.Path, Argv: argv, Dir: e.Dir},
+		Call:     rt.Call{Timeout: timeout, MaxBytes: max},
 	}
 }
 
@@ -210,7 +210,7 @@ func (e *Env) callConcurrent(ctx context.Context, timeout time.Duration, max int
 	inv.Argv = inv.Argv[:len(inv.Argv)-1] // no tag: the same template for every call
 	inv.Argv = append(inv.Argv, "tag=concurrent-"+e.tag[4:])
 	if p, ok := e.Runner.(*rt.Pool); ok {
-		p.Keep([]rt.Template{rt.TemplateOf(inv)})
+		p.Keep([]rt.Template{inv.Template})
 		defer p.Keep(nil)
 	}
 	res, err := e.Runner.Run(ctx, inv)
@@ -223,7 +223,7 @@ func (e *Env) callConcurrent(ctx context.Context, timeout time.Duration, max int
 // callPrepared keeps a sandbox prepared for inv, waits until it is ready,
 // and runs inv: it must take that sandbox.
 func (e *Env) callPrepared(ctx context.Context, p *rt.Pool, inv rt.Invocation) (rt.Result, error) {
-	p.Keep([]rt.Template{rt.TemplateOf(inv)})
+	p.Keep([]rt.Template{inv.Template})
 	deadline := time.Now().Add(60 * time.Second)
 	for p.Status().Ready == 0 {
 		if time.Now().After(deadline) {

@@ -9,6 +9,7 @@ import (
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 
 func TestMain(m *testing.M) {
@@ -55,7 +56,7 @@ func unavailable(name, format string, a ...any) backend {
 // with the reason.
 func backends(t *testing.T) []backend {
 	t.Helper()
-	cg := rt.SetupCgroups()
+	cg := cgroup.Setup()
 	t.Cleanup(cg.Close)
 	var out []backend
 	if b, err := bwrap.New(context.Background(), bwrap.Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: testLimits()}); err != nil {
@@ -135,7 +136,7 @@ func TestBrokenSandboxIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg := rt.SetupCgroups()
+	cg := cgroup.Setup()
 	t.Cleanup(cg.Close)
 	env, err := NewEnv("direct", &directRunner{cg: cg, shim: self}, Probe{Path: testbin.Probe(t)}, testLimits())
 	if err != nil {

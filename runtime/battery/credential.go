@@ -95,10 +95,10 @@ func (e *Env) callCredential(ctx context.Context, allow []string, inject map[str
 	argv := append(append([]string{e.Probe.Path}, e.Probe.Prefix...), args...)
 	argv = append(argv, e.tag)
 	res, err := e.Runner.Run(ctx, rt.Invocation{
-		ID:   fmt.Sprintf("battery-%s-%d", e.tag[4:12], e.seq.Add(1)),
-		Name: "probe", Path: e.Probe.Path, Argv: argv,
-		Dir: e.Dir, Timeout: 30 * time.Second, MaxBytes: 16 << 10,
-		Egress: list, Inject: inject,
+		ID:       fmt.Sprintf("battery-%s-%d", e.tag[4:12], e.seq.Add(1)),
+		Template: rt.Template{Name: "probe", Path: e.Probe.Path, Argv: argv, Dir: e.Dir},
+		Call:     rt.Call{Timeout: 30 * time.Second, MaxBytes: 16 << 10},
+		Egress:   list, Inject: inject,
 		EgressRecord: func(r egress.Record) {
 			mu.Lock()
 			recs = append(recs, r)

@@ -4,13 +4,14 @@ import (
 	"context"
 
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/direct"
 )
 
 // directRunner is the unsandboxed direct backend, the battery's negative
 // control.
 type directRunner struct {
-	cg   *rt.Cgroups
+	cg   *cgroup.Manager
 	shim string
 }
 

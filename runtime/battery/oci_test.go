@@ -8,13 +8,13 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/testbin"
-	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/oci"
 )
 
 // ociBackends returns every OCI runtime that runs here, each with the
 // battery's limits.
-func ociBackends(t *testing.T, _ *rt.Cgroups) []backend {
+func ociBackends(t *testing.T, _ *cgroup.Manager) []backend {
 	t.Helper()
 	var out []backend
 	for _, name := range oci.KnownRuntimes() {

@@ -32,20 +32,14 @@ var maskedPaths = []string{"/proc/keys"}
 // Plan is what one sandboxed call adds to the policy: the tool, and for a
 // service the three ways its sandbox differs.
 type Plan struct {
-	// Exe is the executable as configured, ExeResolved its canonical path.
-	Exe, ExeResolved string
-	// Argv is the full argv; Argv[0] is Exe.
-	Argv []string
-	// Dir is the canonical tool dir: bound read-only at its own path and
-	// the working directory.
-	Dir string
-	// KeepStderr leaves the tool's stderr apart from its stdout (a
-	// built-in's helper, whose stdout is parsed); a tool call has one
-	// stream.
-	KeepStderr bool
-	// Env are the tool's own variables (its env line), which the init
-	// shim adds to the four.
-	Env []string
+	// Template is the tool, as the call (or the pool) carries it: Path is
+	// the canonical executable, Argv[0] the executable as configured (both
+	// are visible inside), Dir the tool dir (bound read-only at its own
+	// path, and the working directory), Env the variables the init shim
+	// adds to the four, SplitStderr a helper's stderr kept apart from its
+	// stdout. A service's plan has no Env: its values travel in bwrap's
+	// environment.
+	rt.Template
 
 	// The fields below are for services (Runner.StartService); a tool
 	// call leaves them zero.
@@ -169,11 +163,12 @@ func Args(pol bundle.Policy, p Plan) []string {
 			bound = append(bound, d)
 		}
 	}
-	if !visible(p.ExeResolved) {
-		a = append(a, "--ro-bind", p.ExeResolved, p.ExeResolved)
+	exe := p.exe()
+	if !visible(p.Path) {
+		a = append(a, "--ro-bind", p.Path, p.Path)
 	}
-	if p.Exe != p.ExeResolved && !visible(p.Exe) {
-		a = append(a, "--ro-bind", p.ExeResolved, p.Exe)
+	if exe != p.Path && !visible(exe) {
+		a = append(a, "--ro-bind", p.Path, exe)
 	}
 	chdir := p.Dir
 	if chdir == "" {
@@ -194,7 +189,7 @@ func Args(pol bundle.Policy, p Plan) []string {
 	}
 	rlimits := rt.ShimRlimits(pol.Rlimits)
 	if p.Service {
-		svc := shim.Spec{Mode: shim.Service, Rlimits: rlimits, Egress: egress, Path: p.Exe, Argv: p.Argv}
+		svc := shim.Spec{Mode: shim.Service, Rlimits: rlimits, Egress: egress, Path: exe, Argv: p.Argv}
 		if p.Standby {
 			svc.Mode, svc.KeepStderr, svc.KeepEnv, svc.ReleaseFD = shim.Standby, true, true, ReleaseFD
 		}
@@ -207,9 +202,17 @@ func Args(pol bundle.Policy, p Plan) []string {
 		a = append(a, "--setenv", k, v)
 	}
 	a = append(a, "--", bundle.ShimPath)
-	init := shim.Spec{Mode: shim.Init, Rlimits: rlimits, KeepStderr: p.KeepStderr, Egress: egress, Env: p.Env, Path: p.Exe, Argv: p.Argv}
+	init := shim.Spec{Mode: shim.Init, Rlimits: rlimits, KeepStderr: p.SplitStderr, Egress: egress, Env: p.Env, Path: exe, Argv: p.Argv}
 	if p.Standby {
 		init.Mode, init.ReleaseFD = shim.Standby, ReleaseFD
 	}
 	return append(a, init.Args()...)
+}
+
+// exe is the executable as configured: Argv[0].
+func (p Plan) exe() string {
+	if len(p.Argv) == 0 {
+		return ""
+	}
+	return p.Argv[0]
 }

@@ -54,47 +54,32 @@ func goldenPlans() []goldenPlan {
 	small := testPolicy(debianHost, 64<<20)
 	small.Rlimits = bundle.Rlimits{NoFile: 64, NProc: 32, Core: 0, FSize: 1 << 20}
 	return []goldenPlan{
-		{"usr-tool", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/git", ExeResolved: "/usr/bin/git",
-			Argv: []string{"/usr/bin/git", "--no-pager", "diff", "--check"}, Dir: "/srv/repo"}},
-		{"opt-tool", testPolicy(debianHost, 1<<20), Plan{Exe: "/opt/lint/bin/lint", ExeResolved: "/opt/lint/bin/lint",
-			Argv: []string{"/opt/lint/bin/lint", "--strict", "a b"}, Dir: "/srv/repo"}},
-		{"symlinked-tool", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/local/bin/ruff", ExeResolved: "/opt/ruff/ruff",
-			Argv: []string{"/usr/local/bin/ruff", "check"}, Dir: "/srv/repo"}},
-		{"symlink-outside", testPolicy(debianHost, 64<<20), Plan{Exe: "/srv/bin/lint", ExeResolved: "/srv/real/lint",
-			Argv: []string{"/srv/bin/lint"}, Dir: "/workspace"}},
-		{"tool-in-dir", testPolicy(debianHost, 64<<20), Plan{Exe: "/srv/repo/scripts/check", ExeResolved: "/srv/repo/scripts/check",
-			Argv: []string{"/srv/repo/scripts/check"}, Dir: "/srv/repo"}},
-		{"with-rlimits", small, Plan{Exe: "/usr/bin/make-check", ExeResolved: "/usr/bin/make-check",
-			Argv: []string{"/usr/bin/make-check"}, Dir: "/srv/repo"}},
+		{"usr-tool", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/git", Argv: []string{"/usr/bin/git", "--no-pager", "diff", "--check"}, Dir: "/srv/repo"}}},
+		{"opt-tool", testPolicy(debianHost, 1<<20), Plan{Template: rt.Template{Path: "/opt/lint/bin/lint", Argv: []string{"/opt/lint/bin/lint", "--strict", "a b"}, Dir: "/srv/repo"}}},
+		{"symlinked-tool", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/opt/ruff/ruff", Argv: []string{"/usr/local/bin/ruff", "check"}, Dir: "/srv/repo"}}},
+		{"symlink-outside", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/srv/real/lint", Argv: []string{"/srv/bin/lint"}, Dir: "/workspace"}}},
+		{"tool-in-dir", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/srv/repo/scripts/check", Argv: []string{"/srv/repo/scripts/check"}, Dir: "/srv/repo"}}},
+		{"with-rlimits", small, Plan{Template: rt.Template{Path: "/usr/bin/make-check", Argv: []string{"/usr/bin/make-check"}, Dir: "/srv/repo"}}},
 		{"unmerged-usr", testPolicy(bundle.Host{RootDirs: []string{"/bin", "/lib"}, Etc: binds("/etc/passwd")}, 64<<20),
-			Plan{Exe: "/bin/true", ExeResolved: "/bin/true", Argv: []string{"/bin/true"}, Dir: "/srv/repo"}},
-		{"multilib", testPolicy(multilib, 64<<20), Plan{Exe: "/usr/bin/true", ExeResolved: "/usr/bin/true",
-			Argv: []string{"/usr/bin/true"}, Dir: "/opt/x"}},
-		{"helper", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/ctags", ExeResolved: "/usr/bin/ctags-universal",
-			Argv: []string{"/usr/bin/ctags", "--options=NONE", "--_interactive"}, Dir: "/srv/x", KeepStderr: true}},
+			Plan{Template: rt.Template{Path: "/bin/true", Argv: []string{"/bin/true"}, Dir: "/srv/repo"}}},
+		{"multilib", testPolicy(multilib, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: "/opt/x"}}},
+		{"helper", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/ctags-universal", Argv: []string{"/usr/bin/ctags", "--options=NONE", "--_interactive"}, Dir: "/srv/x", SplitStderr: true}}},
 		// A tool with an egress allowlist: its proxy's directory bound,
 		// the init shim told where the socket is; still --unshare-net.
-		{"egress-tool", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/curl", ExeResolved: "/usr/bin/curl",
-			Argv: []string{"/usr/bin/curl", "-sS", "https://api.example.com/"}, Dir: "/srv/repo",
+		{"egress-tool", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/curl", Argv: []string{"/usr/bin/curl", "-sS", "https://api.example.com/"}, Dir: "/srv/repo"},
 			EgressDir: "/tmp/toolgate-egress-1/00112233445566778899aabbccddeeff"}},
 		// Services (StartService): no --clearenv or --setenv, the service
 		// shim; ReadOnly binds, skipping what is visible already.
-		{"service-node", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/node", ExeResolved: "/usr/bin/node",
-			Argv: []string{"/usr/bin/node", "/opt/mcp/node_modules/srv/dist/index.js", "stdio"}, Dir: "/opt/mcp",
+		{"service-node", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/node", Argv: []string{"/usr/bin/node", "/opt/mcp/node_modules/srv/dist/index.js", "stdio"}, Dir: "/opt/mcp"},
 			Service: true, ReadOnly: []string{"/opt/mcp/node_modules/srv/dist/index.js", "/srv/data", "/usr/share/doc"}}},
-		{"service-net-no-dir", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/local/bin/mcp-web", ExeResolved: "/opt/web/bin/mcp-web",
-			Argv: []string{"/usr/local/bin/mcp-web", "--stdio"}, Service: true, ShareNet: true}},
-		{"service-egress", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/node", ExeResolved: "/usr/bin/node",
-			Argv: []string{"/usr/bin/node", "/opt/mcp/fetch.js"}, Dir: "/opt/mcp", Service: true,
+		{"service-net-no-dir", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/opt/web/bin/mcp-web", Argv: []string{"/usr/local/bin/mcp-web", "--stdio"}}, Service: true, ShareNet: true}},
+		{"service-egress", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/node", Argv: []string{"/usr/bin/node", "/opt/mcp/fetch.js"}, Dir: "/opt/mcp"}, Service: true,
 			EgressDir: "/tmp/toolgate-egress-1/ffeeddccbbaa99887766554433221100"}},
 		// Prepared sandboxes (the pool): the same sandbox, the standby
 		// shim first.
-		{"standby-tool", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/git", ExeResolved: "/usr/bin/git",
-			Argv: []string{"/usr/bin/git", "--no-pager", "diff", "--check"}, Dir: "/srv/repo", Standby: true}},
-		{"standby-helper", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/ctags", ExeResolved: "/usr/bin/ctags-universal",
-			Argv: []string{"/usr/bin/ctags", "--options=NONE", "--_interactive"}, Dir: "/srv/x", KeepStderr: true, Standby: true}},
-		{"standby-service", testPolicy(debianHost, 64<<20), Plan{Exe: "/usr/bin/node", ExeResolved: "/usr/bin/node",
-			Argv: []string{"/usr/bin/node", "/opt/mcp/node_modules/srv/dist/index.js", "stdio"}, Dir: "/opt/mcp",
+		{"standby-tool", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/git", Argv: []string{"/usr/bin/git", "--no-pager", "diff", "--check"}, Dir: "/srv/repo"}, Standby: true}},
+		{"standby-helper", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/ctags-universal", Argv: []string{"/usr/bin/ctags", "--options=NONE", "--_interactive"}, Dir: "/srv/x", SplitStderr: true}, Standby: true}},
+		{"standby-service", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/node", Argv: []string{"/usr/bin/node", "/opt/mcp/node_modules/srv/dist/index.js", "stdio"}, Dir: "/opt/mcp"},
 			Service: true, ReadOnly: []string{"/opt/mcp/node_modules/srv/dist/index.js"}, Standby: true}},
 	}
 }
@@ -129,7 +114,7 @@ func TestStandbyIsTheSameSandbox(t *testing.T) {
 			if tc.plan.Service {
 				wantMode = shim.Service
 			}
-			if ps[0] != bundle.ShimPath || ss[0] != bundle.ShimPath || ps[2] != wantMode || ss[2] != shim.Standby {
+			if ps[0] != bundle.ShimPath || ss[0] != bundle.ShimPath || shim.Mode(ps[2]) != wantMode || shim.Mode(ss[2]) != shim.Standby {
 				t.Fatalf("shims: plain %q, standby %q", ps[:3], ss[:3])
 			}
 			// Standby adds the release descriptor (and, for a service, says
@@ -140,7 +125,7 @@ func TestStandbyIsTheSameSandbox(t *testing.T) {
 				extra = append([]string{"--stderr", "keep", "--env", "keep"}, extra...)
 			}
 			i := slices.Index(ps, "--")
-			want := slices.Concat(ps[:2], []string{shim.Standby}, ps[3:i], extra, ps[i:])
+			want := slices.Concat(ps[:2], []string{string(shim.Standby)}, ps[3:i], extra, ps[i:])
 			if !slices.Equal(ss, want) {
 				t.Errorf("standby shim argv = %q\nwant %q", ss, want)
 			}
@@ -166,7 +151,7 @@ func TestArgsGolden(t *testing.T) {
 // TestArgsInvariants checks the flags every sandbox must carry, by name,
 // independently of the golden files.
 func TestArgsInvariants(t *testing.T) {
-	a := Args(testPolicy(debianHost, 42), Plan{Exe: "/usr/bin/true", ExeResolved: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: "/srv/repo"})
+	a := Args(testPolicy(debianHost, 42), Plan{Template: rt.Template{Path: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: "/srv/repo"}})
 	for _, flag := range []string{"--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
 		"--unshare-cgroup", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv"} {
 		if !slices.Contains(a, flag) {
@@ -202,8 +187,7 @@ func TestArgsInvariants(t *testing.T) {
 // only without ShareNet), no environment flag at all (values travel in
 // bwrap's environment, never its argv), and the service shim.
 func TestServiceArgsInvariants(t *testing.T) {
-	base := Plan{Exe: "/usr/bin/node", ExeResolved: "/usr/bin/node",
-		Argv: []string{"/usr/bin/node", "/opt/mcp/index.js"}, Dir: "/opt/mcp", Service: true}
+	base := Plan{Template: rt.Template{Path: "/usr/bin/node", Argv: []string{"/usr/bin/node", "/opt/mcp/index.js"}, Dir: "/opt/mcp"}, Service: true}
 	for _, shareNet := range []bool{false, true} {
 		p := base
 		p.ShareNet = shareNet
@@ -234,7 +218,7 @@ func TestServiceArgsInvariants(t *testing.T) {
 		}
 	}
 	// A tool never gets the relaxations, whatever the host offers.
-	tool := Args(testPolicy(debianHost, 1), Plan{Exe: "/usr/bin/true", ExeResolved: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: "/srv/repo"})
+	tool := Args(testPolicy(debianHost, 1), Plan{Template: rt.Template{Path: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: "/srv/repo"}})
 	if slices.Contains(tool, "/etc/resolv.conf") || !slices.Contains(tool, "--unshare-net") {
 		t.Error("a tool's sandbox has the network or its /etc entries")
 	}

@@ -5,14 +5,15 @@
 //
 // SANDBOX.md records why each measure is needed. The ones outside bwrap's
 // argv are here: bwrap is exec'd with the scrubbed environment (its own
-// process would otherwise carry the server's into the sandbox), as an
-// unprivileged uid when toolgate runs as root (a root-mapped sandbox reads
-// root-only files through binds and is exempt from RLIMIT_NPROC), with
-// lowered rlimits, inside the call's cgroup, which bounds its processes
-// and memory, and with a new session keyring of its own (keyrings are not
-// namespaced, and bwrap makes none). The enter shim (shim.Enter) joins
-// the cgroups, drops the uid and joins the keyring, then execs bwrap; the
-// init shim inside sets the rlimits.
+// process would otherwise carry the server's into the sandbox), as the
+// sandbox's own host ids when toolgate runs as root (a root-mapped sandbox
+// reads root-only files through binds and is exempt from RLIMIT_NPROC),
+// inside the call's cgroup, which bounds its processes and memory, and
+// with a new session keyring of its own (keyrings are not namespaced, and
+// bwrap makes none). The enter shim (shim.Enter) joins the v1 cgroups,
+// drops the ids and joins the keyring, then execs bwrap; the init shim
+// inside (or the service or standby shim) lowers the rlimits and execs
+// the tool.
 package bwrap
 
 import (
@@ -28,6 +29,7 @@ import (
 
 	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/shim"
 )
 
@@ -40,7 +42,7 @@ type Config struct {
 	// and, bound read-only at ShimPath, the init shim inside it.
 	Shim string
 	// Cgroups is the host's cgroup support.
-	Cgroups *rt.Cgroups
+	Cgroups *cgroup.Manager
 	// Limits are the per-call limits.
 	Limits rt.SandboxLimits
 }
@@ -49,7 +51,7 @@ type Config struct {
 type Runner struct {
 	bwrap  string
 	shim   string
-	cg     *rt.Cgroups
+	cg     *cgroup.Manager
 	limits rt.SandboxLimits
 	// policy is the sandbox of every call, rendered by Args.
 	policy bundle.Policy
@@ -157,8 +159,9 @@ func (r *Runner) SelfTest(ctx context.Context) error {
 	}
 	defer os.Remove(dir)
 	res, err := r.Run(ctx, rt.Invocation{
-		ID: "selftest", Name: "selftest", Path: exe, Argv: []string{exe}, Dir: dir,
-		Timeout: 10 * time.Second, MaxBytes: 4096,
+		ID:       "selftest",
+		Template: rt.Template{Name: "selftest", Path: exe, Argv: []string{exe}, Dir: dir},
+		Call:     rt.Call{Timeout: 10 * time.Second, MaxBytes: 4096},
 	})
 	if err != nil {
 		return fmt.Errorf("bwrap self-test: %w", err)
@@ -210,7 +213,7 @@ func Hint(msg string) string {
 
 // Run runs inv in a fresh sandbox.
 func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
-	plan := Plan{Exe: inv.Argv[0], ExeResolved: inv.Path, Argv: inv.Argv, Dir: inv.Dir, KeepStderr: inv.StderrMax > 0, Env: inv.Env}
+	plan := Plan{Template: inv.Template}
 	// The sandbox's own host ids, given back once Exec has killed and
 	// reaped everything it started (the deferred calls below run first).
 	id, err := r.ids.Acquire()
@@ -240,17 +243,8 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	}
 	defer group.Close()
 	res, err := rt.Exec(ctx, rt.Cmd{
-		Path:       start.path,
-		Args:       start.argv,
-		ExtraFiles: []*os.File{filter},
-		Env:        rt.Env,
-		Dir:        "/",
-		Timeout:    inv.Timeout,
-		MaxBytes:   inv.MaxBytes,
-		StderrMax:  inv.StderrMax,
-		Stdin:      inv.Stdin,
-		Seen:       inv.Seen,
-		Group:      group,
+		Proc: rt.Proc{Path: start.path, Args: start.argv, ExtraFiles: []*os.File{filter}, Env: rt.Env, Dir: "/", Group: group},
+		Call: inv.Call,
 	})
 	res.Egress = eg.Use()
 	return res, err
@@ -266,7 +260,7 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 	if len(t.Argv) == 0 {
 		return nil, errors.New("bwrap: prepare: empty argv")
 	}
-	plan := Plan{Exe: t.Argv[0], ExeResolved: t.Path, Argv: t.Argv, Dir: t.Dir, KeepStderr: t.SplitStderr, Env: t.Env, Standby: true}
+	plan := Plan{Template: t, Standby: true}
 	return r.prepare(plan, rt.Env, fixedPaths(t.Dir, t.Path))
 }
 
@@ -293,15 +287,10 @@ func (r *Runner) prepare(plan Plan, env, fixed []string) (*rt.Standby, error) {
 		return nil, err
 	}
 	sb, err := rt.StartStandby(rt.StandbyCmd{
-		Path:       st.path,
-		Args:       st.argv,
-		ExtraFiles: extra,
-		Env:        env,
-		Dir:        "/",
-		Group:      group,
-		Streams:    rt.StreamsAtRelease,
-		Fixed:      fixed,
-		IDs:        id,
+		Proc:    rt.Proc{Path: st.path, Args: st.argv, ExtraFiles: extra, Env: env, Dir: "/", Group: group},
+		Streams: rt.StreamsAtRelease,
+		Fixed:   fixed,
+		IDs:     id,
 	})
 	if err != nil {
 		if group != nil {
@@ -373,10 +362,10 @@ type start struct {
 // service's) starts so: bwrap gives no new session keyring, and without
 // the shim's the sandbox would share toolgate's (issue 21). The rlimits
 // are set by the shim inside the sandbox. The caller closes the group.
-func (r *Runner) enter(name string, plan Plan, id rt.SandboxID) (*rt.Group, start, error) {
-	var group *rt.Group
+func (r *Runner) enter(name string, plan Plan, id rt.SandboxID) (*cgroup.Group, start, error) {
+	var group *cgroup.Group
 	if r.cg != nil && (r.cg.V2 != "" || r.limits.Pids > 0 || r.limits.Memory > 0) {
-		g, err := r.cg.NewGroup(name, rt.Limits{Pids: r.limits.Pids, Memory: r.limits.Memory})
+		g, err := r.cg.NewGroup(name, cgroup.Limits{Pids: r.limits.Pids, Memory: r.limits.Memory})
 		if err != nil {
 			return nil, start{}, fmt.Errorf("sandbox cgroup: %w", err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/bundle"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 
 func TestMain(m *testing.M) {
@@ -27,7 +28,7 @@ func newRunner(t *testing.T) *Runner {
 	if _, err := Find(); err != nil {
 		testbin.Missing(t, "%v", err)
 	}
-	cg := rt.SetupCgroups()
+	cg := cgroup.Setup()
 	t.Cleanup(cg.Close)
 	r, err := New(context.Background(), Config{Shim: testbin.Shim(t), Cgroups: cg, Limits: rt.DefaultSandboxLimits()})
 	if errors.Is(err, bundle.ErrNoSeccomp) {
@@ -46,7 +47,7 @@ func TestRunSmoke(t *testing.T) {
 	probe := testbin.Probe(t)
 	dir := testbin.Dir(t)
 	for _, args := range [][]string{{"env"}, {"id"}, {"cwd"}, {"status"}, {"pid"}, {"net", "127.0.0.1:1"}, {"write", dir + "/x", "/tmp/x", "/x", "/etc/x"}} {
-		res, err := r.Run(context.Background(), rt.Invocation{ID: "smoke" + args[0], Path: probe, Argv: append([]string{probe}, args...), Dir: dir, Timeout: 10 * time.Second, MaxBytes: 1 << 16})
+		res, err := r.Run(context.Background(), rt.Invocation{ID: "smoke" + args[0], Template: rt.Template{Path: probe, Argv: append([]string{probe}, args...), Dir: dir}, Call: rt.Call{Timeout: 10 * time.Second, MaxBytes: 1 << 16}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,8 +86,9 @@ func TestRunHelperStreams(t *testing.T) {
 	r := newRunner(t)
 	dir := testbin.Dir(t)
 	cat := "/usr/bin/cat"
-	inv := rt.Invocation{ID: "helper-streams", Path: cat, Argv: []string{cat, "-", "/nonexistent"}, Dir: dir,
-		Timeout: 10 * time.Second, MaxBytes: 1 << 16, StderrMax: 4096, Stdin: []byte("from stdin\n")}
+	inv := rt.Invocation{ID: "helper-streams",
+		Template: rt.Template{Path: cat, Argv: []string{cat, "-", "/nonexistent"}, Dir: dir, SplitStderr: true, Stdin: true},
+		Call:     rt.Call{Timeout: 10 * time.Second, MaxBytes: 1 << 16, StderrMax: 4096, Input: []byte("from stdin\n")}}
 	res, err := r.Run(context.Background(), inv)
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +96,8 @@ func TestRunHelperStreams(t *testing.T) {
 	if string(res.Output) != "from stdin\n" || !strings.Contains(string(res.Stderr), "/nonexistent") {
 		t.Errorf("helper run: stdout %q, stderr %q; want the stdin on stdout and cat's complaint apart", res.Output, res.Stderr)
 	}
-	inv.ID, inv.StderrMax, inv.Stdin = "tool-streams", 0, nil
+	inv.ID, inv.StderrMax, inv.Input = "tool-streams", 0, nil
+	inv.SplitStderr, inv.Stdin = false, false
 	res, err = r.Run(context.Background(), inv)
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +117,7 @@ func TestSandboxUID(t *testing.T) {
 	if _, err := Find(); err != nil {
 		testbin.Missing(t, "%v", err)
 	}
-	cg := rt.SetupCgroups()
+	cg := cgroup.Setup()
 	t.Cleanup(cg.Close)
 	limits := rt.DefaultSandboxLimits()
 	limits.IDs = rt.IDRange{UID: 64123, GID: 64124, Count: 1, Shared: true}
@@ -126,7 +129,7 @@ func TestSandboxUID(t *testing.T) {
 		t.Fatalf("New: %v", err)
 	}
 	probe, dir := testbin.Probe(t), testbin.Dir(t)
-	res, err := r.Run(context.Background(), rt.Invocation{ID: "uid", Path: probe, Argv: []string{probe, "id"}, Dir: dir, Timeout: 10 * time.Second, MaxBytes: 1 << 16})
+	res, err := r.Run(context.Background(), rt.Invocation{ID: "uid", Template: rt.Template{Path: probe, Argv: []string{probe, "id"}, Dir: dir}, Call: rt.Call{Timeout: 10 * time.Second, MaxBytes: 1 << 16}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +141,7 @@ func TestSandboxUID(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = r.Run(context.Background(), rt.Invocation{ID: "uid-host", Path: probe, Argv: []string{probe, "sleep", "2"}, Dir: dir, Timeout: 10 * time.Second, MaxBytes: 1 << 16})
+		_, _ = r.Run(context.Background(), rt.Invocation{ID: "uid-host", Template: rt.Template{Path: probe, Argv: []string{probe, "sleep", "2"}, Dir: dir}, Call: rt.Call{Timeout: 10 * time.Second, MaxBytes: 1 << 16}})
 	}()
 	want := probe + "\x00sleep\x002\x00"
 	var status string
@@ -170,7 +173,7 @@ func BenchmarkRun(b *testing.B) {
 		cg   bool
 	}{{"cgroup-limits", true}, {"no-cgroup-limits", false}} {
 		b.Run(bc.name, func(b *testing.B) {
-			cg := rt.SetupCgroups()
+			cg := cgroup.Setup()
 			b.Cleanup(cg.Close)
 			limits := rt.DefaultSandboxLimits()
 			if !bc.cg {
@@ -185,8 +188,8 @@ func BenchmarkRun(b *testing.B) {
 			var took []time.Duration
 			for b.Loop() {
 				start := time.Now()
-				res, err := r.Run(context.Background(), rt.Invocation{ID: "bench-" + strconv.Itoa(len(took)), Path: "/usr/bin/true", Argv: []string{"/usr/bin/true"},
-					Dir: dir, Timeout: 10 * time.Second, MaxBytes: 4096})
+				res, err := r.Run(context.Background(), rt.Invocation{ID: "bench-" + strconv.Itoa(len(took)),
+					Template: rt.Template{Path: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: dir}, Call: rt.Call{Timeout: 10 * time.Second, MaxBytes: 4096}})
 				if err != nil || res.ExitCode != 0 {
 					b.Fatalf("run: exit %d, %v: %s", res.ExitCode, err, res.Output)
 				}

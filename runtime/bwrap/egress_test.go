@@ -31,8 +31,10 @@ func TestEgressShimKeepsCallSemantics(t *testing.T) {
 	run := func(timeout time.Duration, args ...string) rt.Result {
 		t.Helper()
 		res, err := r.Run(context.Background(), rt.Invocation{
-			ID: "egress-" + args[0], Name: "probe", Path: probe, Argv: append([]string{probe}, args...),
-			Dir: dir, Timeout: timeout, MaxBytes: 1 << 16, Egress: allow,
+			ID:       "egress-" + args[0],
+			Template: rt.Template{Name: "probe", Path: probe, Argv: append([]string{probe}, args...), Dir: dir},
+			Call:     rt.Call{Timeout: timeout, MaxBytes: 1 << 16},
+			Egress:   allow,
 		})
 		if err != nil {
 			t.Fatalf("%v: %v", args, err)

@@ -169,7 +169,7 @@ func parseInit(t *testing.T, a []string) initSpec {
 	t.Helper()
 	// A prepared sandbox's standby shim does what the init shim does,
 	// once released on its release descriptor.
-	if len(a) < 2 || a[0] != shim.Arg || (a[1] != shim.Init && a[1] != shim.Standby) {
+	if len(a) < 2 || a[0] != shim.Arg || (shim.Mode(a[1]) != shim.Init && shim.Mode(a[1]) != shim.Standby) {
 		t.Fatalf("the shim is not run in init (or standby) mode: %q", a)
 	}
 	var s initSpec
@@ -322,9 +322,9 @@ func TestPolicyParity(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pol := tc.policy
 			pol.Rootfs, pol.CgroupsPath = "/run/toolgate/1/rootfs", "toolgate-1/c1"
-			inv := rt.Invocation{ID: "c1", Name: tc.name, Path: tc.plan.ExeResolved, Argv: tc.plan.Argv, Dir: tc.plan.Dir,
-				Timeout: time.Second, MaxBytes: 1}
-			if tc.plan.KeepStderr {
+			inv := rt.Invocation{ID: "c1", Template: tc.plan.Template, Call: rt.Call{Timeout: time.Second, MaxBytes: 1}}
+			inv.Name = tc.name
+			if tc.plan.SplitStderr {
 				inv.StderrMax = 1
 			}
 			if tc.plan.EgressDir != "" {
@@ -339,12 +339,12 @@ func TestPolicyParity(t *testing.T) {
 			// as configured (and binds the resolved one there when
 			// nothing shows it), the OCI init execs the resolved path, as
 			// the direct backend does. argv, argv[0] included, is the same.
-			if b.Exec != tc.plan.Exe || o.Exec != tc.plan.ExeResolved {
-				t.Errorf("exec: bwrap %q, oci %q; want %q and %q", b.Exec, o.Exec, tc.plan.Exe, tc.plan.ExeResolved)
+			if b.Exec != tc.plan.exe() || o.Exec != tc.plan.Path {
+				t.Errorf("exec: bwrap %q, oci %q; want %q and %q", b.Exec, o.Exec, tc.plan.exe(), tc.plan.Path)
 			}
 			b.Exec, o.Exec = "", ""
-			if tc.plan.Exe != tc.plan.ExeResolved {
-				delete(b.Mounts, tc.plan.Exe) // the configured path's bind, bwrap only
+			if tc.plan.exe() != tc.plan.Path {
+				delete(b.Mounts, tc.plan.exe()) // the configured path's bind, bwrap only
 			}
 			if d := cmp.Diff(b, o); d != "" {
 				t.Errorf("the bwrap and OCI renderings of %s differ (-bwrap +oci):\n%s", tc.name, d)
@@ -469,7 +469,7 @@ func TestSeccompParity(t *testing.T) {
 	tc := goldenPlans()[0]
 	pol := tc.policy
 	pol.Rootfs, pol.CgroupsPath = "/run/toolgate/1/rootfs", "toolgate-1/c1"
-	spec, err := oci.RenderSpec(pol, oci.Runc, rt.Invocation{ID: "c1", Name: tc.name, Path: tc.plan.ExeResolved, Argv: tc.plan.Argv, Dir: tc.plan.Dir, Timeout: time.Second, MaxBytes: 1}, "")
+	spec, err := oci.RenderSpec(pol, oci.Runc, rt.Invocation{ID: "c1", Template: tc.plan.Template, Call: rt.Call{Timeout: time.Second, MaxBytes: 1}}, "")
 	if err != nil {
 		t.Fatalf("RenderSpec: %v", err)
 	}

@@ -71,7 +71,7 @@ func TestPreparedHelperStreams(t *testing.T) {
 		if err := sb.WaitReady(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		res, err := sb.Release(context.Background(), rt.Call{Timeout: 10 * time.Second, MaxBytes: 4096, StderrMax: 4096, Stdin: tc.stdin})
+		res, err := sb.Release(context.Background(), rt.Call{Timeout: 10 * time.Second, MaxBytes: 4096, StderrMax: 4096, Input: tc.stdin})
 		sb.Cleanup()
 		if err != nil {
 			t.Fatal(err)

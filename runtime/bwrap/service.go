@@ -62,15 +62,10 @@ func (r *Runner) StartService(ctx context.Context, s rt.Service) (*rt.Process, e
 		return nil, err
 	}
 	p, err := rt.StartProcess(rt.ServiceCmd{
-		Path:       st.path,
-		Args:       st.argv,
-		Env:        env,
-		Dir:        "/",
-		Group:      group,
-		Stderr:     s.Stderr,
-		ExtraFiles: []*os.File{filter},
-		Egress:     eg,
-		IDs:        id,
+		Proc:   rt.Proc{Path: st.path, Args: st.argv, Env: env, Dir: "/", Group: group, ExtraFiles: []*os.File{filter}},
+		Stderr: s.Stderr,
+		Egress: eg,
+		IDs:    id,
 	})
 	if err != nil {
 		if group != nil {
@@ -126,8 +121,8 @@ func (r *Runner) servicePlan(s rt.Service) (Plan, error) {
 		return Plan{}, fmt.Errorf("sandbox %s: an egress allowlist beside the host's network", s.Name)
 	}
 	return Plan{
-		Exe: s.Argv[0], ExeResolved: s.Path, Argv: s.Argv, Dir: s.Dir,
-		Service: true, ShareNet: s.Network, ReadOnly: s.ReadOnly,
+		Template: rt.Template{Name: s.Name, Path: s.Path, Argv: s.Argv, Dir: s.Dir},
+		Service:  true, ShareNet: s.Network, ReadOnly: s.ReadOnly,
 	}, nil
 }
 

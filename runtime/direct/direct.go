@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/shim"
 )
 
@@ -22,7 +23,7 @@ import (
 type Runner struct {
 	// Cgroups is the host's cgroup support; without a cgroup2 part the
 	// reap shim tracks the call instead.
-	Cgroups *rt.Cgroups
+	Cgroups *cgroup.Manager
 	// Shim is the toolgate-shim binary (the reap shim).
 	Shim string
 }
@@ -47,18 +48,11 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		return rt.Result{}, fmt.Errorf("%s: variables of its own are for a sandboxed tool: the direct backend runs with exactly the four", inv.Name)
 	}
 	c := rt.Cmd{
-		Path:      inv.Path,
-		Args:      inv.Argv,
-		Env:       rt.Env,
-		Dir:       inv.Dir,
-		Timeout:   inv.Timeout,
-		MaxBytes:  inv.MaxBytes,
-		StderrMax: inv.StderrMax,
-		Stdin:     inv.Stdin,
-		Seen:      inv.Seen,
+		Proc: rt.Proc{Path: inv.Path, Args: inv.Argv, Env: rt.Env, Dir: inv.Dir},
+		Call: inv.Call,
 	}
 	if r.Tracking() == "cgroup2" {
-		g, err := r.Cgroups.NewGroup(inv.ID, rt.Limits{})
+		g, err := r.Cgroups.NewGroup(inv.ID, cgroup.Limits{})
 		if err == nil {
 			defer g.Close()
 			c.Group = g

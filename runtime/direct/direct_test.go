@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 
 func TestMain(m *testing.M) {
@@ -34,7 +35,7 @@ func runners(t *testing.T) map[string]*Runner {
 		t.Fatal(err)
 	}
 	out := map[string]*Runner{"reap": {Shim: self}}
-	cg := rt.SetupCgroups()
+	cg := cgroup.Setup()
 	t.Cleanup(cg.Close)
 	out["cgroup2"] = nil
 	if cg.V2 != "" {
@@ -56,12 +57,8 @@ func inv(t *testing.T, dir string, timeout time.Duration, max int, args ...strin
 	seq++
 	return rt.Invocation{
 		ID:       fmt.Sprintf("t%d-%d", os.Getpid(), seq),
-		Name:     "probe",
-		Path:     probe,
-		Argv:     append([]string{probe}, args...),
-		Dir:      dir,
-		Timeout:  timeout,
-		MaxBytes: max,
+		Template: rt.Template{Name: "probe", Path: probe, Argv: append([]string{probe}, args...), Dir: dir},
+		Call:     rt.Call{Timeout: timeout, MaxBytes: max},
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/shim"
 )
 
@@ -134,7 +135,7 @@ func (r *Runner) sibling(name Name) (*Runner, error) {
 	}
 	p := *r.plan
 	p.cfg.Runtime, p.fl, p.bin = name, fl, bin
-	if name == Crun && rt.ReadCgroupHost().Roots().HybridControllers {
+	if name == Crun && cgroup.ReadHost().Roots().HybridControllers {
 		p.mask = filepath.Join(r.dir, "empty-cgroup.controllers")
 		_ = os.WriteFile(p.mask, nil, 0o444)
 	}
@@ -180,12 +181,12 @@ func removeCgroupParents(pid int) {
 }
 
 // cgroupParent is the parent of the containers' relative cgroupsPath: a
-// directory of its own, never the server's cgroup directory (rt.Cgroups,
-// GroupPrefix + pid), which the direct and bwrap backends keep using when
+// directory of its own, never the server's cgroup directory (cgroup.Manager,
+// cgroup.Prefix + pid), which the direct and bwrap backends keep using when
 // this backend is closed (doctor and selftest set up every backend).
-// rt.Cgroups.Sweep removes it after a crash too.
+// cgroup.Manager.Sweep removes it after a crash too.
 func cgroupParent(pid int) string {
-	return rt.GroupPrefix + strconv.Itoa(pid) + rt.OCIGroupSuffix
+	return cgroup.Prefix + strconv.Itoa(pid) + cgroup.OCISuffix
 }
 
 func alive(pid int) bool {
@@ -213,8 +214,9 @@ func (r *Runner) probe(ctx context.Context) error {
 	}
 	defer os.Remove(dir)
 	inv := rt.Invocation{
-		ID: "probe", Name: "probe", Path: exe, Argv: []string{exe},
-		Dir: dir, Timeout: 30 * time.Second, MaxBytes: 8 << 10,
+		ID:       "probe",
+		Template: rt.Template{Name: "probe", Path: exe, Argv: []string{exe}, Dir: dir},
+		Call:     rt.Call{Timeout: 30 * time.Second, MaxBytes: 8 << 10},
 	}
 	res, err := r.Run(ctx, inv)
 	if err != nil {
@@ -234,7 +236,7 @@ func (r *Runner) probe(ctx context.Context) error {
 // did could not be given back; ending it would send the parent-death
 // signal to every process it had started, prepared sandboxes included).
 func masked(shimPath, mask string, c rt.Cmd) rt.Cmd {
-	spec := shim.Spec{Mode: shim.Mask, Mask: mask + "=" + rt.UnifiedControllers, Path: c.Path, Argv: c.Args}
+	spec := shim.Spec{Mode: shim.Mask, Mask: mask + "=" + cgroup.UnifiedControllers, Path: c.Path, Argv: c.Args}
 	c.Path = shimPath
 	c.Args = append([]string{shimPath}, spec.Args()...)
 	return c

@@ -30,6 +30,7 @@ import (
 
 	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/shim"
 )
 
@@ -166,7 +167,7 @@ func newPlan(cfg Config) (*plan, error) {
 	// The cgroup limits the host can enforce; the rest are notes for
 	// doctor.
 	p.policy.Pids, p.policy.Memory = 0, 0
-	cg := rt.ReadCgroupHost().Roots()
+	cg := cgroup.ReadHost().Roots()
 	if cfg.Limits.Pids > 0 {
 		if cg.Pids {
 			p.policy.Pids = max(cfg.Limits.Pids, fl.pidsFloor)
@@ -187,7 +188,7 @@ func newPlan(cfg Config) (*plan, error) {
 	}
 	if cfg.Runtime == Crun && cg.HybridControllers {
 		p.mask = filepath.Join(p.dir, "empty-cgroup.controllers")
-		p.notes = append(p.notes, "crun: hybrid cgroups with controllers in the unified hierarchy; crun is run in a private mount namespace where "+rt.UnifiedControllers+" reads empty")
+		p.notes = append(p.notes, "crun: hybrid cgroups with controllers in the unified hierarchy; crun is run in a private mount namespace where "+cgroup.UnifiedControllers+" reads empty")
 	}
 	return p, nil
 }
@@ -244,7 +245,7 @@ func render(pol bundle.Policy, fl flavour, inv rt.Invocation, egressDir string) 
 	if (egressDir != "") != (len(inv.Egress) > 0) {
 		return nil, fmt.Errorf("oci: spec of %s: an egress directory without an allowlist, or the reverse", inv.Name)
 	}
-	initSpec := shim.Spec{Mode: shim.Init, KeepStderr: inv.StderrMax > 0, Env: inv.Env, Path: inv.Path, Argv: inv.Argv}
+	initSpec := shim.Spec{Mode: shim.Init, KeepStderr: inv.SplitStderr, Env: inv.Env, Path: inv.Path, Argv: inv.Argv}
 	if egressDir != "" {
 		initSpec.Egress = bundle.EgressSocketPath
 	}
@@ -383,25 +384,6 @@ func (r *Runner) String() string {
 // Runtime is the chosen runtime's name.
 func (r *Runner) Runtime() Name { return r.cfg.Runtime }
 
-// Binary is the runtime's absolute path.
-func (r *Runner) Binary() string { return r.bin }
-
-// Notes are facts about how the runtime runs here, for doctor.
-func (r *Runner) Notes() []string { return append([]string(nil), r.notes...) }
-
-// Spec returns the runtime spec a call of inv uses.
-func (r *Runner) Spec(inv rt.Invocation) (*specs.Spec, error) {
-	id, err := r.containerID(inv.ID)
-	if err != nil {
-		return nil, err
-	}
-	var egressDir string
-	if len(inv.Egress) > 0 {
-		egressDir = rt.EgressDirExample
-	}
-	return r.spec(inv, id, egressDir, rt.SandboxID{UID: -1, GID: -1})
-}
-
 // Run runs inv in a fresh container. However the call ends, the container
 // is killed and deleted and its bundle removed.
 func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
@@ -441,15 +423,8 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 
 	argv := r.fl.runArgv(r.bin, r.state, b, id)
 	c := rt.Cmd{
-		Path:      r.bin,
-		Args:      argv,
-		Env:       rt.Env,
-		Dir:       b,
-		Timeout:   inv.Timeout,
-		MaxBytes:  inv.MaxBytes,
-		StderrMax: inv.StderrMax,
-		Stdin:     inv.Stdin,
-		Seen:      inv.Seen,
+		Proc: rt.Proc{Path: r.bin, Args: argv, Env: rt.Env, Dir: b},
+		Call: inv.Call,
 		// Killing `runc run` leaves the container running: stop it
 		// through the runtime, and always kill and delete it after.
 		Stop:   func(int) { r.kill(id) },
@@ -491,10 +466,7 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 	if err != nil {
 		return nil, err
 	}
-	inv := rt.Invocation{ID: id, Name: t.Name, Path: t.Path, Argv: t.Argv, Dir: t.Dir, Env: t.Env}
-	if t.SplitStderr {
-		inv.StderrMax = 1
-	}
+	inv := rt.Invocation{ID: id, Template: t}
 	// A prepared container holds its ids from now on: the Standby gives
 	// them back once it is deleted.
 	sid, err := r.ids.Acquire()
@@ -520,17 +492,14 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 		Argv:      r.fl.createArgv(r.bin, r.state, b, filepath.Join(b, "pid"), id),
 	}
 	if r.mask != "" {
-		hold.Mask = r.mask + "=" + rt.UnifiedControllers
+		hold.Mask = r.mask + "=" + cgroup.UnifiedControllers
 	}
 	dirs := []string{t.Path}
 	if t.Dir != "" {
 		dirs = []string{t.Dir, t.Path}
 	}
 	sb, err := rt.StartStandby(rt.StandbyCmd{
-		Path:        r.cfg.Shim,
-		Args:        append([]string{r.cfg.Shim}, hold.Args()...),
-		Env:         rt.Env,
-		Dir:         b,
+		Proc:        rt.Proc{Path: r.cfg.Shim, Args: append([]string{r.cfg.Shim}, hold.Args()...), Env: rt.Env, Dir: b},
 		Streams:     rt.StreamsAtPrepare,
 		SplitStderr: t.SplitStderr,
 		Stdin:       t.Stdin,
@@ -561,8 +530,8 @@ func (r *Runner) op(argv []string) (rt.Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	res, err := r.exec(ctx, rt.Cmd{
-		Path: r.bin, Args: argv, Env: rt.Env, Dir: "/",
-		Timeout: opTimeout, MaxBytes: opMaxBytes,
+		Proc: rt.Proc{Path: r.bin, Args: argv, Env: rt.Env, Dir: "/"},
+		Call: rt.Call{Timeout: opTimeout, MaxBytes: opMaxBytes},
 	})
 	if err != nil {
 		return res, fmt.Errorf("%s %s: %w", r.cfg.Runtime, sub, err)

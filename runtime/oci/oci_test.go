@@ -146,9 +146,9 @@ func nextID() string {
 
 func inv(args ...string) rt.Invocation {
 	return rt.Invocation{
-		ID: nextID(), Name: "helper", Path: helper,
-		Argv: append([]string{helper}, args...), Dir: toolDir,
-		Timeout: 20 * time.Second, MaxBytes: 1 << 20,
+		ID:       nextID(),
+		Template: rt.Template{Name: "helper", Path: helper, Argv: append([]string{helper}, args...), Dir: toolDir},
+		Call:     rt.Call{Timeout: 20 * time.Second, MaxBytes: 1 << 20},
 	}
 }
 
@@ -483,7 +483,7 @@ func TestLoadRuleIsRenderRule(t *testing.T) {
 	for _, dir := range []string{"/srv/x", "/opt/x", "/home/me/p", "/tmp/w", "/usr/share/x", "/var/lib/x",
 		"/etc/app", "/etc", "/srv", "/opt", "/", "/tmp", "/usr", "/proc/1", "/sys/x", "/dev/x", "/.toolgate"} {
 		loadErr := rt.CheckSandboxTool(dir, "/usr/bin/true", rt.IDRange{})
-		_, renderErr := RenderSpec(pol, Runc, rt.Invocation{ID: "c1", Name: "t", Path: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: dir}, "")
+		_, renderErr := RenderSpec(pol, Runc, rt.Invocation{ID: "c1", Template: rt.Template{Name: "t", Path: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: dir}}, "")
 		if (loadErr == nil) != (renderErr == nil) {
 			t.Errorf("dir %s: load says %v, the OCI rendering %v", dir, loadErr, renderErr)
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,14 +19,18 @@ import (
 //   - reap: run the tool as a child subreaper, and when it exits kill and
 //     reap everything it left behind (the direct backend, where no cgroup2
 //     hierarchy is writable).
-//   - enter: join the call's v1 cgroups, lower rlimits, drop to the sandbox
-//     uid/gid, join a new anonymous session keyring, set no_new_privs,
-//     then exec (the bwrap backend: every sandbox starts through it).
-//   - init: inside a sandbox (bwrap or an OCI container), make stderr the
-//     same pipe as stdout (unless --stderr keep: a built-in's helper, whose
-//     stdout is parsed), set the environment to exactly bundle.Env, then exec the
-//     tool (no shell).
-//   - service: inside a sandbox, exec a long-lived service (a stdio MCP
+//   - enter: join the call's v1 cgroups, drop to the sandbox's host ids,
+//     join a new anonymous session keyring, set no_new_privs, then exec
+//     bwrap (the bwrap backend: every sandbox starts through it). The
+//     rlimits are not set here but inside, by the init, service or
+//     standby shim, so that bwrap itself runs with the server's.
+//   - init: inside a sandbox (bwrap or an OCI container), set the rlimits
+//     (bwrap; an OCI runtime sets them from the spec), make stderr the
+//     same pipe as stdout (unless --stderr keep: a built-in's helper,
+//     whose stdout is parsed), set the environment to exactly bundle.Env
+//     plus the tool's own variables, then exec the tool (no shell).
+//   - service: inside a sandbox, set the rlimits and exec a long-lived
+//     service (a stdio MCP
 //     server) with stdin, stdout and stderr untouched and the environment
 //     the sandbox was given minus the PWD bwrap adds: the caller sets that
 //     environment (bundle.Env plus the service's variables) on bwrap's own
@@ -53,18 +58,24 @@ import (
 // Shim options come before "--"; after it: the path to execve, then argv.
 const Arg = "__toolgate_shim"
 
-// Shim modes.
+// Mode is what a shim does: the first word after Arg.
+type Mode string
+
+// The shim modes.
 const (
-	Reap    = "reap"
-	Enter   = "enter"
-	Init    = "init"
-	Service = "service"
-	Standby = "standby"
-	Hold    = "hold"
-	Mask    = "mask"
+	Reap    Mode = "reap"
+	Enter   Mode = "enter"
+	Init    Mode = "init"
+	Service Mode = "service"
+	Standby Mode = "standby"
+	Hold    Mode = "hold"
+	Mask    Mode = "mask"
 )
 
-// Rlimit is one resource limit set by the enter shim (soft = hard).
+// KnownModes lists the shim modes.
+func KnownModes() []Mode { return []Mode{Reap, Enter, Init, Service, Standby, Hold, Mask} }
+
+// Rlimit is one resource limit a shim sets (soft = hard) before it execs.
 type Rlimit struct {
 	Name  string // "nofile", "nproc", "core", "fsize"
 	Value uint64
@@ -81,9 +92,11 @@ var rlimitNames = map[string]int{
 // Spec is what a shim does, turned into arguments by Args and read back
 // by the shim.
 type Spec struct {
-	Mode    string
-	Joins   []string // cgroup.procs files to join (enter)
-	Rlimits []Rlimit // enter
+	Mode  Mode
+	Joins []string // cgroup.procs files to join (enter)
+	// Rlimits are set before the exec (init, service, standby inside a
+	// bwrap sandbox; enter takes them too, but no backend gives it any).
+	Rlimits []Rlimit
 	// Drop (enter), when set, is the uid and gid to drop to; nil keeps
 	// the caller's.
 	Drop *IDs
@@ -121,7 +134,7 @@ type IDs struct {
 
 // Args returns the argv (after the binary) that runs s.
 func (s Spec) Args() []string {
-	a := []string{Arg, s.Mode}
+	a := []string{Arg, string(s.Mode)}
 	for _, j := range s.Joins {
 		a = append(a, "--join", j)
 	}
@@ -165,7 +178,10 @@ func parse(args []string) (Spec, error) {
 	if len(args) < 1 {
 		return s, errors.New("no mode")
 	}
-	s.Mode, args = args[0], args[1:]
+	s.Mode, args = Mode(args[0]), args[1:]
+	if !slices.Contains(KnownModes(), s.Mode) {
+		return s, fmt.Errorf("unknown mode %q", s.Mode)
+	}
 	for len(args) > 0 && args[0] != "--" {
 		if len(args) < 2 {
 			return s, fmt.Errorf("option %q needs a value", args[0])

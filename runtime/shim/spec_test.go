@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -36,9 +37,9 @@ func TestStandbyAndHoldArgs(t *testing.T) {
 		}
 	}
 	for _, bad := range [][]string{
-		{Standby, "--release-fd", "2", "--", "/x", "x"},
-		{Standby, "--env", "all", "--", "/x", "x"},
-		{Hold, "--mask", "relative=/x", "--", "/x", "x"},
+		{string(Standby), "--release-fd", "2", "--", "/x", "x"},
+		{string(Standby), "--env", "all", "--", "/x", "x"},
+		{string(Hold), "--mask", "relative=/x", "--", "/x", "x"},
 	} {
 		if _, err := parse(bad); err == nil {
 			t.Errorf("parse(%q) accepted", bad)
@@ -77,15 +78,33 @@ func TestEnterDrop(t *testing.T) {
 		})
 	}
 	for _, bad := range [][]string{
-		{Enter, "--uid", "65534", "--", "/x", "x"},
-		{Enter, "--gid", "65534", "--", "/x", "x"},
-		{Enter, "--uid", "-1", "--gid", "-1", "--", "/x", "x"},
+		{string(Enter), "--uid", "65534", "--", "/x", "x"},
+		{string(Enter), "--gid", "65534", "--", "/x", "x"},
+		{string(Enter), "--uid", "-1", "--gid", "-1", "--", "/x", "x"},
 	} {
 		if _, err := parse(bad); err == nil {
 			t.Errorf("parse(%q) accepted", bad)
 		}
 	}
-	if _, err := parse([]string{Enter, "--uid", "1", "--", "/x", "x"}); err == nil || !strings.Contains(err.Error(), "--uid and --gid go together") {
+	if _, err := parse([]string{string(Enter), "--uid", "1", "--", "/x", "x"}); err == nil || !strings.Contains(err.Error(), "--uid and --gid go together") {
 		t.Errorf("parse of --uid alone = %v, want the two named together", err)
+	}
+}
+
+// TestModes: every known mode renders and parses back as itself; a mode
+// that is not one is refused by parse, with the word it was given.
+func TestModes(t *testing.T) {
+	for _, m := range KnownModes() {
+		spec := Spec{Mode: m, Path: "/usr/bin/true", Argv: []string{"true"}}
+		back, err := parse(spec.Args()[1:])
+		if err != nil || back.Mode != m {
+			t.Errorf("parse(%q) = mode %q, %v; want %q", spec.Args(), back.Mode, err, m)
+		}
+	}
+	for _, bad := range []string{"", "Init", "exec", "reap "} {
+		_, err := parse([]string{bad, "--", "/usr/bin/true", "true"})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("unknown mode %q", bad)) {
+			t.Errorf("parse(mode %q) = %v, want unknown mode", bad, err)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package runtime
+package cgroup
 
 import (
 	"io/fs"
@@ -32,16 +32,16 @@ func TestMountDir(t *testing.T) {
 }
 
 // Detection only reads: doctor's report and the OCI backend's choice of
-// limits come from ReadCgroupHost, and neither may create a directory or
-// move the process (SetupCgroups does both, for serve).
-func TestReadCgroupHostChangesNothing(t *testing.T) {
+// limits come from ReadHost, and neither may create a directory or
+// move the process (Setup does both, for serve).
+func TestReadHostChangesNothing(t *testing.T) {
 	ours := func() []string {
 		var found []string
 		_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
 			if err != nil || !d.IsDir() {
 				return nil
 			}
-			if strings.HasPrefix(d.Name(), GroupPrefix+strconv.Itoa(os.Getpid())) {
+			if strings.HasPrefix(d.Name(), Prefix+strconv.Itoa(os.Getpid())) {
 				found = append(found, p)
 				return fs.SkipDir
 			}
@@ -57,16 +57,16 @@ func TestReadCgroupHostChangesNothing(t *testing.T) {
 		return string(b)
 	}
 	beforeDirs, beforeSelf := ours(), self()
-	h := ReadCgroupHost()
+	h := ReadHost()
 	roots := h.Roots()
 	if len(h.Mounts) == 0 {
 		t.Fatalf("no mounts read: %v", h.Notes)
 	}
 	if got := ours(); !slices.Equal(got, beforeDirs) {
-		t.Errorf("ReadCgroupHost created %v (before: %v)", got, beforeDirs)
+		t.Errorf("ReadHost created %v (before: %v)", got, beforeDirs)
 	}
 	if got := self(); got != beforeSelf {
-		t.Errorf("ReadCgroupHost moved the process: %q, was %q", got, beforeSelf)
+		t.Errorf("ReadHost moved the process: %q, was %q", got, beforeSelf)
 	}
 	// Setup, from the same reading, is what creates them.
 	c := h.Setup()

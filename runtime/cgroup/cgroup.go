@@ -1,7 +1,13 @@
-package runtime
+// Package cgroup is the cgroups toolgate makes for what it runs: the
+// detection, which only reads (ReadHost: the mounted hierarchies and this
+// process's place in each), the server's directories (Setup, a Manager),
+// one Group per call, service or prepared sandbox (created with its
+// limits, entered at clone time or by the enter shim, killed as one,
+// removed), and the sweep of what a killed server left. It starts no
+// process and imports nothing of toolgate.
+package cgroup
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -14,22 +20,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// GroupPrefix starts the name of every cgroup directory toolgate creates:
+// Prefix starts the name of every cgroup directory toolgate creates:
 // toolgate-<server pid>/<call id>.
-const GroupPrefix = "toolgate-"
+const Prefix = "toolgate-"
 
-// OCIGroupSuffix ends the name of the OCI backend's parent of its
-// containers' cgroups (GroupPrefix + pid + OCIGroupSuffix): the runtimes
+// OCISuffix ends the name of the OCI backend's parent of its
+// containers' cgroups (Prefix + pid + OCISuffix): the runtimes
 // create it, and the server's sweep removes it after a crash.
-const OCIGroupSuffix = ".oci"
+const OCISuffix = ".oci"
 
-// Cgroups is what cgroup support the host gives toolgate, detected once at
-// start-up. Either part may be missing: the cgroup2 hierarchy gives every
+// Manager is the cgroup support the host gives toolgate, set up once at
+// start-up (Setup): the server's directories, under which every call's
+// Group is made. Either part may be missing: the cgroup2 hierarchy gives every
 // call a group that is killed as one (cgroup.kill), which also catches
 // daemons that escaped the process group; the pids and memory controllers,
 // from cgroup2 or from the v1 hierarchies of a hybrid host, bound a call's
 // processes and memory.
-type Cgroups struct {
+type Manager struct {
 	// V2 is the directory under which call groups are created in the
 	// cgroup2 hierarchy, or "" when none is usable.
 	V2 string
@@ -50,7 +57,7 @@ type Limits struct {
 
 // Has reports whether call groups can enforce the controller ("pids" or
 // "memory"), from either hierarchy.
-func (c *Cgroups) Has(controller string) bool {
+func (c *Manager) Has(controller string) bool {
 	if c == nil {
 		return false
 	}
@@ -62,7 +69,7 @@ func (c *Cgroups) Has(controller string) bool {
 }
 
 // String summarises the detection for logs and doctor.
-func (c *Cgroups) String() string {
+func (c *Manager) String() string {
 	if c == nil {
 		return "no cgroups"
 	}
@@ -88,174 +95,20 @@ func orNone(s []string) string {
 	return strings.Join(s, ",")
 }
 
-// Mount is one line of /proc/self/mountinfo, as far as cgroups need it.
-type Mount struct {
-	// Root is the path within the filesystem that is mounted.
-	Root string
-	// Point is where it is mounted.
-	Point string
-	// FSType is the filesystem type ("cgroup", "cgroup2", ...).
-	FSType string
-	// Super are the super options (a v1 cgroup's controllers).
-	Super []string
-}
+// Setup reads the host (ReadHost) and creates the server's
+// directories (Prefix + pid) in each usable hierarchy; see Setup.
+func Setup() *Manager { return ReadHost().Setup() }
 
-// dir returns where the cgroup at path (as /proc/self/cgroup names it) is
-// under this mount: a container's cgroup mount may show only a subtree.
-func (m Mount) dir(path string) (string, bool) {
-	rel, ok := strings.CutPrefix(path, m.Root)
-	if !ok || (rel != "" && rel[0] != '/' && m.Root != "/") {
-		return "", false
-	}
-	return filepath.Join(m.Point, rel), true
-}
-
-// Mounts parses /proc/self/mountinfo.
-func Mounts() ([]Mount, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []Mount
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent maj:min root point opts [optional...] - fstype source super
-		fields := strings.Fields(sc.Text())
-		sep := slices.Index(fields, "-")
-		if sep < 5 || len(fields) < sep+4 {
-			continue
-		}
-		out = append(out, Mount{
-			Root:   unescapeMount(fields[3]),
-			Point:  unescapeMount(fields[4]),
-			FSType: fields[sep+1],
-			Super:  strings.Split(fields[sep+3], ","),
-		})
-	}
-	return out, sc.Err()
-}
-
-func unescapeMount(s string) string {
-	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
-	return r.Replace(s)
-}
-
-// ownCgroups parses /proc/self/cgroup: "0" → cgroup2 path, controller →
-// v1 path.
-func ownCgroups() (map[string]string, error) {
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		parts := strings.SplitN(l, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		if parts[0] == "0" && parts[1] == "" {
-			out["0"] = parts[2]
-			continue
-		}
-		for _, ctl := range strings.Split(parts[1], ",") {
-			out[ctl] = parts[2]
-		}
-	}
-	return out, nil
-}
-
-// CgroupHost is this host's cgroup layout as this process sees it: the
-// mounted hierarchies and this process's cgroup in each. ReadCgroupHost
-// only reads (/proc/self/mountinfo, /proc/self/cgroup, the hierarchies'
-// files); it is the one detector of both backends: SetupCgroups creates the
-// server's directories from it, the OCI backend reads from it what a
-// runtime making its cgroups from the roots can use (RootCgroups).
-type CgroupHost struct {
-	Mounts []Mount
-	// own maps "0" to this process's cgroup2 path, a v1 controller to its
-	// path in that hierarchy (as /proc/self/cgroup names them).
-	own map[string]string
-	// Notes say what could not be read.
-	Notes []string
-}
-
-// ReadCgroupHost reads the host's cgroup layout. It changes nothing.
-func ReadCgroupHost() CgroupHost {
-	var h CgroupHost
-	var err error
-	if h.Mounts, err = Mounts(); err != nil {
-		h.Notes = append(h.Notes, "read mountinfo: "+err.Error())
-		return h
-	}
-	if h.own, err = ownCgroups(); err != nil {
-		h.Notes = append(h.Notes, "read /proc/self/cgroup: "+err.Error())
-	}
-	return h
-}
-
-// RootCgroups is what the hierarchies offer at their roots, where an OCI
-// runtime creates its containers' cgroups.
-type RootCgroups struct {
-	Pids, Memory bool
-	// Swap: memory+swap can be capped (v1 memsw accounting).
-	Swap bool
-	// HybridControllers: /sys/fs/cgroup is not cgroup2 but a cgroup2
-	// hierarchy at /sys/fs/cgroup/unified lists controllers (crun 1.8
-	// refuses to start then).
-	HybridControllers bool
-}
-
-// UnifiedControllers is the file crun 1.8 checks on a hybrid host.
-const UnifiedControllers = "/sys/fs/cgroup/unified/cgroup.controllers"
-
-// Roots reads what the hierarchies offer at their roots. It changes
-// nothing.
-func (h CgroupHost) Roots() RootCgroups {
-	var c RootCgroups
-	for _, m := range h.Mounts {
-		switch m.FSType {
-		case "cgroup":
-			if slices.Contains(m.Super, "pids") {
-				c.Pids = true
-			}
-			if slices.Contains(m.Super, "memory") {
-				c.Memory = true
-				if _, err := os.Stat(filepath.Join(m.Point, "memory.memsw.limit_in_bytes")); err == nil {
-					c.Swap = true
-				}
-			}
-		case "cgroup2":
-			if m.Point == "/sys/fs/cgroup" {
-				ctls := ReadWords(filepath.Join(m.Point, "cgroup.controllers"))
-				c.Pids = c.Pids || slices.Contains(ctls, "pids")
-				c.Memory = c.Memory || slices.Contains(ctls, "memory")
-			}
-		}
-	}
-	var root, unified unix.Statfs_t
-	if unix.Statfs("/sys/fs/cgroup", &root) == nil && root.Type != unix.CGROUP2_SUPER_MAGIC &&
-		unix.Statfs("/sys/fs/cgroup/unified", &unified) == nil && unified.Type == unix.CGROUP2_SUPER_MAGIC {
-		c.HybridControllers = len(ReadWords(UnifiedControllers)) > 0
-	}
-	return c
-}
-
-// SetupCgroups reads the host (ReadCgroupHost) and creates the server's
-// directories (GroupPrefix + pid) in each usable hierarchy; see Setup.
-func SetupCgroups() *Cgroups { return ReadCgroupHost().Setup() }
-
-// Setup creates the server's directories (GroupPrefix + pid) in each
+// Setup creates the server's directories (Prefix + pid) in each
 // usable hierarchy of h and returns the cgroup support they give. It never
 // fails: what is unusable is recorded in Notes. Call Close at exit.
-func (h CgroupHost) Setup() *Cgroups {
-	c := &Cgroups{V1: map[string]string{}, Notes: slices.Clone(h.Notes)}
+func (h Host) Setup() *Manager {
+	c := &Manager{V1: map[string]string{}, Notes: slices.Clone(h.Notes)}
 	if h.own == nil {
 		return c
 	}
 	mounts, own := h.Mounts, h.own
-	name := GroupPrefix + strconv.Itoa(os.Getpid())
+	name := Prefix + strconv.Itoa(os.Getpid())
 	for _, m := range mounts {
 		if m.FSType == "cgroup2" && c.V2 == "" {
 			p, ok := own["0"]
@@ -314,7 +167,7 @@ func (h CgroupHost) Setup() *Cgroups {
 
 // setupV2 sets up the server directory under base, the cgroup2 directory
 // of this process, and the controllers it can hand to call groups.
-func (c *Cgroups) setupV2(base, name string) {
+func (c *Manager) setupV2(base, name string) {
 	dir := filepath.Join(base, name)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		c.Notes = append(c.Notes, fmt.Sprintf("cgroup2 %s: %v", base, err))
@@ -370,18 +223,8 @@ func enableControllers(dir string, ctls []string) error {
 	return os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(strings.Join(add, " ")), 0)
 }
 
-// ReadWords returns the whitespace-separated words of a (cgroup) file, nil
-// when it cannot be read.
-func ReadWords(path string) []string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil
-	}
-	return strings.Fields(string(b))
-}
-
 // Close removes the server directories (and any call group left in them).
-func (c *Cgroups) Close() {
+func (c *Manager) Close() {
 	if c == nil {
 		return
 	}
@@ -397,7 +240,7 @@ func (c *Cgroups) Close() {
 // Sweep removes what servers that died without cleaning up (SIGKILL) left
 // in every hierarchy: their directories, after killing any process still in
 // them. It returns the directories removed.
-func (c *Cgroups) Sweep() []string {
+func (c *Manager) Sweep() []string {
 	if c == nil {
 		return nil
 	}
@@ -412,11 +255,11 @@ func (c *Cgroups) Sweep() []string {
 	for _, parent := range parents {
 		entries, _ := os.ReadDir(parent)
 		for _, e := range entries {
-			rest, ok := strings.CutPrefix(e.Name(), GroupPrefix)
+			rest, ok := strings.CutPrefix(e.Name(), Prefix)
 			if !ok || !e.IsDir() {
 				continue
 			}
-			rest = strings.TrimSuffix(strings.TrimSuffix(rest, ".server"), OCIGroupSuffix)
+			rest = strings.TrimSuffix(strings.TrimSuffix(rest, ".server"), OCISuffix)
 			pid, err := strconv.Atoi(rest)
 			if err != nil || pid == os.Getpid() || processAlive(pid) {
 				continue
@@ -465,7 +308,7 @@ type Group struct {
 // NewGroup creates the cgroup of call id with the given limits. A limit
 // that the host cannot enforce by cgroup is an error: callers check Has
 // first and decide.
-func (c *Cgroups) NewGroup(id string, lim Limits) (*Group, error) {
+func (c *Manager) NewGroup(id string, lim Limits) (*Group, error) {
 	g := &Group{fd: -1}
 	fail := func(err error) (*Group, error) {
 		_ = g.remove()
@@ -538,6 +381,16 @@ func writeLimit(dir, file string, v int64) error {
 		return fmt.Errorf("set %s: %w", file, err)
 	}
 	return nil
+}
+
+// FD is the group's cgroup2 directory opened O_PATH, for
+// CLONE_INTO_CGROUP (SysProcAttr.CgroupFD); -1 when the group has no
+// cgroup2 part.
+func (g *Group) FD() int {
+	if g == nil {
+		return -1
+	}
+	return g.fd
 }
 
 // Joins lists the cgroup.procs files a process must write itself into to
@@ -625,10 +478,17 @@ func (g *Group) remove() error {
 	return errors.Join(errs...)
 }
 
-// limitHit reports which cgroup limit the group's processes ran into.
-func (g *Group) limitHit() Limit {
+// The controllers whose limits a Group can report as reached (Exceeded).
+const (
+	Pids   = "pids"
+	Memory = "memory"
+)
+
+// Exceeded reports the controller whose limit the group's processes ran
+// into (Memory before Pids), or "" for none.
+func (g *Group) Exceeded() string {
 	if g == nil {
-		return LimitNone
+		return ""
 	}
 	var dirs []string
 	if g.v2 != "" {
@@ -638,15 +498,15 @@ func (g *Group) limitHit() Limit {
 	for _, d := range dirs {
 		if eventCount(filepath.Join(d, "memory.events"), "oom_kill") > 0 ||
 			eventCount(filepath.Join(d, "memory.oom_control"), "oom_kill") > 0 {
-			return LimitMemory
+			return Memory
 		}
 	}
 	for _, d := range dirs {
 		if eventCount(filepath.Join(d, "pids.events"), "max") > 0 {
-			return LimitPids
+			return Pids
 		}
 	}
-	return LimitNone
+	return ""
 }
 
 // eventCount reads "key N" from a flat-keyed cgroup file.
