@@ -30,6 +30,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/internal/jsonrpc"
 )
 
 // Bounds of the calls served at once.
@@ -96,27 +97,13 @@ func (d *dispatcher) session(ctx context.Context) context.Context {
 	return ctx
 }
 
-// canonicalID is an id as the hooks see it (decoded, then encoded again),
-// so that 7 and 7.0 are one id, as they are to mcp-go.
-func canonicalID(raw json.RawMessage) string {
-	var v any
-	if json.Unmarshal(raw, &v) != nil {
-		return string(raw)
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return string(raw)
-	}
-	return string(b)
-}
-
 // call serves a tools/call line; id is its JSON id and tool the tool it
 // names. It returns once the call is registered (so that a cancel on the
 // next line finds it), after waiting for room when the bounds are
 // reached.
 func (d *dispatcher) call(id json.RawMessage, tool string, line []byte) {
 	at := time.Now()
-	key := canonicalID(id)
+	key := jsonrpc.CanonicalID(id)
 	size := len(line)
 	d.mu.Lock()
 	for !d.stopped && d.n > 0 && (d.n >= maxPendingCalls || d.bytes+size > maxPendingBytes) {
@@ -156,7 +143,7 @@ func (d *dispatcher) serve(ctx context.Context, id json.RawMessage, tool string,
 		defer func() {
 			if r := recover(); r != nil {
 				d.s.log.WithField("panic", fmt.Sprint(r)).Error("tools/call")
-				out = errorLine(id, mcp.INTERNAL_ERROR, fmt.Sprintf("internal panic: %v", r))
+				out = jsonrpc.ErrorLine(id, mcp.INTERNAL_ERROR, fmt.Sprintf("internal panic: %v", r))
 			}
 		}()
 		m := d.s.mcp.HandleMessage(ctx, msg)
@@ -165,7 +152,7 @@ func (d *dispatcher) serve(ctx context.Context, id json.RawMessage, tool string,
 		}
 		b, err := json.Marshal(m)
 		if err != nil {
-			return errorLine(id, mcp.INTERNAL_ERROR, "toolgate: encode the answer: "+err.Error())
+			return jsonrpc.ErrorLine(id, mcp.INTERNAL_ERROR, "toolgate: encode the answer: "+err.Error())
 		}
 		return append(b, '\n')
 	}()
@@ -200,7 +187,7 @@ func (d *dispatcher) done(key string, pc *pendingCall, size int) {
 // cancelled cancels the calls with that request id
 // (notifications/cancelled), whether they run or still wait for a slot.
 func (d *dispatcher) cancelled(requestID json.RawMessage) {
-	key := canonicalID(requestID)
+	key := jsonrpc.CanonicalID(requestID)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, pc := range d.calls[key] {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -295,14 +296,14 @@ func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
 	c.proc = p
 	limit := messageMax(d.maxBytes())
 	answer := d.oversized(c, limit)
-	stdout := newLineCap(p.Stdout(), limit, func(o oversize) ([]byte, error) {
-		if b := answer(o); b != nil || o.method {
+	stdout := jsonrpc.NewLineCap(p.Stdout(), limit, func(o jsonrpc.Oversize) ([]byte, error) {
+		if b := answer(o); b != nil || o.Method {
 			return b, nil
 		}
 		// No id to answer: the waiting call cannot be told apart. End
 		// the connection (every call in flight answers with this reason)
 		// and start the server again on the next call.
-		reason := fmt.Sprintf("it wrote a message of %d bytes, over toolgate's cap of %d bytes for one message, with no id toolgate could read; it was stopped", o.size, limit)
+		reason := fmt.Sprintf("it wrote a message of %d bytes, over toolgate's cap of %d bytes for one message, with no id toolgate could read; it was stopped", o.Size, limit)
 		c.end(reason)
 		go p.Close()
 		return nil, io.EOF // mcp-go ends the stream quietly; c says why
@@ -335,22 +336,22 @@ func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
 // naming the size and the cap, which the waiting call turns into isError
 // (takeDiscarded). A request or notification of the server over the cap
 // is dropped; a message with no id gets no answer (nil).
-func (d *downstream) oversized(c *dconn, limit int) func(oversize) []byte {
-	return func(o oversize) []byte {
-		e := d.log.WithFields(logrus.Fields{"start": c.n, "bytes": o.size, "cap": limit})
+func (d *downstream) oversized(c *dconn, limit int) func(jsonrpc.Oversize) []byte {
+	return func(o jsonrpc.Oversize) []byte {
+		e := d.log.WithFields(logrus.Fields{"start": c.n, "bytes": o.Size, "cap": limit})
 		switch {
-		case o.method:
+		case o.Method:
 			e.Warn("downstream server sent a request or notification over the message cap: discarded")
 			return nil
-		case o.id == nil:
+		case o.ID == nil:
 			e.Warn("downstream server sent a message over the message cap with no readable id: discarded")
 			return nil
 		}
 		reason := fmt.Sprintf("a response of %d bytes, over toolgate's cap of %d bytes for one downstream message (--downstream-max-bytes, at least 1 MiB, plus 64 KiB for the envelope); it was discarded as it was read",
-			o.size, limit)
+			o.Size, limit)
 		c.noteDiscarded(reason)
 		e.Warn("downstream response over the message cap: discarded, its call answers isError")
-		return errorLine(o.id, oversizeCode, reason)
+		return jsonrpc.ErrorLine(o.ID, oversizeCode, reason)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/toolgate/toolgate/internal/escapes"
 )
 
 // DefaultDownstreamMaxBytes caps the JSON size of one downstream result
@@ -37,13 +38,13 @@ func neutralizeResult(res *mcp.CallToolResult) *mcp.CallToolResult {
 		var n mcp.Content
 		switch c := c.(type) {
 		case mcp.TextContent:
-			if t := neutralize(c.Text); t != c.Text {
+			if t := escapes.Neutralize(c.Text); t != c.Text {
 				c.Text = t
 				n = c
 			}
 		case mcp.EmbeddedResource:
 			if r, ok := c.Resource.(mcp.TextResourceContents); ok {
-				if t := neutralize(r.Text); t != r.Text {
+				if t := escapes.Neutralize(r.Text); t != r.Text {
 					r.Text = t
 					c.Resource = r
 					n = c

@@ -15,9 +15,10 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolgate/toolgate/audit"
-	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/egress"
+	"github.com/toolgate/toolgate/internal/escapes"
+	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -90,7 +91,7 @@ func Describe(t conf.Tool) string {
 }
 
 func externalTool(t conf.Tool) mcp.Tool {
-	tool := mcp.NewToolWithRawSchema(t.Name, Describe(t), builtin.NoArgsSchema)
+	tool := mcp.NewToolWithRawSchema(t.Name, Describe(t), jsonrpc.NoArgsSchema)
 	tool.RawOutputSchema = callOutputSchema
 	// openWorldHint: a read-class tool runs on the host, with its
 	// network; a test-class one has none, unless an egress line lists
@@ -113,7 +114,7 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 			s.audit(rec, "call")
 			return res, nil
 		}
-		if err := builtin.NoArgs(rawArgs(req)); err != nil {
+		if err := jsonrpc.NoArgs(rawArgs(req)); err != nil {
 			return refuse("arguments", errorResult("toolgate: %s %v: callers pass no arguments, ever; what the operator configured is what runs", t.Name, err))
 		}
 		runner := s.opts.Direct
@@ -278,7 +279,7 @@ func Render(res rt.Result) string {
 // content and as structuredContent's output.
 func renderResult(res rt.Result, backend string, keep, egress bool) *mcp.CallToolResult {
 	if !keep {
-		if out := neutralize(string(res.Output)); len(out) != len(res.Output) || out != string(res.Output) {
+		if out := escapes.Neutralize(string(res.Output)); len(out) != len(res.Output) || out != string(res.Output) {
 			res.Output = []byte(out)
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -622,7 +623,7 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 			h.metrics.limit("request_body")
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusRequestEntityTooLarge)
-			_, _ = w.Write(errorLine(json.RawMessage("null"), mcp.INVALID_REQUEST, "Invalid Request: "+err.Error()))
+			_, _ = w.Write(jsonrpc.ErrorLine(json.RawMessage("null"), mcp.INVALID_REQUEST, "Invalid Request: "+err.Error()))
 			return
 		}
 		var env envelope
@@ -727,7 +728,7 @@ type inflightCall struct{ cancel context.CancelFunc }
 // add registers a request; done forgets it.
 func (f *inflight) add(ctx context.Context, principal, session string, id json.RawMessage) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	k := inflightKey{principal, session, canonicalID(id)}
+	k := inflightKey{principal, session, jsonrpc.CanonicalID(id)}
 	c := &inflightCall{cancel: cancel}
 	f.mu.Lock()
 	f.m[k] = append(f.m[k], c)
@@ -752,7 +753,7 @@ func (f *inflight) cancel(principal, session string, id json.RawMessage) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, c := range f.m[inflightKey{principal, session, canonicalID(id)}] {
+	for _, c := range f.m[inflightKey{principal, session, jsonrpc.CanonicalID(id)}] {
 		c.cancel()
 	}
 }

@@ -25,6 +25,8 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/internal/escapes"
+	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
 )
@@ -262,7 +264,7 @@ func (s *Server) builtinHandler(b builtin.Tool) mcpserver.ToolHandlerFunc {
 			return nil, err
 		}
 		if res.IsError {
-			res.Text = boundText(res.Text, MaxErrorText) // it may quote the arguments
+			res.Text = jsonrpc.BoundText(res.Text, jsonrpc.MaxErrorText) // it may quote the arguments
 		}
 		rec := &audit.Call{RequestID: requestID(req), Tool: b.Name, Kind: "builtin", Backend: s.builtinBackend(b),
 			IsError: res.IsError, ElapsedMS: audit.Some(time.Since(start).Milliseconds())}
@@ -326,9 +328,9 @@ func (s *Server) nextID() string {
 	return "c" + strconv.FormatUint(s.callSeq.Add(1), 10)
 }
 
-// errorResult is a tool error result; its text is bounded (MaxErrorText)
+// errorResult is a tool error result; its text is bounded (jsonrpc.MaxErrorText)
 // and its terminal control sequences neutralised, as it may quote what the
 // caller or a downstream server sent.
 func errorResult(format string, a ...any) *mcp.CallToolResult {
-	return toolResult(boundText(neutralize(fmt.Sprintf(format, a...)), MaxErrorText), nil, true)
+	return toolResult(jsonrpc.BoundText(escapes.Neutralize(fmt.Sprintf(format, a...)), jsonrpc.MaxErrorText), nil, true)
 }

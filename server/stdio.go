@@ -9,14 +9,13 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"strings"
 	"sync"
 	"syscall"
-	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/sirupsen/logrus"
+	"github.com/toolgate/toolgate/internal/jsonrpc"
 )
 
 // DefaultMaxRequestBytes is the longest request line served (4 MiB, the
@@ -29,17 +28,6 @@ const DefaultMaxRequestBytes = 4 << 20
 // MinMaxRequestBytes is the smallest request line limit accepted.
 const MinMaxRequestBytes = 64 << 10
 
-// MaxErrorMessage bounds the message of a JSON-RPC error answer, and
-// MaxErrorText the text of a tool's error result: what goes back to the
-// client never echoes more than that of what it sent (a tool name, a
-// method, a property name, a path), however long the request was. A longer
-// message keeps its start and its end, with the number of bytes cut
-// between them.
-const (
-	MaxErrorMessage = 1 << 10
-	MaxErrorText    = 16 << 10
-)
-
 // ServeStdio serves MCP on in/out until in is closed or ctx is done.
 //
 // Around mcp-go's stdio loop it enforces what the library leaves open:
@@ -48,7 +36,7 @@ const (
 // that can be read); a batch (an array; MCP removed batching in
 // 2025-06-18) and a request whose id is not a string, number or null are
 // answered with -32600 Invalid Request instead of being processed; an error
-// answer's message is bounded (MaxErrorMessage); tools/call requests are
+// answer's message is bounded (jsonrpc.MaxErrorMessage); tools/call requests are
 // served from their arrival, each on a goroutine of its own, instead of
 // mcp-go's worker queue (dispatch.go); and a call cancelled by
 // notifications/cancelled, running or still queued, answers nothing.
@@ -101,7 +89,7 @@ type requestFilter struct {
 
 	discard bool  // the line is over max: read on to its end, keeping nothing
 	n       int64 // its bytes so far
-	scan    envelopeScan
+	scan    jsonrpc.Scan
 
 	// calls, when set, serves tools/call requests instead of mcp-go, and
 	// notifications/cancelled reach them there too.
@@ -170,14 +158,14 @@ func (f *requestFilter) discarding(b []byte) {
 // (a notification, with a method and no id, gets no answer), and resets.
 func (f *requestFilter) refuseLong() {
 	id, method, n := f.scan.ID(), f.scan.HasMethod(), f.n
-	f.discard, f.n, f.scan = false, 0, envelopeScan{}
+	f.discard, f.n, f.scan = false, 0, jsonrpc.Scan{}
 	if id == nil && method {
 		return
 	}
 	if id == nil {
 		id = json.RawMessage("null")
 	}
-	_, _ = f.w.Write(errorLine(id, mcp.INVALID_REQUEST, fmt.Sprintf(
+	_, _ = f.w.Write(jsonrpc.ErrorLine(id, mcp.INVALID_REQUEST, fmt.Sprintf(
 		"Invalid Request: the request line is %d bytes, over the limit of %d bytes (toolgate serve --max-request-bytes); it was discarded unread", n, f.max)))
 }
 
@@ -254,7 +242,7 @@ type responseFilter struct {
 
 func (f *responseFilter) Write(p []byte) (int, error) {
 	n := len(p)
-	if len(p) > MaxErrorMessage && isErrorAnswer(p) {
+	if len(p) > jsonrpc.MaxErrorMessage && isErrorAnswer(p) {
 		p = boundErrorAnswer(p)
 	}
 	if f.c.n.Load() > 0 && bytes.Contains(p, []byte(`"result"`)) {
@@ -291,7 +279,7 @@ func isErrorAnswer(p []byte) bool {
 }
 
 // boundErrorAnswer cuts the message of a JSON-RPC error answer to
-// MaxErrorMessage and drops its data: mcp-go's messages quote what the
+// jsonrpc.MaxErrorMessage and drops its data: mcp-go's messages quote what the
 // request named ("tool 'NAME' not found", "method NAME not found").
 func boundErrorAnswer(p []byte) []byte {
 	var msg struct {
@@ -305,34 +293,11 @@ func boundErrorAnswer(p []byte) []byte {
 		Result json.RawMessage `json:"result"`
 	}
 	if json.Unmarshal(p, &msg) != nil || msg.Error == nil || msg.Result != nil ||
-		(len(msg.Error.Message) <= MaxErrorMessage && len(msg.Error.Data) == 0) {
+		(len(msg.Error.Message) <= jsonrpc.MaxErrorMessage && len(msg.Error.Data) == 0) {
 		return p
 	}
 	if len(msg.ID) == 0 {
 		msg.ID = json.RawMessage("null")
 	}
-	return errorLine(msg.ID, msg.Error.Code, boundText(msg.Error.Message, MaxErrorMessage))
-}
-
-// boundText returns s when it is at most max bytes; otherwise its start and
-// its end, cut at character boundaries, around a note of how much was cut,
-// in max bytes or fewer.
-func boundText(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	note := fmt.Sprintf(" …[toolgate: %d bytes cut]… ", len(s))
-	keep := max - len(note) - 8 // the cut's digits may grow by a few
-	if keep < 2 {
-		return strings.ToValidUTF8(s[:max], "")
-	}
-	head, tail := s[:keep*3/4], s[len(s)-keep/4:]
-	for len(head) > 0 && !utf8.RuneStart(s[len(head)]) {
-		head = head[:len(head)-1]
-	}
-	for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
-		tail = tail[1:]
-	}
-	cut := len(s) - len(head) - len(tail)
-	return head + fmt.Sprintf(" …[toolgate: %d bytes cut]… ", cut) + tail
+	return jsonrpc.ErrorLine(msg.ID, msg.Error.Code, jsonrpc.BoundText(msg.Error.Message, jsonrpc.MaxErrorMessage))
 }

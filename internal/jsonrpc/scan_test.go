@@ -1,4 +1,4 @@
-package server
+package jsonrpc
 
 import (
 	"encoding/json"
@@ -35,7 +35,7 @@ func TestEnvelopeScan(t *testing.T) {
 			// Fed whole, then byte by byte: the result must not depend on
 			// how the stream is cut.
 			for _, step := range []int{len(tc.in), 1, 3, 64} {
-				var s envelopeScan
+				var s Scan
 				for i := 0; i < len(tc.in); i += step {
 					s.Write([]byte(tc.in[i:min(i+step, len(tc.in))]))
 				}
@@ -59,11 +59,11 @@ func TestLineCap(t *testing.T) {
 		wrap func(io.Reader) io.Reader
 	}{{"whole", func(r io.Reader) io.Reader { return r }}, {"one byte at a time", iotest.OneByteReader}} {
 		t.Run(reader.name, func(t *testing.T) {
-			var got []oversize
-			c := newLineCap(reader.wrap(strings.NewReader(in)), 70, func(o oversize) ([]byte, error) {
+			var got []Oversize
+			c := NewLineCap(reader.wrap(strings.NewReader(in)), 70, func(o Oversize) ([]byte, error) {
 				got = append(got, o)
-				if o.id != nil {
-					return errorLine(o.id, oversizeCode, "over"), nil
+				if o.ID != nil {
+					return ErrorLine(o.ID, -32099, "over"), nil
 				}
 				return nil, nil
 			})
@@ -85,9 +85,9 @@ func TestLineCap(t *testing.T) {
 			}
 			want := []string{`{"id":1}`, `{"jsonrpc":"2.0","id":4,"error":{"code":-32099,"message":"over"}}`, `{"id":2}`, `{"id":3}`}
 			if strings.Join(lines, "\n") != strings.Join(want, "\n") {
-				t.Errorf("lineCap passed\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+				t.Errorf("LineCap passed\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 			}
-			if len(got) != 3 || got[0].size != int64(len(long)) || string(got[0].id) != "4" || !got[1].method || got[2].id != nil || got[2].method {
+			if len(got) != 3 || got[0].Size != int64(len(long)) || string(got[0].ID) != "4" || !got[1].Method || got[2].ID != nil || got[2].Method {
 				t.Errorf("oversize calls = %+v", got)
 			}
 		})
@@ -105,10 +105,10 @@ func TestSSECap(t *testing.T) {
 		wrap func(io.Reader) io.Reader
 	}{{"whole", func(r io.Reader) io.Reader { return r }}, {"one byte at a time", iotest.OneByteReader}} {
 		t.Run(reader.name, func(t *testing.T) {
-			var got []oversize
-			c := newSSECap(io.NopCloser(reader.wrap(strings.NewReader(in))), 50, func(o oversize) ([]byte, error) {
+			var got []Oversize
+			c := NewSSECap(io.NopCloser(reader.wrap(strings.NewReader(in))), 50, func(o Oversize) ([]byte, error) {
 				got = append(got, o)
-				return errorLine(o.id, oversizeCode, "over"), nil
+				return ErrorLine(o.ID, -32099, "over"), nil
 			})
 			out, err := io.ReadAll(c)
 			if err != nil {
@@ -116,12 +116,12 @@ func TestSSECap(t *testing.T) {
 			}
 			s := string(out)
 			if !strings.HasPrefix(s, "id: 1\ndata: {\"id\":1}\n\nevent: message\r\n") || !strings.HasSuffix(s, "\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":5,\"error\":{\"code\":-32099,\"message\":\"over\"}}\n\ndata:{\"id\":2}\n\n") {
-				t.Errorf("sseCap passed %q", s)
+				t.Errorf("SSECap passed %q", s)
 			}
 			if strings.Contains(s, strings.Repeat("x", 60)) {
 				t.Errorf("the oversized event passed whole: %q", s)
 			}
-			if len(got) != 1 || got[0].size != int64(len(big)-2) || string(got[0].id) != "5" {
+			if len(got) != 1 || got[0].Size != int64(len(big)-2) || string(got[0].ID) != "5" {
 				t.Errorf("oversize calls = %+v, want one of %d bytes, id 5", got, len(big)-2)
 			}
 		})
