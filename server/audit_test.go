@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"regexp"
@@ -22,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/auth/authtest"
+	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -352,8 +352,7 @@ default_tools_approval_mode = "auto"
 		h.s.mu.RUnlock()
 		req := mcp.CallToolRequest{}
 		req.Params.Name = "fake__absent"
-		req.Header = http.Header{requestIDHeader: []string{"3"}}
-		d.handler("absent")(context.Background(), req) // a call that began before its tool was withdrawn
+		d.handler("absent")(jsonrpc.WithCallInfo(context.Background(), jsonrpc.CallInfo{ID: "3"}), req) // a call that began before its tool was withdrawn
 		checkAudit(t, append(auditLines(t, buf, "fake__echo"), auditLines(t, buf, "fake__absent")...),
 			`{"backend":"direct","call":"c1","content":"external","is_error":true,"kind":"downstream","level":"info","msg":"call","refused":"variables","request_id":"2","server":"fake","time":"*","tool":"fake__echo","transport":"stdio"}`,
 			`{"backend":"direct","call":"c3","content":"external","is_error":true,"kind":"downstream","level":"info","msg":"call","refused":"not offered","request_id":"3","server":"fake","time":"*","tool":"fake__absent","transport":"stdio"}`)

@@ -39,18 +39,6 @@ const (
 	maxPendingBytes = 64 << 20
 )
 
-// arrivalKey carries a call's arrival in its context.
-type arrivalKey struct{}
-
-// arrival is when the call's request was read; now for a call that came
-// another way (in-process sessions).
-func arrival(ctx context.Context) time.Time {
-	if t, ok := ctx.Value(arrivalKey{}).(time.Time); ok {
-		return t
-	}
-	return time.Now()
-}
-
 // dispatcher serves the tools/call requests of one ServeStdio.
 type dispatcher struct {
 	s *Server
@@ -114,7 +102,7 @@ func (d *dispatcher) call(id json.RawMessage, tool string, line []byte) {
 		d.mu.Unlock()
 		return
 	}
-	ctx, cancel := context.WithCancel(context.WithValue(base.ctx, arrivalKey{}, at))
+	ctx, cancel := context.WithCancel(jsonrpc.WithCallInfo(base.ctx, jsonrpc.CallInfo{ID: key, Arrival: at}))
 	pc := &pendingCall{cancel: cancel}
 	d.calls[key] = append(d.calls[key], pc)
 	d.n++

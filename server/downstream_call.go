@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -24,14 +25,15 @@ import (
 func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 	served := d.srv.ServedName(tool)
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		rec := &audit.Call{RequestID: requestID(req), Tool: served, Kind: "downstream", Server: d.srv.ID,
+		call := jsonrpc.CallInfoFrom(ctx)
+		rec := &audit.Call{RequestID: call.ID, Tool: served, Kind: "downstream", Server: d.srv.ID,
 			Transport: string(d.srv.Transport), Backend: d.backend, Content: "external", Call: d.deps.callID()}
 		rec.Annotate(ctx, req)
 		done := func(res *mcp.CallToolResult) (*mcp.CallToolResult, error) { //nolint:unparam // shaped to be the handler's return
 			rec.IsError = res.IsError
 			if ctx.Err() != nil {
 				// notifications/cancelled (or shutdown): answer nothing.
-				d.deps.cancelled(requestID(req))
+				d.deps.cancelled(call.ID)
 				rec.Cancelled = true
 			}
 			d.deps.audit(rec, "call")
@@ -50,7 +52,7 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 		if err := d.checkVars(); err != nil {
 			return refuse("variables", "%v; not called", err)
 		}
-		queued := arrival(ctx)
+		queued := call.Arrival
 		if d.slot != nil {
 			if ctx.Err() != nil {
 				return refuse("cancelled", "cancelled while queued")

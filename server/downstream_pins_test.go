@@ -506,10 +506,7 @@ func BenchmarkDownstreamCallPins(b *testing.B) {
 			s := New(Options{Log: log, Audit: log, Direct: &fakeRunner{}})
 			s.ConnectDownstream(context.Background(), DownstreamOptions{Registry: r, Eager: true, DirectServices: &rt.DirectServices{Shim: testbin.Shim(b)}})
 			b.Cleanup(s.Close)
-			c, err := client.NewInProcessClient(s.MCP())
-			if err != nil {
-				b.Fatal(err)
-			}
+			c := inProcess(s)
 			ctx := context.Background()
 			if err := c.Start(ctx); err != nil {
 				b.Fatal(err)

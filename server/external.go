@@ -106,7 +106,8 @@ func externalTool(t conf.Tool) mcp.Tool {
 func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 	backend := s.backendName(t)
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		rec := &audit.Call{RequestID: requestID(req), Tool: t.Name, Kind: "external", Class: t.Class, Backend: backend}
+		call := jsonrpc.CallInfoFrom(ctx)
+		rec := &audit.Call{RequestID: call.ID, Tool: t.Name, Kind: "external", Class: t.Class, Backend: backend}
 		rec.Annotate(ctx, req)
 		refuse := func(reason string, res *mcp.CallToolResult) (*mcp.CallToolResult, error) {
 			rec.Refused = reason
@@ -124,14 +125,14 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 				return refuse("no sandbox", s.noSandbox(t.Name, err))
 			}
 		}
-		queued := arrival(ctx)
+		queued := call.Arrival
 		release, err := s.acquire(ctx, queued, t.Timeout)
 		if err != nil {
 			rec.QueuedMS = audit.Some(time.Since(queued).Milliseconds())
 			if ctx.Err() != nil {
 				// notifications/cancelled of a queued call: it never runs
 				// and answers nothing.
-				s.cancelled.add(requestID(req))
+				s.cancelled.add(call.ID)
 				rec.Cancelled = true
 				return refuse("cancelled while queued", errorResult("toolgate: %s: %v", t.Name, err))
 			}
@@ -156,7 +157,7 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 		if ctx.Err() != nil {
 			// notifications/cancelled (or shutdown): the call is killed and
 			// answers nothing.
-			s.cancelled.add(requestID(req))
+			s.cancelled.add(call.ID)
 			rec.Cancelled = true
 		}
 		if errors.Is(err, rt.ErrSandboxUnavailable) {

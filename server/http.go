@@ -601,10 +601,8 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// The request id header is the server's own, set per call; the token
-	// has done its work and goes no further (mcp-go hands the headers to
-	// every handler).
-	r.Header.Del(requestIDHeader)
+	// The token has done its work and goes no further (mcp-go hands the
+	// headers to every handler).
 	r.Header.Del("Authorization")
 	sid := r.Header.Get(mcpserver.HeaderKeySessionID)
 	if sid != "" && !h.sessions.owns(p.Key(), sid) {
@@ -650,6 +648,10 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 			}
 			w.WriteHeader(http.StatusAccepted)
 			return
+		}
+		if env.Method == string(mcp.MethodToolsCall) && len(env.ID) > 0 {
+			// The call's id, for its audit record.
+			r = r.WithContext(jsonrpc.WithCallInfo(r.Context(), jsonrpc.CallInfo{ID: jsonrpc.CanonicalID(env.ID)}))
 		}
 		if !env.stateless(r) && sid != "" && env.isRequest() {
 			ctx, done := h.inflight.add(r.Context(), p.Key(), sid, env.ID)
@@ -845,7 +847,7 @@ func (h *HTTP) gate(ctx context.Context, req mcp.CallToolRequest, next mcpserver
 	// The stdio transport drops the answers of cancelled calls by their
 	// id; over HTTP a cancelled request has no answer to drop, so its
 	// id must not stay behind.
-	defer h.s.cancelled.take(requestID(req))
+	defer h.s.cancelled.take(jsonrpc.CallInfoFrom(ctx).ID)
 	start := time.Now()
 	if !h.opts.Scopes.Allows(p, name) {
 		return errorResult("toolgate: tool %q is not opened by the token's scopes", name), nil
@@ -855,7 +857,7 @@ func (h *HTTP) gate(ctx context.Context, req mcp.CallToolRequest, next mcpserver
 		h.metrics.queueWait.WithLabelValues("principal").Observe(waited.Seconds())
 	}
 	if err != nil {
-		rec := &audit.Call{RequestID: requestID(req), Tool: name, Kind: h.s.kindOf(name), Backend: backend,
+		rec := &audit.Call{RequestID: jsonrpc.CallInfoFrom(ctx).ID, Tool: name, Kind: h.s.kindOf(name), Backend: backend,
 			Refused: "principal_queue", IsError: true, QueuedMS: audit.Some(waited.Milliseconds())}
 		rec.Annotate(ctx, req)
 		h.s.audit(rec, "call")
