@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/probes"
 	"github.com/toolgate/toolgate/internal/testbin"
 	"github.com/toolgate/toolgate/runtime/direct"
@@ -62,7 +63,7 @@ func TestDownstreamEscapes(t *testing.T) {
 		want string
 	}{{nil, neutralized}, {[]string{"probe__escapes"}, probes.Escapes}} {
 		r := probeRegistry(t, `"plain"`, `"escapes"`)
-		h := newHarness(t, Options{KeepEscapes: tc.keep}, DownstreamOptions{Registry: r}, nil)
+		h := newHarness(t, Options{KeepEscapes: tc.keep}, gateway.Options{Registry: r}, nil)
 		res := h.call(t, "probe__escapes", nil)
 		if got := resultText(res); res.IsError || got != tc.want {
 			t.Errorf("keep %v: probe__escapes = %q (isError %v)\nwant %q", tc.keep, got, res.IsError, tc.want)

@@ -1,4 +1,4 @@
-package server
+package gateway
 
 // Bounding what a downstream server sends, while it is read.
 //
@@ -26,15 +26,15 @@ import (
 	"github.com/toolgate/toolgate/internal/jsonrpc"
 )
 
-// downstreamEnvelope is the headroom over --downstream-max-bytes for the
+// envelope is the headroom over --downstream-max-bytes for the
 // JSON-RPC envelope of a result: a message may be this much longer than
 // the result it carries before it is discarded unread.
-const downstreamEnvelope = 64 << 10
+const envelope = 64 << 10
 
-// downstreamErrorBodyMax bounds an HTTP body that carries no MCP message
+// errorBodyMax bounds an HTTP body that carries no MCP message
 // (an error status, an unexpected content type): mcp-go reads it whole
 // and quotes it in its error.
-const downstreamErrorBodyMax = 64 << 10
+const errorBodyMax = 64 << 10
 
 // oversizeCode is the JSON-RPC error code of the answer toolgate makes up
 // for an oversized message: in the implementation-defined server-error
@@ -46,14 +46,14 @@ const oversizeCode = -32099
 // at maxBytes: never less than what the default cap allows, so that a
 // small cap does not also cut tools/list.
 func messageMax(maxBytes int) int {
-	return max(maxBytes, DefaultDownstreamMaxBytes) + downstreamEnvelope
+	return max(maxBytes, DefaultMaxBytes) + envelope
 }
 
 // boundedTransport bounds the responses of a streamable-HTTP downstream
 // server: an application/json body to max bytes (a longer one is replaced
 // by an error answer for its id, or the request fails), each event of a
 // text/event-stream body to max bytes (sseCap), and any other body to
-// downstreamErrorBodyMax.
+// errorBodyMax.
 type boundedTransport struct {
 	base http.RoundTripper
 	max  int
@@ -74,7 +74,7 @@ func (t *boundedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		resp.Body = struct {
 			io.Reader
 			io.Closer
-		}{io.LimitReader(resp.Body, downstreamErrorBodyMax), resp.Body}
+		}{io.LimitReader(resp.Body, errorBodyMax), resp.Body}
 	case mediaType == "text/event-stream":
 		reqID := requestBodyID(r)
 		resp.Body = jsonrpc.NewSSECap(resp.Body, t.max, func(o jsonrpc.Oversize) ([]byte, error) {

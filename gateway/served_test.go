@@ -1,4 +1,4 @@
-package server
+package gateway
 
 import (
 	"encoding/json"
@@ -63,7 +63,7 @@ func TestDownstreamAnnotationsTruth(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := stdio
 			tc.srv(&srv)
-			d := newDownstream(srv, downstreamDeps{log: logrus.New()}, "bwrap")
+			d := New(srv, Deps{Log: logrus.New()}, "bwrap")
 			tool, err := d.servedTool(remoteTool{Name: "t", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: mcp.ToolAnnotation{OpenWorldHint: tc.own}}, "")
 			if err != nil {
 				t.Fatal(err)
@@ -91,7 +91,7 @@ func TestDownstreamAnnotationsTruth(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := stdio
 			srv.DefaultApproval = tc.mode
-			d := newDownstream(srv, downstreamDeps{log: logrus.New()}, "bwrap")
+			d := New(srv, Deps{Log: logrus.New()}, "bwrap")
 			tool, err := d.servedTool(remoteTool{Name: "t", Description: "Own.", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: tc.own}, "")
 			if err != nil {
 				t.Fatal(err)
@@ -109,4 +109,11 @@ func TestDownstreamAnnotationsTruth(t *testing.T) {
 			}
 		})
 	}
+}
+
+func deref(b *bool) any {
+	if b == nil {
+		return nil
+	}
+	return *b
 }
