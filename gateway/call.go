@@ -38,8 +38,8 @@ func (d *Server) handler(tool string) mcpserver.ToolHandlerFunc {
 		done := func(res *mcp.CallToolResult) (*mcp.CallToolResult, error) { //nolint:unparam // shaped to be the handler's return
 			rec.IsError = res.IsError
 			if ctx.Err() != nil {
-				// notifications/cancelled (or shutdown): answer nothing.
-				d.deps.Cancelled(call.ID)
+				// notifications/cancelled (or shutdown): the transport
+				// answers nothing.
 				rec.Cancelled = true
 			}
 			d.deps.Audit(rec, "call")

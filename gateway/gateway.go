@@ -87,8 +87,6 @@ type Deps struct {
 	// the calls.
 	Audit  func(rec *audit.Call, msg string)
 	CallID func() string
-	// Cancelled notes a call whose answer is dropped: it was cancelled.
-	Cancelled func(requestID string)
 	// KeepEscapes reports a tool whose results keep their terminal
 	// control sequences (--keep-escapes).
 	KeepEscapes func(tool string) bool

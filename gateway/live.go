@@ -108,7 +108,6 @@ func ListLive(ctx context.Context, opts LiveOptions, ids []string) ([]LiveServer
 		Log:         opts.Log,
 		Audit:       func(*audit.Call, string) {},
 		CallID:      func() string { return "" },
-		Cancelled:   func(string) {},
 		KeepEscapes: func(string) bool { return false },
 		Stopping:    func() bool { return false },
 		Egress:      func(rec *audit.Call) func(egress.Record) { return audit.EgressRecorder(opts.Audit, rec) },

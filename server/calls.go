@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,38 +66,4 @@ func (s *Server) reportProgress(ctx context.Context, token mcp.ProgressToken, se
 			s.log.WithError(err).Debug("progress notification")
 		}
 	}
-}
-
-// cancelled remembers the ids of calls cancelled by notifications/cancelled
-// whose handler has returned: their answer is dropped, as the protocol
-// asks (a cancelled request gets no response).
-type cancelled struct {
-	mu  sync.Mutex
-	ids map[string]struct{}
-	n   atomic.Int32
-}
-
-func (c *cancelled) add(id string) {
-	if id == "" {
-		return
-	}
-	c.mu.Lock()
-	if c.ids == nil {
-		c.ids = map[string]struct{}{}
-	}
-	c.ids[id] = struct{}{}
-	c.n.Store(int32(len(c.ids)))
-	c.mu.Unlock()
-}
-
-// take reports whether id was cancelled, forgetting it.
-func (c *cancelled) take(id string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.ids[id]; !ok {
-		return false
-	}
-	delete(c.ids, id)
-	c.n.Store(int32(len(c.ids)))
-	return true
 }

@@ -122,7 +122,6 @@ func (d *dispatcher) call(id json.RawMessage, tool string, line []byte) {
 // cancelled (notifications/cancelled, or the input ended): a cancelled
 // request gets no response. A call cancelled before it began never runs.
 func (d *dispatcher) serve(ctx context.Context, id json.RawMessage, tool string, msg []byte, key string) {
-	defer d.s.cancelled.take(key) // what a handler noted for the response filter
 	if ctx.Err() != nil {
 		d.s.audit(&audit.Call{RequestID: key, Tool: tool, Cancelled: true, IsError: true, Refused: "cancelled before it began"}, "call")
 		return

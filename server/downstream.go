@@ -52,7 +52,6 @@ func (s *Server) downstreamDeps(opts gateway.Options, i int) gateway.Deps {
 		Audit:       s.audit,
 		CallID:      s.nextID,
 		Egress:      func(rec *audit.Call) func(egress.Record) { return audit.EgressRecorder(s.auditLog, rec) },
-		Cancelled:   s.cancelled.add,
 		KeepEscapes: func(tool string) bool { return s.keepEscapes[tool] },
 		Stopping:    s.stopping.Load,
 		Pin:         func(r audit.Pin) { r.Write(s.auditLog) },

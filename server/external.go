@@ -131,8 +131,7 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 			rec.QueuedMS = audit.Some(time.Since(queued).Milliseconds())
 			if ctx.Err() != nil {
 				// notifications/cancelled of a queued call: it never runs
-				// and answers nothing.
-				s.cancelled.add(call.ID)
+				// and answers nothing (the dispatcher writes no answer).
 				rec.Cancelled = true
 				return refuse("cancelled while queued", errorResult("toolgate: %s: %v", t.Name, err))
 			}
@@ -156,8 +155,7 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 		res, err := runner.Run(ctx, inv)
 		if ctx.Err() != nil {
 			// notifications/cancelled (or shutdown): the call is killed and
-			// answers nothing.
-			s.cancelled.add(call.ID)
+			// answers nothing (the dispatcher writes no answer).
 			rec.Cancelled = true
 		}
 		if errors.Is(err, rt.ErrSandboxUnavailable) {

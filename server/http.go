@@ -844,10 +844,6 @@ func (h *HTTP) gate(ctx context.Context, req mcp.CallToolRequest, next mcpserver
 		h.metrics.inFlight.Inc()
 		defer h.metrics.inFlight.Dec()
 	}
-	// The stdio transport drops the answers of cancelled calls by their
-	// id; over HTTP a cancelled request has no answer to drop, so its
-	// id must not stay behind.
-	defer h.s.cancelled.take(jsonrpc.CallInfoFrom(ctx).ID)
 	start := time.Now()
 	if !h.opts.Scopes.Allows(p, name) {
 		return errorResult("toolgate: tool %q is not opened by the token's scopes", name), nil

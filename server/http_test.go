@@ -970,9 +970,6 @@ func TestHTTPProgressAndCancel(t *testing.T) {
 	if len(recs) != 2 || recs[0]["cancelled"] != true || recs[1]["cancelled"] != true {
 		t.Errorf("audit %v: want two cancelled calls", recs)
 	}
-	if f.srv.cancelled.n.Load() != 0 {
-		t.Errorf("%d cancelled ids kept after the calls ended, want 0 (over HTTP there is no answer to drop)", f.srv.cancelled.n.Load())
-	}
 }
 
 // TestAuditTraceparentWithoutHTTP: over stdio (no principal) the audit

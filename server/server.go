@@ -68,12 +68,11 @@ type Options struct {
 
 // Server is a configured toolgate MCP server.
 type Server struct {
-	opts      Options
-	mcp       *mcpserver.MCPServer
-	log       *logrus.Logger
-	auditLog  *logrus.Logger
-	cancelled cancelled
-	sem       chan struct{}
+	opts     Options
+	mcp      *mcpserver.MCPServer
+	log      *logrus.Logger
+	auditLog *logrus.Logger
+	sem      chan struct{}
 	// keepEscapes is Options.KeepEscapes as a set.
 	keepEscapes map[string]bool
 	callSeq     atomic.Uint64

@@ -43,7 +43,7 @@ const MinMaxRequestBytes = 64 << 10
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
 	stdio := mcpserver.NewStdioServer(s.mcp)
 	stdio.SetErrorLogger(log.New(s.log.WriterLevel(logrus.ErrorLevel), "", 0))
-	w := &responseFilter{w: out, c: &s.cancelled}
+	w := &responseFilter{w: out}
 	max := s.opts.MaxRequestBytes
 	if max <= 0 {
 		max = DefaultMaxRequestBytes
@@ -230,28 +230,20 @@ func (f *requestFilter) answer(reason string) {
 }
 
 // responseFilter writes JSON-RPC messages to w, one whole message per
-// Write, dropping the responses of cancelled calls.
+// Write. A cancelled call's answer never reaches it: the dispatcher does
+// not write it.
 type responseFilter struct {
 	mu sync.Mutex
 	w  io.Writer
 	// gone, when set, is called once a write finds the reader gone
 	// (EPIPE): it stops the server as the end of its input does.
 	gone func()
-	c    *cancelled
 }
 
 func (f *responseFilter) Write(p []byte) (int, error) {
 	n := len(p)
 	if len(p) > jsonrpc.MaxErrorMessage && isErrorAnswer(p) {
 		p = boundErrorAnswer(p)
-	}
-	if f.c.n.Load() > 0 && bytes.Contains(p, []byte(`"result"`)) {
-		var msg struct {
-			ID json.RawMessage `json:"id"`
-		}
-		if json.Unmarshal(bytes.TrimSpace(p), &msg) == nil && len(msg.ID) > 0 && f.c.take(string(msg.ID)) {
-			return len(p), nil
-		}
 	}
 	f.mu.Lock()
 	_, err := f.w.Write(p)
