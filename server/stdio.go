@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -70,7 +69,7 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 		gone()
 	}
 	defer context.AfterFunc(ctx, stop)()
-	err := stdio.Listen(lctx, &requestFilter{r: bufio.NewReaderSize(in, 64<<10), w: w, max: max, calls: calls, atEnd: stop}, w)
+	err := stdio.Listen(lctx, &requestFilter{lines: jsonrpc.NewLineReader(in, max), w: w, max: max, calls: calls, atEnd: stop}, w)
 	stop()
 	calls.wait()
 	closing.Wait()
@@ -81,15 +80,11 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 // says are invalid requests itself, and the ones over max bytes without
 // keeping them.
 type requestFilter struct {
-	r       *bufio.Reader
+	lines   *jsonrpc.LineReader
 	w       *responseFilter
 	max     int
-	line    []byte // the line being read, at most max bytes and its newline
 	pending []byte // the accepted line, until mcp-go has read it
-
-	discard bool  // the line is over max: read on to its end, keeping nothing
-	n       int64 // its bytes so far
-	scan    jsonrpc.Scan
+	err     error  // what ended the input
 
 	// calls, when set, serves tools/call requests instead of mcp-go, and
 	// notifications/cancelled reach them there too.
@@ -100,66 +95,34 @@ type requestFilter struct {
 
 func (f *requestFilter) Read(p []byte) (int, error) {
 	for len(f.pending) == 0 {
-		chunk, err := f.r.ReadSlice('\n')
-		switch {
-		case f.discard:
-			f.discarding(chunk)
-		case len(f.line)+len(bytes.TrimSuffix(chunk, []byte("\n"))) > f.max:
-			f.discard = true
-			f.discarding(f.line)
-			f.line = nil // let a long buffer go
-			f.discarding(chunk)
-		default:
-			f.line = append(f.line, chunk...)
-			if bytes.HasSuffix(chunk, []byte("\n")) || (err != nil && !errors.Is(err, bufio.ErrBufferFull) && len(f.line) > 0) {
-				if f.accept(f.line) {
-					f.pending = f.line
-				}
-				f.line = f.line[:0]
-			}
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if err != nil {
-			if f.discard {
-				f.refuseLong()
-			}
-			if len(f.pending) > 0 {
-				break
-			}
+		if f.err != nil {
 			if f.atEnd != nil {
 				f.atEnd()
 			}
-			return 0, err
+			return 0, f.err
+		}
+		line, over, err := f.lines.Next()
+		f.err = err
+		switch {
+		case over != nil:
+			f.refuseLong(*over)
+		case len(line) > 0 && f.accept(line):
+			f.pending = line
 		}
 	}
 	n := copy(p, f.pending)
 	f.pending = f.pending[n:]
-	if len(f.pending) == 0 && cap(f.line) > 1<<20 {
-		f.line = nil // keep no long buffer between long lines
+	if len(f.pending) == 0 {
+		f.lines.Release()
 	}
 	return n, nil
 }
 
-// discarding reads part of an over-long line: counted, scanned for its id,
-// dropped. At the line's end it is answered.
-func (f *requestFilter) discarding(b []byte) {
-	end := bytes.HasSuffix(b, []byte("\n"))
-	b = bytes.TrimSuffix(b, []byte("\n"))
-	f.n += int64(len(b))
-	f.scan.Write(b)
-	if end {
-		f.refuseLong()
-	}
-}
-
 // refuseLong answers an over-long line -32600, with its id if it had one
-// (a notification, with a method and no id, gets no answer), and resets.
-func (f *requestFilter) refuseLong() {
-	id, method, n := f.scan.ID(), f.scan.HasMethod(), f.n
-	f.discard, f.n, f.scan = false, 0, jsonrpc.Scan{}
-	if id == nil && method {
+// (a notification, with a method and no id, gets no answer).
+func (f *requestFilter) refuseLong(o jsonrpc.Oversize) {
+	id, n := o.ID, o.Size
+	if id == nil && o.Method {
 		return
 	}
 	if id == nil {

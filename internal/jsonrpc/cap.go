@@ -1,14 +1,17 @@
 package jsonrpc
 
-// Bounded readers of newline-delimited JSON-RPC and of text/event-stream
-// bodies: a message longer than the bound is never passed on nor kept. It
-// is read and discarded, its top-level id picked out on the way (Scan),
-// and what the caller's OversizeFunc returns goes on in its place (an
-// error answer for its id, say).
+// Bounded readers of newline-delimited JSON-RPC (LineReader, LineCap) and
+// of text/event-stream bodies (SSECap): a message longer than the bound is
+// never passed on nor kept. It is read and discarded, its top-level id
+// picked out on the way (Scan), and reported (LineReader), or replaced by
+// what the caller's OversizeFunc returns (an error answer for its id,
+// say).
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 )
 
@@ -275,5 +278,72 @@ func (c *SSECap) finish() {
 	}
 	if err != nil {
 		c.err = err
+	}
+}
+
+// LineReader reads newline-delimited messages from r, each of at most max
+// bytes (the newline not counted). A longer line is never kept: it is read
+// on to its end (its newline, or the end of the input), scanned for its
+// envelope on the way (Scan), and reported as an Oversize.
+type LineReader struct {
+	r   *bufio.Reader
+	max int
+
+	line    []byte // the line being read, at most max bytes and its newline
+	discard bool   // the line is over max: read on to its end, keeping nothing
+	n       int64  // its bytes so far
+	scan    Scan
+}
+
+// NewLineReader bounds the lines of r to max bytes (see LineReader).
+func NewLineReader(r io.Reader, max int) *LineReader {
+	return &LineReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
+}
+
+// Next returns the next line, its newline kept (none when the input ended
+// inside it), valid until the next call of Next or Release; or, for a line
+// over max, nil and what was discarded. With the last line (or none) it
+// returns the error that ended the input.
+func (l *LineReader) Next() ([]byte, *Oversize, error) {
+	l.line = l.line[:0]
+	for {
+		chunk, err := l.r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			err = nil // the line goes on
+		}
+		if !l.discard && len(l.line)+len(bytes.TrimSuffix(chunk, []byte("\n"))) > l.max {
+			l.discard = true
+			l.discarding(l.line)
+			l.line = nil // let a long buffer go
+		}
+		if l.discard {
+			l.discarding(chunk)
+		} else {
+			l.line = append(l.line, chunk...)
+		}
+		if err == nil && !bytes.HasSuffix(chunk, []byte("\n")) {
+			continue
+		}
+		if l.discard {
+			o := Oversize{Size: l.n, ID: l.scan.ID(), Method: l.scan.HasMethod()}
+			l.discard, l.n, l.scan = false, 0, Scan{}
+			return nil, &o, err
+		}
+		return l.line, nil, err
+	}
+}
+
+// discarding reads part of an over-long line: counted, scanned, dropped.
+func (l *LineReader) discarding(b []byte) {
+	b = bytes.TrimSuffix(b, []byte("\n"))
+	l.n += int64(len(b))
+	_, _ = l.scan.Write(b)
+}
+
+// Release lets the buffer of a long line go once its caller is done with
+// it, so that none is kept between long lines.
+func (l *LineReader) Release() {
+	if cap(l.line) > 1<<20 {
+		l.line = nil
 	}
 }

@@ -2,6 +2,8 @@ package jsonrpc
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -125,5 +127,52 @@ func TestSSECap(t *testing.T) {
 				t.Errorf("oversize calls = %+v, want one of %d bytes, id 5", got, len(big)-2)
 			}
 		})
+	}
+}
+
+// TestLineReader: lines up to the cap come whole, however the reads fall;
+// a longer one is never returned, only reported with its size and what
+// its envelope said, and the next line is whole again; the input may end
+// inside either.
+func TestLineReader(t *testing.T) {
+	long := `{"id":4,"method":"tools/call","params":{"x":"` + strings.Repeat("x", 100) + `"}}`
+	for _, tc := range []struct {
+		name, in string
+		want     []string // a line, or "over SIZE ID METHOD"
+	}{
+		{"lines", "{\"id\":1}\n\n{\"id\":2}\n", []string{"{\"id\":1}\n", "\n", "{\"id\":2}\n"}},
+		{"long between", "{\"id\":1}\n" + long + "\n{\"id\":2}\n", []string{"{\"id\":1}\n", fmt.Sprintf("over %d 4 true", len(long)), "{\"id\":2}\n"}},
+		{"exactly the cap", strings.Repeat("a", 70) + "\n", []string{strings.Repeat("a", 70) + "\n"}},
+		{"one over", strings.Repeat("a", 71) + "\n", []string{"over 71  false"}},
+		{"last line unended", "{\"id\":1}\n{\"id\":2}", []string{"{\"id\":1}\n", "{\"id\":2}"}},
+		{"ends inside a long line", "{\"id\":1}\n" + long, []string{"{\"id\":1}\n", fmt.Sprintf("over %d 4 true", len(long))}},
+	} {
+		for _, reader := range []struct {
+			name string
+			wrap func(io.Reader) io.Reader
+		}{{"whole", func(r io.Reader) io.Reader { return r }}, {"one byte at a time", iotest.OneByteReader}} {
+			t.Run(tc.name+"/"+reader.name, func(t *testing.T) {
+				l := NewLineReader(reader.wrap(strings.NewReader(tc.in)), 70)
+				var got []string
+				for {
+					line, over, err := l.Next()
+					switch {
+					case over != nil:
+						got = append(got, fmt.Sprintf("over %d %s %v", over.Size, over.ID, over.Method))
+					case len(line) > 0:
+						got = append(got, string(line))
+					}
+					if err != nil {
+						if !errors.Is(err, io.EOF) {
+							t.Fatal(err)
+						}
+						break
+					}
+				}
+				if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+					t.Errorf("Next gave %q, want %q", got, tc.want)
+				}
+			})
+		}
 	}
 }
