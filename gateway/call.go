@@ -32,8 +32,10 @@ func (d *Server) handler(tool string) mcpserver.ToolHandlerFunc {
 	served := d.srv.ServedName(tool)
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		call := jsonrpc.CallInfoFrom(ctx)
-		rec := &audit.Call{RequestID: call.ID, Tool: served, Kind: "downstream", Server: d.srv.ID,
-			Transport: string(d.srv.Transport), Backend: d.backend, Content: "external", Call: d.deps.CallID()}
+		rec := &audit.Call{
+			RequestID: call.ID, Tool: served, Kind: "downstream", Server: d.srv.ID,
+			Transport: string(d.srv.Transport), Backend: d.backend, Content: "external", Call: d.deps.CallID(),
+		}
 		rec.Annotate(ctx, req)
 		done := func(res *mcp.CallToolResult) (*mcp.CallToolResult, error) { //nolint:unparam // shaped to be the handler's return
 			rec.IsError = res.IsError

@@ -259,8 +259,10 @@ func (d *Server) report(tool string, start int, old, v verdict) {
 			reason = "it lists the definition toolgate first served again"
 		}
 	}
-	d.deps.Pin(audit.Pin{Tool: d.srv.ServedName(tool), Server: d.srv.ID, Transport: string(d.srv.Transport), Start: start,
-		Decision: decision, Pin: string(v.pin), Reason: reason, SHA256: v.digest, Pinned: v.pinned, Diff: v.diff})
+	d.deps.Pin(audit.Pin{
+		Tool: d.srv.ServedName(tool), Server: d.srv.ID, Transport: string(d.srv.Transport), Start: start,
+		Decision: decision, Pin: string(v.pin), Reason: reason, SHA256: v.digest, Pinned: v.pinned, Diff: v.diff,
+	})
 }
 
 // sameTool reports whether two served definitions are the same.
@@ -287,8 +289,10 @@ func (d *Server) servable(tool string) (refused, reason string) {
 
 // Status is the server's part of checkpoint_status now.
 func (d *Server) Status() status.Downstream {
-	st := status.Downstream{ID: d.srv.ID, Transport: string(d.srv.Transport), Sandbox: d.sandboxState(), State: status.DownstreamListed,
-		Served: []string{}, Pinned: d.srv.Pinned}
+	st := status.Downstream{
+		ID: d.srv.ID, Transport: string(d.srv.Transport), Sandbox: d.sandboxState(), State: status.DownstreamListed,
+		Served: []string{}, Pinned: d.srv.Pinned,
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {

@@ -151,7 +151,7 @@ func claims(mode conf.ApprovalMode, own mcp.ToolAnnotation) string {
 func (d *Server) annotations(tool string, own mcp.ToolAnnotation) mcp.ToolAnnotation {
 	a := approvalAnnotations(d.srv.Approval(tool), own)
 	if d.srv.Transport == conf.TransportStdio && (d.srv.Network || len(d.srv.AllowedHosts) > 0 || !d.srv.Sandbox) {
-		a.OpenWorldHint = mcp.ToBoolPtr(true)
+		a.OpenWorldHint = new(true)
 	}
 	return a
 }
@@ -176,10 +176,10 @@ func approvalAnnotations(mode conf.ApprovalMode, own mcp.ToolAnnotation) mcp.Too
 	case conf.ApprovalWrites:
 		confirm = own.ReadOnlyHint == nil || !*own.ReadOnlyHint
 	}
-	a.ReadOnlyHint = mcp.ToBoolPtr(!confirm)
-	a.DestructiveHint = mcp.ToBoolPtr(confirm)
+	a.ReadOnlyHint = new(!confirm)
+	a.DestructiveHint = new(confirm)
 	if mode == conf.ApprovalApprove {
-		a.IdempotentHint = mcp.ToBoolPtr(false)
+		a.IdempotentHint = new(false)
 	}
 	return a
 }

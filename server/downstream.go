@@ -204,11 +204,7 @@ func (s *Server) Close() {
 	}
 	var wg sync.WaitGroup
 	for _, d := range ds.servers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d.Shutdown()
-		}()
+		wg.Go(d.Shutdown)
 	}
 	wg.Wait()
 }

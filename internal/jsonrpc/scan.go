@@ -108,10 +108,10 @@ func (s *Scan) inString(b []byte) []byte {
 		s.keep(b[:1])
 		return b[1:]
 	}
-	q := bytes.IndexByte(b, '"')
+	before, after, ok := bytes.Cut(b, []byte{'"'})
 	seg := b
-	if q >= 0 {
-		seg = b[:q]
+	if ok {
+		seg = before
 	}
 	if bs := bytes.IndexByte(seg, '\\'); bs >= 0 {
 		s.keep(seg[:bs+1])
@@ -119,7 +119,7 @@ func (s *Scan) inString(b []byte) []byte {
 		return b[bs+1:]
 	}
 	s.keep(seg)
-	if q < 0 {
+	if !ok {
 		return nil
 	}
 	s.str = false
@@ -134,7 +134,7 @@ func (s *Scan) inString(b []byte) []byte {
 			s.top = topAfter
 		}
 	}
-	return b[q+1:]
+	return after
 }
 
 // keep records string bytes of a top-level key or of the id.

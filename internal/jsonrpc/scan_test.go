@@ -77,7 +77,7 @@ func TestLineCap(t *testing.T) {
 			// fall; it is never more than the cap, and never valid JSON
 			// (mcp-go skips it).
 			var lines []string
-			for _, l := range strings.Split(string(out), "\n") {
+			for l := range strings.SplitSeq(string(out), "\n") {
 				if len(l) > 70 {
 					t.Errorf("a line of %d bytes passed: %.80q", len(l), l)
 				}
