@@ -49,7 +49,7 @@ var auditMask = regexp.MustCompile(`"(time|queued_ms)":("[^"]*"|[0-9]+)`)
 func auditLines(t *testing.T, buf fmt.Stringer, tool string) []string {
 	t.Helper()
 	var out []string
-	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+	for l := range strings.SplitSeq(strings.TrimSpace(buf.String()), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("audit line %q: %v", l, err)

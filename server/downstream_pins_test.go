@@ -144,7 +144,7 @@ func (w *listChanges) seen() (int, []string) {
 func pinLines(t *testing.T, buf fmt.Stringer) []string {
 	t.Helper()
 	var out []string
-	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+	for l := range strings.SplitSeq(strings.TrimSpace(buf.String()), "\n") {
 		if strings.Contains(l, `"kind":"pin"`) {
 			out = append(out, auditMask.ReplaceAllString(l, `"$1":"*"`))
 		}

@@ -73,8 +73,8 @@ func runFakeMCP() {
 		})
 	}
 	open := `{"type":"object"}`
-	ro := mcp.ToolAnnotation{ReadOnlyHint: mcp.ToBoolPtr(true), IdempotentHint: mcp.ToBoolPtr(true), OpenWorldHint: mcp.ToBoolPtr(false)}
-	rw := mcp.ToolAnnotation{ReadOnlyHint: mcp.ToBoolPtr(false), DestructiveHint: mcp.ToBoolPtr(false), IdempotentHint: mcp.ToBoolPtr(true), Title: "Writer"}
+	ro := mcp.ToolAnnotation{ReadOnlyHint: new(true), IdempotentHint: new(true), OpenWorldHint: new(false)}
+	rw := mcp.ToolAnnotation{ReadOnlyHint: new(false), DestructiveHint: new(false), IdempotentHint: new(true), Title: "Writer"}
 	tool("echo", echoSchema, rw, func(a args) *mcp.CallToolResult { return mcp.NewToolResultText("echo: " + a.Text) })
 	tool("readonly", open, ro, func(args) *mcp.CallToolResult { return mcp.NewToolResultText("read") })
 	tool("writer", open, rw, func(args) *mcp.CallToolResult { return mcp.NewToolResultText("wrote") })
@@ -401,7 +401,7 @@ func TestDownstreamEnvAndRedaction(t *testing.T) {
 	want := []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_PAGER=cat", "LOG_LEVEL=debug", "PAGER=cat", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"TOOLGATE_FAKE_MCP=1", "TOOLGATE_FAKE_SECRET=fake-secret-value-1"}
 	var got []string
-	for _, kv := range strings.Split(resultText(res), "\n") {
+	for kv := range strings.SplitSeq(resultText(res), "\n") {
 		if !strings.HasPrefix(kv, "PWD=") { // the reap shim's tool is started in /
 			got = append(got, kv)
 		}
@@ -452,11 +452,9 @@ func TestDownstreamCrashRestart(t *testing.T) {
 	pid1 := resultText(h.call(t, "fake__pid", nil))
 	var wg sync.WaitGroup
 	var inflight *mcp.CallToolResult
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		inflight = h.call(t, "fake__sleep", map[string]any{"seconds": 1.5})
-	}()
+	})
 	time.Sleep(200 * time.Millisecond)
 	crash := h.call(t, "fake__crash", nil)
 	wg.Wait()

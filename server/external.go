@@ -97,8 +97,8 @@ func externalTool(t conf.Tool) mcp.Tool {
 	// network; a test-class one has none, unless an egress line lists
 	// destinations it reaches.
 	tool.Annotations = mcp.ToolAnnotation{
-		ReadOnlyHint:  mcp.ToBoolPtr(true),
-		OpenWorldHint: mcp.ToBoolPtr(t.Class == conf.ClassRead || len(t.Egress) > 0),
+		ReadOnlyHint:  new(true),
+		OpenWorldHint: new(t.Class == conf.ClassRead || len(t.Egress) > 0),
 	}
 	return tool
 }

@@ -542,8 +542,7 @@ func (h *HTTP) authenticate(w http.ResponseWriter, r *http.Request) (auth.Princi
 	if err == nil {
 		return p, true
 	}
-	var ae *auth.Error
-	if errors.As(err, &ae) {
+	if ae, ok := errors.AsType[*auth.Error](err); ok {
 		h.metrics.authFailure("invalid")
 		h.s.log.WithFields(logrus.Fields{"remote": r.RemoteAddr, "reason": ae.Description}).Info("http: token refused")
 		h.challenge(w, ae.Code, ae.Description, "")

@@ -209,7 +209,7 @@ func (f *httpFixture) ran() int { return len(f.direct.invocations()) + len(f.san
 func (f *httpFixture) auditRecords(t *testing.T) []map[string]any {
 	t.Helper()
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(f.audit.String()), "\n") {
+	for l := range strings.SplitSeq(strings.TrimSpace(f.audit.String()), "\n") {
 		if l == "" {
 			continue
 		}

@@ -248,9 +248,9 @@ func builtinTool(b builtin.Tool) mcp.Tool {
 	t := mcp.NewToolWithRawSchema(b.Name, b.Description, b.InputSchema)
 	t.RawOutputSchema = b.OutputSchema
 	t.Annotations = mcp.ToolAnnotation{
-		ReadOnlyHint:    mcp.ToBoolPtr(!b.Writes),
-		DestructiveHint: mcp.ToBoolPtr(false),
-		OpenWorldHint:   mcp.ToBoolPtr(false),
+		ReadOnlyHint:    new(!b.Writes),
+		DestructiveHint: new(false),
+		OpenWorldHint:   new(false),
 	}
 	return t
 }

@@ -225,12 +225,11 @@ func (f *responseFilter) Write(p []byte) (int, error) {
 // member before anything a message could quote, and a result's "result"
 // member before its content.
 func isErrorAnswer(p []byte) bool {
-	e := bytes.Index(p, []byte(`"error":`))
-	if e < 0 {
+	before, _, ok := bytes.Cut(p, []byte(`"error":`))
+	if !ok {
 		return false
 	}
-	r := bytes.Index(p[:e], []byte(`"result":`))
-	return r < 0
+	return !bytes.Contains(before, []byte(`"result":`))
 }
 
 // boundErrorAnswer cuts the message of a JSON-RPC error answer to

@@ -294,7 +294,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 func auditOf(t *testing.T, log, tool string) map[string]any {
 	t.Helper()
-	for _, l := range strings.Split(strings.TrimSpace(log), "\n") {
+	for l := range strings.SplitSeq(strings.TrimSpace(log), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("audit line is not JSON: %q", l)
