@@ -285,8 +285,10 @@ func (h *HTTP) Serve(ctx context.Context, ln, metrics net.Listener) error {
 		mmux.HandleFunc("/healthz", h.healthz)
 		mmux.HandleFunc("/readyz", h.readyz)
 		mmux.HandleFunc("/metrics", h.serveMetrics)
-		msrv = &http.Server{Handler: h.checkHost(mmux), ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout: h.opts.IdleTimeout, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errorLog}
+		msrv = &http.Server{
+			Handler: h.checkHost(mmux), ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout: h.opts.IdleTimeout, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errorLog,
+		}
 		mln := newLimitListener(metrics, listenerMetrics, h.opts.MaxConns, h.opts.MaxConnsPerClient, h.metrics)
 		go func() { errc <- msrv.Serve(mln) }()
 	}
@@ -764,8 +766,10 @@ func (f *inflight) cancel(principal, session string, id json.RawMessage) {
 // authorization spec's step-up), audited, nothing run.
 func (h *HTTP) refuseScope(w http.ResponseWriter, p auth.Principal, env envelope) {
 	scopes := strings.Join(h.opts.Scopes.ScopesFor(env.Params.Name), " ")
-	rec := &audit.Call{RequestID: string(env.ID), Tool: env.Params.Name, Kind: h.s.kindOf(env.Params.Name),
-		Backend: h.s.backendOf(env.Params.Name), Refused: "scope", IsError: true, Principal: &p}
+	rec := &audit.Call{
+		RequestID: string(env.ID), Tool: env.Params.Name, Kind: h.s.kindOf(env.Params.Name),
+		Backend: h.s.backendOf(env.Params.Name), Refused: "scope", IsError: true, Principal: &p,
+	}
 	if tp, _ := env.Params.Meta["traceparent"].(string); audit.ValidTraceparent(tp) {
 		rec.Traceparent = tp
 	}
@@ -852,8 +856,10 @@ func (h *HTTP) gate(ctx context.Context, req mcp.CallToolRequest, next mcpserver
 		h.metrics.queueWait.WithLabelValues("principal").Observe(waited.Seconds())
 	}
 	if err != nil {
-		rec := &audit.Call{RequestID: jsonrpc.CallInfoFrom(ctx).ID, Tool: name, Kind: h.s.kindOf(name), Backend: backend,
-			Refused: "principal_queue", IsError: true, QueuedMS: audit.Some(waited.Milliseconds())}
+		rec := &audit.Call{
+			RequestID: jsonrpc.CallInfoFrom(ctx).ID, Tool: name, Kind: h.s.kindOf(name), Backend: backend,
+			Refused: "principal_queue", IsError: true, QueuedMS: audit.Some(waited.Milliseconds()),
+		}
 		rec.Annotate(ctx, req)
 		h.s.audit(rec, "call")
 		return errorResult("toolgate: %s: %v", name, err), nil

@@ -204,16 +204,20 @@ func (s *Server) register() {
 		if s.hidden(b.Name) {
 			continue
 		}
-		entries = append(entries, entry{builtinTool(b), s.builtinHandler(b),
-			status.Tool{Name: b.Name, Kind: "builtin", Backend: s.builtinBackend(b)}})
+		entries = append(entries, entry{
+			builtinTool(b), s.builtinHandler(b),
+			status.Tool{Name: b.Name, Kind: "builtin", Backend: s.builtinBackend(b)},
+		})
 	}
 	if s.opts.Conf != nil && s.opts.Conf.State == conf.StateLoaded {
 		for _, t := range s.opts.Conf.Tools {
 			if s.opts.Conf.Hidden(t.Name) {
 				continue
 			}
-			entries = append(entries, entry{externalTool(t), s.externalHandler(t),
-				status.Tool{Name: t.Name, Kind: "external", Class: string(t.Class), Backend: s.backendName(t), Egress: t.Egress.Strings()}})
+			entries = append(entries, entry{
+				externalTool(t), s.externalHandler(t),
+				status.Tool{Name: t.Name, Kind: "external", Class: string(t.Class), Backend: s.backendName(t), Egress: t.Egress.Strings()},
+			})
 		}
 	}
 	s.add(entries...)
@@ -265,8 +269,10 @@ func (s *Server) builtinHandler(b builtin.Tool) mcpserver.ToolHandlerFunc {
 		if res.IsError {
 			res.Text = jsonrpc.BoundText(res.Text, jsonrpc.MaxErrorText) // it may quote the arguments
 		}
-		rec := &audit.Call{RequestID: jsonrpc.CallInfoFrom(ctx).ID, Tool: b.Name, Kind: "builtin", Backend: s.builtinBackend(b),
-			IsError: res.IsError, ElapsedMS: audit.Some(time.Since(start).Milliseconds())}
+		rec := &audit.Call{
+			RequestID: jsonrpc.CallInfoFrom(ctx).ID, Tool: b.Name, Kind: "builtin", Backend: s.builtinBackend(b),
+			IsError: res.IsError, ElapsedMS: audit.Some(time.Since(start).Milliseconds()),
+		}
 		rec.Annotate(ctx, req)
 		s.audit(rec, "call")
 		return toolResult(res.Text, res.Structured, res.IsError), nil

@@ -112,8 +112,10 @@ func (b *bench) targets() []Target {
 		if s.Tools != 500 {
 			continue
 		}
-		t := Target{Name: "start-up with 500 tools < 50 ms, " + s.Backend,
-			Want: "median exec → initialize answer and exec → first tools/list answer < 50 ms, without waiting for the sandbox self-test"}
+		t := Target{
+			Name: "start-up with 500 tools < 50 ms, " + s.Backend,
+			Want: "median exec → initialize answer and exec → first tools/list answer < 50 ms, without waiting for the sandbox self-test",
+		}
 		if s.Skipped != "" {
 			t.Unmeasured = s.Skipped
 		} else {
@@ -352,8 +354,10 @@ func (b *bench) egressTargets() []Target {
 			t.Unmeasured = "a path was not measured"
 		}
 		out = append(out, t)
-		t = Target{Name: "(info) one connection through the egress proxy ≤ 1 ms (" + be + ")",
-			Want: fmt.Sprintf("(median(%d connections) − median(+ egress)) / %d ≤ 1 ms", egressConns, egressConns)}
+		t = Target{
+			Name: "(info) one connection through the egress proxy ≤ 1 ms (" + be + ")",
+			Want: fmt.Sprintf("(median(%d connections) − median(+ egress)) / %d ≤ 1 ms", egressConns, egressConns),
+		}
 		if ok2 && ok3 {
 			per := (conns.MedianMS - eg.MedianMS) / egressConns
 			t.Measured = fmt.Sprintf("(%s − %s) / %d = %.3f ms", fmtMS(conns.MedianMS), fmtMS(eg.MedianMS), egressConns, per)
