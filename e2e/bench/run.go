@@ -396,7 +396,7 @@ func (b *bench) startPath(name, note, bin string, code int) (*path, error) {
 		case errors.As(err, &exit) && exit.ExitCode() == code:
 			return nil
 		}
-		return fmt.Errorf("%s: %v, want exit %d", filepath.Base(bin), err, code)
+		return fmt.Errorf("%s: %w, want exit %d", filepath.Base(bin), err, code)
 	}
 	return p, nil
 }
