@@ -5,9 +5,14 @@ package main
 
 import (
 	"os"
+	"runtime"
 
 	"github.com/toolgate/toolgate/internal/probes"
 )
+
+// init keeps main on the main thread, whose parent-death signal is the
+// process's own (the pdeathsig mode reads it there).
+func init() { runtime.LockOSThread() }
 
 func main() {
 	probes.Main(nil, os.Args[1:])

@@ -166,6 +166,14 @@ func Main(pre, args []string) {
 		fmt.Printf("pid=%d ppid=%d\n", os.Getpid(), os.Getppid())
 	case "pdeathsig":
 		// The signal this process gets when its parent dies (0: none).
+		// It is a thread's: the main thread's is the one the process
+		// was started with (the probe program keeps main there), and
+		// another thread's says nothing of it.
+		runtime.LockOSThread()
+		if tid := syscall.Gettid(); tid != os.Getpid() {
+			fmt.Printf("pdeathsig=? read on thread %d, not the main thread\n", tid)
+			break
+		}
 		var sig int32
 		const prGetPdeathsig = 2
 		_, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prGetPdeathsig, uintptr(unsafe.Pointer(&sig)), 0)

@@ -25,11 +25,28 @@ func Main() {
 	os.Exit(2)
 }
 
+// init keeps the main goroutine on the main thread (the thread the process
+// started with) until MaybeShim knows whether this process is a shim. The
+// parent-death signal is a thread's, not the process's (prctl(2)): the one
+// a shim was started with (toolgate's, or bwrap's --die-with-parent inside
+// a sandbox) is on the main thread alone, and Go threads the runtime makes
+// later have none. An execve keeps only the thread that calls it, so a
+// shim whose goroutine had moved to another thread (the standby shim
+// after its wait on the release channel, about one release in twenty)
+// would exec the tool without one, and the tool would outlive toolgate's
+// SIGKILL. Locked from an init function, main runs on the main thread
+// (runtime.LockOSThread), and a shim execs from it.
+func init() {
+	runtime.LockOSThread()
+}
+
 // MaybeShim runs a shim and never returns when os.Args name one; otherwise
 // it returns at once. The toolgate binary's main (and TestMain of packages
 // that run tools, through rt.MaybeShim) calls it first.
 func MaybeShim() {
 	if len(os.Args) < 2 || os.Args[1] != Arg {
+		// Not a shim: the main goroutine may move as any other.
+		runtime.UnlockOSThread()
 		return
 	}
 	spec, err := parse(os.Args[2:])
@@ -53,6 +70,15 @@ func MaybeShim() {
 		maskExec(spec)
 	}
 	die(127, "unknown shim mode %q", spec.Mode)
+}
+
+// onMainThread ends the shim (exit 126) unless it runs on the main
+// thread, which holds the parent-death signal it was started with (init
+// says why): a process it execs from another thread would have none.
+func onMainThread(what string) {
+	if tid := unix.Gettid(); tid != os.Getpid() {
+		die(126, "%s: on thread %d, not the main thread %d: it would exec without the parent-death signal", what, tid, os.Getpid())
+	}
 }
 
 func die(code int, format string, a ...any) {
@@ -105,6 +131,7 @@ func enter(s Spec) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		die(126, "sandbox: no_new_privs: %v", err)
 	}
+	onMainThread("sandbox")
 	err := syscall.Exec(s.Path, s.Argv, os.Environ()) //nolint:gosec // the enter shim's job: exec bwrap as its caller built it
 	die(126, "sandbox: exec %s: %v", s.Path, err)
 }
@@ -147,6 +174,7 @@ func initExec(s Spec) {
 			die(126, "init: dup2: %v", err)
 		}
 	}
+	onMainThread("init")
 	err := syscall.Exec(s.Path, s.Argv, env) //nolint:gosec // the init shim's job: exec the tool's configured path and fixed argv
 	if errors.Is(err, syscall.E2BIG) {
 		die(126, "start %s: argument list too long", s.Path)
@@ -164,6 +192,7 @@ func serviceExec(s Spec) {
 	if s.Egress != "" {
 		os.Exit(superviseEgress(s, withoutPWD(os.Environ()), true))
 	}
+	onMainThread("service")
 	err := syscall.Exec(s.Path, s.Argv, withoutPWD(os.Environ())) //nolint:gosec // the service shim's job: exec the registry's configured server
 	if errors.Is(err, syscall.E2BIG) {
 		die(126, "start %s: argument list too long", s.Path)

@@ -60,6 +60,7 @@ func standbyExec(s Spec) {
 	if s.KeepEnv {
 		env = withoutPWD(os.Environ())
 	}
+	onMainThread("standby")
 	err = syscall.Exec(s.Path, s.Argv, env) //nolint:gosec // the standby shim's job: exec the path and argv it was prepared with
 	if errors.Is(err, syscall.E2BIG) {
 		die(126, "start %s: argument list too long", s.Path)
@@ -202,6 +203,7 @@ func maskExec(s Spec) {
 	if err := maskFile(s.Mask); err != nil {
 		die(125, "%v", err)
 	}
+	onMainThread("mask")
 	err := syscall.Exec(s.Path, s.Argv, os.Environ()) //nolint:gosec // the mask shim's job: exec the runtime command the oci backend built
 	die(126, "mask: exec %s: %v", s.Path, err)
 }
