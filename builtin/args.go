@@ -90,8 +90,7 @@ func jsonKind(tok json.Token) string {
 
 // argError rewrites encoding/json's errors in the terms of the schema.
 func argError(err error) error {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 		field := te.Field
 		if field == "" {
 			field = "(arguments)"

@@ -57,8 +57,8 @@ func count(n int, noun string) string {
 	if n == 1 {
 		return fmt.Sprintf("1 %s", noun)
 	}
-	if strings.HasSuffix(noun, "y") {
-		return fmt.Sprintf("%d %sies", n, strings.TrimSuffix(noun, "y"))
+	if before, ok := strings.CutSuffix(noun, "y"); ok {
+		return fmt.Sprintf("%d %sies", n, before)
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
 }

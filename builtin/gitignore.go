@@ -34,7 +34,7 @@ type ignorePattern struct {
 // parseGitignore compiles the patterns of one ignore file.
 func parseGitignore(data []byte) []ignorePattern {
 	var out []ignorePattern
-	for _, line := range bytes.Split(data, []byte("\n")) {
+	for line := range bytes.SplitSeq(data, []byte("\n")) {
 		if p, ok := parseIgnoreLine(string(line)); ok {
 			out = append(out, p)
 		}

@@ -140,7 +140,7 @@ func TestGitignoreAgainstGit(t *testing.T) {
 	}
 	gitCmd("init", "-q")
 	var want []string
-	for _, p := range bytes.Split(gitCmd("ls-files", "--others", "--exclude-standard", "-z"), []byte{0}) {
+	for p := range bytes.SplitSeq(gitCmd("ls-files", "--others", "--exclude-standard", "-z"), []byte{0}) {
 		if len(p) > 0 && !strings.HasSuffix(string(p), ".gitignore") {
 			want = append(want, string(p))
 		}

@@ -139,7 +139,7 @@ func TestOutlineSwapRace(t *testing.T) {
 		}
 	}()
 	inside := 0
-	for i := 0; i < 1000; i++ {
+	for i := range 1000 {
 		res := call(t, tools, "outline", `{"path":"d/x.go"}`)
 		if strings.Contains(res.Text, "OutsideSecret") {
 			close(stop)

@@ -28,7 +28,7 @@ var ErrDisclosure = errors.New("hidden or likely-secret path")
 // checkDisclosure refuses paths the collector would never disclose: a
 // hidden component or a likely-secret file name.
 func checkDisclosure(rel string) error {
-	for _, part := range strings.Split(rel, "/") {
+	for part := range strings.SplitSeq(rel, "/") {
 		if part == "." {
 			continue
 		}

@@ -30,7 +30,7 @@ func ParseCaps(s string) ([]Group, error) {
 		return nil, fmt.Errorf("caps %q: empty: want a comma-separated list of %s", s, strings.Join(known, ", "))
 	}
 	var out []Group
-	for _, f := range strings.Split(s, ",") {
+	for f := range strings.SplitSeq(s, ",") {
 		g := Group(strings.TrimSpace(f))
 		if !slices.Contains(KnownGroups(), g) {
 			return nil, fmt.Errorf("caps %q: unknown group %q: want %s", s, string(g), strings.Join(known, ", "))

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -93,10 +94,8 @@ func checkName(p string) error {
 	if !utf8.ValidString(p) {
 		return errors.New("path is not valid UTF-8")
 	}
-	for _, part := range strings.Split(p, "/") {
-		if part == ".." {
-			return ErrTraversal
-		}
+	if slices.Contains(strings.Split(p, "/"), "..") {
+		return ErrTraversal
 	}
 	return nil
 }
@@ -242,7 +241,7 @@ func lexicalOutput(p string) (string, error) {
 	if strings.HasSuffix(p, "/") {
 		return "", fmt.Errorf("output path %q: names a directory", p)
 	}
-	for _, part := range strings.Split(rel, "/") {
+	for part := range strings.SplitSeq(rel, "/") {
 		if strings.HasPrefix(part, ".") {
 			return "", fmt.Errorf("output path %q: component %q: %w", p, part, ErrHidden)
 		}
@@ -293,7 +292,7 @@ func (w *Workspace) openOutputDir(p, dir string, create bool) (int, error) {
 		fromLink string // the symlinked ancestor this component's name came from
 	}
 	var pending []comp
-	for _, c := range strings.Split(strings.Trim(dir, "/"), "/") {
+	for c := range strings.SplitSeq(strings.Trim(dir, "/"), "/") {
 		pending = append(pending, comp{name: c})
 	}
 	open := func(parts []string) (int, error) {
@@ -399,7 +398,7 @@ func (w *Workspace) openOutputDir(p, dir string, create bool) (int, error) {
 				at, target = nil, rel
 			}
 			var linked []comp
-			for _, t := range strings.Split(target, "/") {
+			for t := range strings.SplitSeq(target, "/") {
 				linked = append(linked, comp{name: t, fromLink: from})
 			}
 			pending = append(linked, pending...)

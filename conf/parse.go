@@ -190,8 +190,7 @@ func lineErrors(path string, l line, errs []error) []error {
 	out := make([]error, 0, len(errs))
 	for _, err := range errs {
 		e := &Error{File: path, Line: l.num, Text: l.text, Err: err}
-		var fe *fieldError
-		if errors.As(err, &fe) {
+		if fe, ok := errors.AsType[*fieldError](err); ok {
 			e.Field, e.Err = fe.field, fe.err
 		}
 		out = append(out, e)
@@ -290,8 +289,7 @@ func attachEgress(path string, lines []line, egresses []egressLine, tools []Tool
 }
 
 func errLine(err error) int {
-	var e *Error
-	if errors.As(err, &e) {
+	if e, ok := errors.AsType[*Error](err); ok {
 		return e.Line
 	}
 	return 0

@@ -30,8 +30,7 @@ func FuzzParseFragment(f *testing.F) {
 		}
 		servers, err := ParseFragment("fuzz.toml", data, RegistryOptions{})
 		if err != nil {
-			var re *RegistryError
-			if !errors.As(err, &re) {
+			if _, ok := errors.AsType[*RegistryError](err); !ok {
 				t.Fatalf("error %v carries no *RegistryError", err)
 			}
 			return

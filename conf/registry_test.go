@@ -73,7 +73,7 @@ func regErrs(err error) []*RegistryError {
 		return nil
 	}
 	var list []error
-	if j, ok := err.(interface{ Unwrap() []error }); ok { //nolint:errorlint // flattening errors.Join
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		list = j.Unwrap()
 	} else {
 		list = []error{err}

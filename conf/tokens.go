@@ -226,7 +226,7 @@ func parseTokens(path string, data []byte) (*parsedTokens, error) {
 // tokenFields splits a line on whitespace, up to a comment.
 func tokenFields(line string) []string {
 	var out []string
-	for _, f := range strings.Fields(line) {
+	for f := range strings.FieldsSeq(line) {
 		if strings.HasPrefix(f, "#") {
 			break
 		}

@@ -46,8 +46,7 @@ func TestParseTokenFile(t *testing.T) {
 				if strings.Contains(err.Error(), tok32) {
 					t.Errorf("the error %q quotes a token", err)
 				}
-				var ce *Error
-				if !errors.As(err, &ce) {
+				if _, ok := errors.AsType[*Error](err); !ok {
 					t.Errorf("the error is not a *conf.Error")
 				}
 				return

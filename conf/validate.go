@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -122,7 +123,7 @@ const (
 )
 
 func longComponent(p string) bool {
-	for _, c := range strings.Split(p, "/") {
+	for c := range strings.SplitSeq(p, "/") {
 		if len(c) > nameMax {
 			return true
 		}
@@ -131,12 +132,7 @@ func longComponent(p string) bool {
 }
 
 func hasDotDot(p string) bool {
-	for _, c := range strings.Split(p, "/") {
-		if c == ".." {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(strings.Split(p, "/"), "..")
 }
 
 // checkExe validates the executable lexically, then on disk: it must exist,

@@ -195,7 +195,7 @@ tool_timeout_sec = 60
 	}
 	var egress []map[string]any
 	calls := 0
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+	for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatalf("audit line %q: %v", line, err)

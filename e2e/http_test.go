@@ -127,7 +127,7 @@ func (s *httpServer) auditRecords(t *testing.T) []map[string]any {
 		t.Fatal(err)
 	}
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+	for l := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
 		var m map[string]any
 		if l != "" && json.Unmarshal([]byte(l), &m) == nil && m["tool"] != nil {
 			out = append(out, m)

@@ -246,7 +246,7 @@ func playManifests(t *testing.T, conf string, secData map[string]string) {
 		t.Fatal(err)
 	}
 	regDoc := ""
-	for _, doc := range strings.Split(string(read("configmap.yaml")), "\n---\n") {
+	for doc := range strings.SplitSeq(string(read("configmap.yaml")), "\n---\n") {
 		if strings.Contains(doc, "name: toolgate-registry") {
 			regDoc = doc
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -320,9 +321,7 @@ func (m *model) snapshot() (requests []modelRequest, results map[int]callResult,
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	results = map[int]callResult{}
-	for k, v := range m.results {
-		results[k] = v
-	}
+	maps.Copy(results, m.results)
 	return slices.Clone(m.requests), results, slices.Clone(m.problems)
 }
 

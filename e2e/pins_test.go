@@ -35,8 +35,7 @@ func registryRun(t *testing.T, conf string, args ...string) (int, string, string
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 		code = ee.ExitCode()
 	} else if err != nil {
 		t.Fatal(err)
@@ -229,7 +228,7 @@ startup_timeout_sec = 30
 	}
 	ab, _ := os.ReadFile(s.audit)
 	var pins []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(string(ab)), "\n") {
+	for line := range strings.SplitSeq(strings.TrimSpace(string(ab)), "\n") {
 		var m map[string]any
 		if json.Unmarshal([]byte(line), &m) == nil && m["kind"] == "pin" {
 			pins = append(pins, m)

@@ -392,7 +392,7 @@ func TestRefusedConfAudited(t *testing.T) {
 		t.Fatalf("serve: %v\n%s", err, stderr.String())
 	}
 	var recs []map[string]any
-	for _, l := range strings.Split(stderr.String(), "\n") {
+	for l := range strings.SplitSeq(stderr.String(), "\n") {
 		var m map[string]any
 		if json.Unmarshal([]byte(l), &m) == nil && m["kind"] == "conf" {
 			recs = append(recs, m)

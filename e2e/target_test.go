@@ -221,7 +221,7 @@ func mounts(t *testing.T, conf string) []string {
 		seen[p] = true
 		out = append(out, "-v", p+":"+p+":"+mode)
 	}
-	for _, l := range strings.Split(string(text), "\n") {
+	for l := range strings.SplitSeq(string(text), "\n") {
 		f := strings.Fields(l)
 		if len(f) < 8 || f[0] != "tool" {
 			continue

@@ -41,7 +41,7 @@ func maskAndExec(spec string) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		die(err)
 	}
-	for _, m := range strings.Split(spec, ";") {
+	for m := range strings.SplitSeq(spec, ";") {
 		dst, src, _ := strings.Cut(m, "=")
 		if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
 			die(fmt.Errorf("bind %s over %s: %w", src, dst, err))

@@ -87,7 +87,7 @@ func newFixture(t *testing.T, rules func(f *fixture) []string, lim Limits) *fixt
 func (f *fixture) get(t *testing.T, u string) (int, string) {
 	t.Helper()
 	c := &http.Client{
-		Transport:     &http.Transport{Proxy: http.ProxyURL(f.url), TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // the test's own server
+		Transport:     &http.Transport{Proxy: http.ProxyURL(f.url), TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	resp, err := c.Get(u)
@@ -169,7 +169,7 @@ func TestProxyDecisions(t *testing.T) {
 // refuses and names the limit.
 func TestProxyLimits(t *testing.T) {
 	f := newFixture(t, func(f *fixture) []string { return []string{"127.0.0.1:" + f.port} }, Limits{Conns: 2})
-	for i := 0; i < 2; i++ {
+	for i := range 2 {
 		if status, _ := f.get(t, "http://127.0.0.1:"+f.port+"/"); status != 200 {
 			t.Fatalf("call %d: %d", i, status)
 		}

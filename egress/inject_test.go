@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -108,9 +109,7 @@ func (f *injectFixture) do(t *testing.T, method, rawURL string, h http.Header) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	for k, vs := range h {
-		req.Header[k] = vs
-	}
+	maps.Copy(req.Header, h)
 	resp, err := f.client().Do(req)
 	if err != nil {
 		return 0, err.Error(), nil

@@ -167,8 +167,7 @@ func New(cfg Config) *Proxy {
 	})
 	gp.ConnectionErrHandler = func(w io.Writer, _ *goproxy.ProxyCtx, err error) {
 		status := "502 Bad Gateway"
-		var pe policyError
-		if errors.As(err, &pe) {
+		if _, ok := errors.AsType[policyError](err); ok {
 			status = "403 Forbidden"
 		}
 		msg := "toolgate egress: " + err.Error() + "\n"
@@ -186,8 +185,7 @@ func New(cfg Config) *Proxy {
 	gp.OnResponse().DoFunc(func(resp *http.Response, ctx *goproxy.ProxyCtx) *http.Response {
 		if resp == nil && ctx.Error != nil {
 			status := http.StatusBadGateway
-			var pe policyError
-			if errors.As(ctx.Error, &pe) {
+			if _, ok := errors.AsType[policyError](ctx.Error); ok {
 				status = http.StatusForbidden
 			}
 			return goproxy.NewResponse(ctx.Req, "text/plain", status, "toolgate egress: "+ctx.Error.Error()+"\n")
@@ -297,8 +295,7 @@ func (p *Proxy) check(ctx context.Context, hostport string) (netip.AddrPort, err
 	addrs, err := p.cfg.Resolve(ctx, host)
 	if err != nil {
 		// A resolver's error names the host: keep only what it says of it.
-		var de *net.DNSError
-		if errors.As(err, &de) {
+		if de, ok := errors.AsType[*net.DNSError](err); ok {
 			return netip.AddrPort{}, fmt.Errorf("resolve: %s", de.Err)
 		}
 		return netip.AddrPort{}, fmt.Errorf("resolve: %w", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -165,8 +166,7 @@ func (p *Proxy) injector(dest string) http.Handler {
 		resp, err := p.injTr.RoundTrip(out)
 		if err != nil {
 			status := http.StatusBadGateway
-			var pe policyError
-			if errors.As(err, &pe) {
+			if _, ok := errors.AsType[policyError](err); ok {
 				status = http.StatusForbidden
 			}
 			http.Error(w, "toolgate egress: "+err.Error(), status)
@@ -177,9 +177,7 @@ func (p *Proxy) injector(dest string) http.Handler {
 		for _, k := range hopByHop {
 			resp.Header.Del(k)
 		}
-		for k, vs := range resp.Header {
-			w.Header()[k] = vs
-		}
+		maps.Copy(w.Header(), resp.Header)
 		w.WriteHeader(resp.StatusCode)
 		flusher, _ := w.(http.Flusher)
 		buf := make([]byte, 32<<10)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 
 	"github.com/toolgate/toolgate/bundle"
@@ -87,19 +88,19 @@ func canAccessBy(p string, want uint32, allow func(st *syscall.Stat_t, perm, nee
 		chain = append(chain, d)
 	}
 	chain = append(chain, "/")
-	for i := len(chain) - 1; i >= 0; i-- {
+	for i, c := range slices.Backward(chain) {
 		need := uint32(01)
 		if i == 0 {
 			need = want
 		}
-		fi, err := os.Stat(chain[i])
+		fi, err := os.Stat(c)
 		if err != nil {
 			return err
 		}
 		st, ok := fi.Sys().(*syscall.Stat_t)
 		if !ok || !allow(st, uint32(fi.Mode().Perm()), need) {
 			return fmt.Errorf("%q (mode %04o, owner %s) does not allow it: make it and its parents searchable by others (chmod o+x), or use another dir",
-				chain[i], fi.Mode().Perm(), owner(fi))
+				c, fi.Mode().Perm(), owner(fi))
 		}
 	}
 	return nil

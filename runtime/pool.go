@@ -83,7 +83,7 @@ type PoolConfig struct {
 }
 
 // DefaultPoolDepth is the default depth of the sandbox pool: one prepared
-// sandbox per test-class tool (README, "Sandboxes": what one costs).
+// sandbox per test-class tool (docs/sandbox.md, "What a call costs").
 const DefaultPoolDepth = 1
 
 // DefaultPoolMax is the default bound on prepared sandboxes held at once.

@@ -197,12 +197,7 @@ func TestPoolKeepDiscardsDropped(t *testing.T) {
 }
 
 func containsInt(s []int, x int) bool {
-	for _, v := range s {
-		if v == x {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(s, x)
 }
 
 // TestPoolReplacesOld: a prepared sandbox older than MaxAge is discarded

@@ -181,7 +181,7 @@ func TestDirectService(t *testing.T) {
 			allowed := map[string]bool{"GIT_CONFIG_NOSYSTEM=1": true, "GIT_PAGER=cat": true, "PAGER=cat": true,
 				"PATH=" + DefaultPath: true, "TOKEN=value-1": true}
 			seen := 0
-			for _, l := range strings.Split(out, "\n") {
+			for l := range strings.SplitSeq(out, "\n") {
 				k, _, ok := strings.Cut(l, "=")
 				switch {
 				case !ok:

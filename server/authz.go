@@ -30,7 +30,7 @@ func ParseToolScope(v string) (string, []string, error) {
 		return "", nil, fmt.Errorf("--tool-scope %q: %q is not an RFC 6749 scope token", v, scope)
 	}
 	var tools []string
-	for _, t := range strings.Split(list, ",") {
+	for t := range strings.SplitSeq(list, ",") {
 		if t == "" {
 			return "", nil, fmt.Errorf("--tool-scope %q: empty tool name", v)
 		}

@@ -105,10 +105,7 @@ func builtinServer(t *testing.T, root, tokei, confText string) *client.Client {
 		t.Fatalf("conf refused: %v", c.Errors)
 	}
 	s := New(Options{Version: "test", Conf: c, Builtins: tools, Direct: builtinTestRunner{}, Sandbox: rt.ReadySandbox("bwrap", builtinTestRunner{})})
-	cl, err := client.NewInProcessClient(s.MCP())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := inProcess(s)
 	ctx := context.Background()
 	if err := cl.Start(ctx); err != nil {
 		t.Fatal(err)

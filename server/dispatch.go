@@ -30,6 +30,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/internal/jsonrpc"
 )
 
 // Bounds of the calls served at once.
@@ -37,18 +38,6 @@ const (
 	maxPendingCalls = 10000
 	maxPendingBytes = 64 << 20
 )
-
-// arrivalKey carries a call's arrival in its context.
-type arrivalKey struct{}
-
-// arrival is when the call's request was read; now for a call that came
-// another way (in-process sessions).
-func arrival(ctx context.Context) time.Time {
-	if t, ok := ctx.Value(arrivalKey{}).(time.Time); ok {
-		return t
-	}
-	return time.Now()
-}
 
 // dispatcher serves the tools/call requests of one ServeStdio.
 type dispatcher struct {
@@ -96,27 +85,13 @@ func (d *dispatcher) session(ctx context.Context) context.Context {
 	return ctx
 }
 
-// canonicalID is an id as the hooks see it (decoded, then encoded again),
-// so that 7 and 7.0 are one id, as they are to mcp-go.
-func canonicalID(raw json.RawMessage) string {
-	var v any
-	if json.Unmarshal(raw, &v) != nil {
-		return string(raw)
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return string(raw)
-	}
-	return string(b)
-}
-
 // call serves a tools/call line; id is its JSON id and tool the tool it
 // names. It returns once the call is registered (so that a cancel on the
 // next line finds it), after waiting for room when the bounds are
 // reached.
 func (d *dispatcher) call(id json.RawMessage, tool string, line []byte) {
 	at := time.Now()
-	key := canonicalID(id)
+	key := jsonrpc.CanonicalID(id)
 	size := len(line)
 	d.mu.Lock()
 	for !d.stopped && d.n > 0 && (d.n >= maxPendingCalls || d.bytes+size > maxPendingBytes) {
@@ -127,7 +102,7 @@ func (d *dispatcher) call(id json.RawMessage, tool string, line []byte) {
 		d.mu.Unlock()
 		return
 	}
-	ctx, cancel := context.WithCancel(context.WithValue(base.ctx, arrivalKey{}, at))
+	ctx, cancel := context.WithCancel(jsonrpc.WithCallInfo(base.ctx, jsonrpc.CallInfo{ID: key, Arrival: at}))
 	pc := &pendingCall{cancel: cancel}
 	d.calls[key] = append(d.calls[key], pc)
 	d.n++
@@ -147,7 +122,6 @@ func (d *dispatcher) call(id json.RawMessage, tool string, line []byte) {
 // cancelled (notifications/cancelled, or the input ended): a cancelled
 // request gets no response. A call cancelled before it began never runs.
 func (d *dispatcher) serve(ctx context.Context, id json.RawMessage, tool string, msg []byte, key string) {
-	defer d.s.cancelled.take(key) // what a handler noted for the response filter
 	if ctx.Err() != nil {
 		d.s.audit(&audit.Call{RequestID: key, Tool: tool, Cancelled: true, IsError: true, Refused: "cancelled before it began"}, "call")
 		return
@@ -156,7 +130,7 @@ func (d *dispatcher) serve(ctx context.Context, id json.RawMessage, tool string,
 		defer func() {
 			if r := recover(); r != nil {
 				d.s.log.WithField("panic", fmt.Sprint(r)).Error("tools/call")
-				out = errorLine(id, mcp.INTERNAL_ERROR, fmt.Sprintf("internal panic: %v", r))
+				out = jsonrpc.ErrorLine(id, mcp.INTERNAL_ERROR, fmt.Sprintf("internal panic: %v", r))
 			}
 		}()
 		m := d.s.mcp.HandleMessage(ctx, msg)
@@ -165,7 +139,7 @@ func (d *dispatcher) serve(ctx context.Context, id json.RawMessage, tool string,
 		}
 		b, err := json.Marshal(m)
 		if err != nil {
-			return errorLine(id, mcp.INTERNAL_ERROR, "toolgate: encode the answer: "+err.Error())
+			return jsonrpc.ErrorLine(id, mcp.INTERNAL_ERROR, "toolgate: encode the answer: "+err.Error())
 		}
 		return append(b, '\n')
 	}()
@@ -200,7 +174,7 @@ func (d *dispatcher) done(key string, pc *pendingCall, size int) {
 // cancelled cancels the calls with that request id
 // (notifications/cancelled), whether they run or still wait for a slot.
 func (d *dispatcher) cancelled(requestID json.RawMessage) {
-	key := canonicalID(requestID)
+	key := jsonrpc.CanonicalID(requestID)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, pc := range d.calls[key] {

@@ -125,7 +125,7 @@ func (st *stamped) answered(id string) bool {
 // records are the audit records of the calls of tool.
 func (st *stamped) records(tool string) []map[string]any {
 	var out []map[string]any
-	for _, l := range strings.Split(st.audit.String(), "\n") {
+	for l := range strings.SplitSeq(st.audit.String(), "\n") {
 		var m map[string]any
 		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "call" && m["tool"] == tool {
 			out = append(out, m)

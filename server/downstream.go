@@ -1,163 +1,65 @@
 package server
 
-// Downstream tools: the allowed tools of the tool-MCP servers of the
-// registry (conf.LoadRegistry), served as ID__TOOL after the externals.
-//
-// Listing. A server's tools and schemas are known only by asking it.
-// ConnectDownstream therefore starts (stdio) or connects to (HTTP) every
-// server once, in parallel, each within its startup_timeout_sec, lists its
-// tools, and registers the enabled ones it offers with their own schemas.
-// Without --eager the server is then stopped again and started lazily on
-// the first call; with --eager the connection is kept. A server that
-// cannot be listed at start-up is not dropped: its enabled tools are
-// served as pinned (or with an open schema, without a pin) and each call
-// tries to start it again. Every later start lists the server again, and
-// so does a notifications/tools/list_changed it sends; each listing is
-// judged against the pins (downstream_pins.go), and a tool whose verdict
-// changes joins or leaves toolgate's tools/list at once (listChanged).
-//
-// Gating. Only names registered here have a handler, and each handler is
-// bound to one (server, enabled tool) pair: a tool the allowlist omits, or
-// any tool of a server of a refused registry, has no handler and cannot be
-// reached whatever name is guessed. Each handler checks the allowlist again.
-//
-// Files. This one starts the discovery and stops every server (Close).
-// downstream_served.go decides what is served and under which name;
-// downstream_pins.go judges each listing (text, pins) and what changes;
-// downstream_backend.go which backend runs a server; downstream_conn.go
-// owns a connection's life (with downstream_stdio.go bounding its writes
-// and downstream_cap.go what it reads); downstream_creds.go the variables,
-// headers and redaction; downstream_listing.go reads tools/list;
-// downstream_call.go answers a call; downstream_result.go neutralises and
-// caps its result.
+// The Server's side of the downstream servers (package gateway): the
+// discovery of the registry's servers at start-up, the collisions that
+// refuse the registry, their place in tools/list and checkpoint_status,
+// the changes of what is served of them, and Close.
 
 import (
 	"context"
-	"fmt"
 	"runtime/debug"
 	"slices"
 	"sync"
-	"time"
 
+	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/sirupsen/logrus"
-
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/egress"
-	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/status"
 )
 
-// DownstreamOptions configure ConnectDownstream.
-type DownstreamOptions struct {
-	// Registry is the tool-MCP registry (any state).
-	Registry *conf.Registry
-	// Services runs sandboxed stdio servers: the sandbox backend when it
-	// can run services, else nil with ServicesErr saying why. A sandboxed
-	// server never falls back to DirectServices.
-	Services    rt.ServiceStarter
-	ServicesErr error
-	// DirectServices runs the stdio servers whose entry says
-	// sandbox = false.
-	DirectServices rt.ServiceStarter
-	// Eager keeps every server running (or connected) from start-up on;
-	// otherwise each is stopped after listing and started again on its
-	// first call.
-	Eager bool
-	// LookupEnv reads the variables the registry names, when a server is
-	// started and at each HTTP request; nil means os.LookupEnv.
-	LookupEnv func(string) (string, bool)
-	// MaxBytes caps the JSON size of one downstream result; 0 means
-	// DefaultDownstreamMaxBytes.
-	MaxBytes int
-	// RequirePins (serve --require-pins) serves a downstream tool only
-	// when it has a pin, as pinned = true does for one server.
-	RequirePins bool
+// collisions applies conf.Collisions to the names this server serves
+// already (a registry loaded without RegistryOptions.Taken, as in tests,
+// is held to the same rule).
+func (s *Server) collisions(r *conf.Registry) []error {
+	s.mu.RLock()
+	taken := conf.TakenNames(nil, s.opts.Conf)
+	for name := range s.order {
+		if _, ok := taken[name]; !ok {
+			taken[name] = "the built-in tool"
+		}
+	}
+	s.mu.RUnlock()
+	return conf.Collisions(r.Servers, taken)
 }
 
 // downstreamSet is the Server's part for downstream servers. servers and
 // status are written by ConnectDownstream under Server.mu.
 type downstreamSet struct {
-	servers []*downstream
+	servers []*gateway.Server
 	status  *status.Registry
 }
 
-// downstreamDeps is what a downstream server needs of the Server that
-// serves it, handed to it explicitly: a downstream holds no *Server.
-type downstreamDeps struct {
-	opts    DownstreamOptions
-	version string // toolgate's, sent in the MCP handshake
-	log     *logrus.Logger
-	// audit writes a call's audit record (and counts it); callID numbers
-	// the calls.
-	audit  func(rec *audit.Call, msg string)
-	callID func() string
-	// cancelled notes a call whose answer is dropped: it was cancelled.
-	cancelled func(requestID string)
-	// keepEscapes reports a tool whose results keep their terminal
-	// control sequences (--keep-escapes).
-	keepEscapes func(tool string) bool
-	// stopping reports that Close has begun: no server starts after it.
-	stopping func() bool
-	// egress returns what audits each egress connection of a server with
-	// allowed_hosts (rec names the server).
-	egress func(rec *audit.Call) func(egress.Record)
-	// pinAudit writes the audit record of a pin check (kind pin).
-	pinAudit func(audit.Pin)
-	// update changes what is served of the server's tools, and
-	// setStatus its part of checkpoint_status; both are no-ops before the
-	// server is registered.
-	update    func(put []entry, drop []string)
-	setStatus func(d *downstream)
-}
-
-// downstreamDeps are the Server's parts its downstream servers use.
-func (s *Server) downstreamDeps(opts DownstreamOptions) downstreamDeps {
-	return downstreamDeps{
-		opts:        opts,
-		version:     s.opts.Version,
-		log:         s.log,
-		audit:       s.audit,
-		callID:      s.nextID,
-		egress:      func(rec *audit.Call) func(egress.Record) { return audit.EgressRecorder(s.auditLog, rec) },
-		cancelled:   s.cancelled.add,
-		keepEscapes: func(tool string) bool { return s.keepEscapes[tool] },
-		stopping:    s.stopping.Load,
-		pinAudit:    func(r audit.Pin) { r.Write(s.auditLog) },
-		update:      s.updateDownstream,
-		setStatus:   s.setDownstreamStatus,
+// downstreamDeps are the Server's parts the downstream server at index
+// i of the registry uses.
+func (s *Server) downstreamDeps(opts gateway.Options, i int) gateway.Deps {
+	return gateway.Deps{
+		Options:     opts,
+		Version:     s.opts.Version,
+		Log:         s.log,
+		Audit:       s.audit,
+		CallID:      s.nextID,
+		Egress:      func(rec *audit.Call) func(egress.Record) { return audit.EgressRecorder(s.auditLog, rec) },
+		KeepEscapes: func(tool string) bool { return s.keepEscapes[tool] },
+		Stopping:    s.stopping.Load,
+		Pin:         func(r audit.Pin) { r.Write(s.auditLog) },
+		Update:      s.updateDownstream,
+		SetStatus: func(ds status.Downstream) {
+			s.updateStatus(func(st *status.Registry) { st.Servers[i] = ds })
+		},
 	}
-}
-
-// downstream is one server of the registry: its connection, started or
-// connected on demand, and what it offered when listed.
-type downstream struct {
-	deps    downstreamDeps
-	srv     conf.ToolServer
-	starter rt.ServiceStarter // stdio: the backend that runs it
-	backend string            // bwrap, oci, direct or http, for status and logs
-	log     *logrus.Entry
-
-	// unavailable, when set, is why the server never runs here: every
-	// call answers isError with it.
-	unavailable error
-
-	mu      sync.Mutex
-	conn    *dconn
-	starts  int
-	listed  bool                  // listed at least once
-	first   *listing              // the start-up listing, until registered
-	tools   map[string]*toolState // every enabled tool: its last verdict
-	listErr error                 // why the start-up listing failed
-	index   int                   // its place in the registry status
-
-	// listMu orders the listings' changes of what is served.
-	listMu sync.Mutex
-
-	// slot serialises calls unless supports_parallel_tool_calls.
-	slot chan struct{}
-	// starting is held by the one call that starts the server (get).
-	starting chan struct{}
 }
 
 // registryStatus is a copy of the registry section of checkpoint_status;
@@ -186,7 +88,7 @@ func (s *Server) updateStatus(f func(st *status.Registry)) {
 // server of the registry is listed, each within its startup_timeout_sec.
 // Close cancels a discovery still under way. Call it once, after New and
 // before serving.
-func (s *Server) StartDownstream(ctx context.Context, opts DownstreamOptions) {
+func (s *Server) StartDownstream(ctx context.Context, opts gateway.Options) {
 	if opts.Registry == nil || opts.Registry.State != conf.StateLoaded || len(opts.Registry.Servers) == 0 {
 		s.ConnectDownstream(ctx, opts)
 		return
@@ -216,7 +118,7 @@ func (s *Server) waitListed(ctx context.Context) {
 // externals. Call it once, after New and before serving. A refused
 // registry, or a collision of a served name with a tools.conf or built-in
 // name, disables every downstream server and nothing else.
-func (s *Server) ConnectDownstream(ctx context.Context, opts DownstreamOptions) {
+func (s *Server) ConnectDownstream(ctx context.Context, opts gateway.Options) {
 	r := opts.Registry
 	if r == nil || s.down != nil {
 		return
@@ -244,35 +146,22 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts DownstreamOptions) 
 		s.refuseRegistry(st, errs)
 		return
 	}
-	deps := s.downstreamDeps(opts)
-	downs := make([]*downstream, 0, len(r.Servers))
+	downs := make([]*gateway.Server, 0, len(r.Servers))
 	for i, srv := range r.Servers {
-		d := newDownstream(srv, deps, s.opts.Sandbox.Name())
-		d.index = i
-		downs = append(downs, d)
+		downs = append(downs, gateway.New(srv, s.downstreamDeps(opts, i), s.opts.Sandbox.Name()))
 	}
 	var wg sync.WaitGroup
 	for _, d := range downs {
-		if d.unavailable != nil {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d.discover(ctx)
-		}()
+		wg.Go(func() { d.Discover(ctx) })
 	}
 	wg.Wait()
-	for _, d := range downs {
-		s.reserve(d)
+	for i, d := range downs {
+		s.reserve(r.Servers[i])
 		s.updateStatus(func(st *status.Registry) {
 			s.down.servers = append(s.down.servers, d)
 			st.Servers = append(st.Servers, status.Downstream{})
 		})
-		d.register()
-		if c := d.live(); c != nil { // --eager: the start-up connection
-			go d.watch(c)
-		}
+		d.Register()
 	}
 	s.updateStatus(func(st *status.Registry) { st.Listing = false })
 	// The pages read are garbage now; give their memory back to the
@@ -297,36 +186,6 @@ func (s *Server) refuseRegistry(st *status.Registry, errs []error) {
 	e.Error("tool-mcp registry refused: every downstream server is disabled; built-in and tools.conf tools are unaffected")
 }
 
-// discover connects, lists and, without --eager, disconnects again.
-func (d *downstream) discover(ctx context.Context) {
-	start := time.Now()
-	c, err := d.connect(ctx)
-	if err != nil {
-		d.listErr = err
-		d.log.WithError(err).Error("downstream server not listed at start-up: its enabled tools are served with an open schema and each call tries to start it again")
-		return
-	}
-	c.drainChanged() // this listing covers it
-	lctx, cancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
-	l, err := listTools(lctx, c.client, d.srv.Enabled)
-	cancel()
-	if err != nil {
-		d.close(c, "listing failed", 0)
-		d.listErr = fmt.Errorf("tools/list: %s", d.redact(err.Error()))
-		d.log.WithError(d.listErr).Error("downstream server not listed at start-up: its enabled tools are served with an open schema and each call tries to start it again")
-		return
-	}
-	d.first = l
-	d.log.WithFields(logrus.Fields{"offered": l.offered, "ms": time.Since(start).Milliseconds()}).Info("downstream server listed")
-	if d.deps.opts.Eager {
-		d.mu.Lock()
-		d.conn = c
-		d.mu.Unlock()
-		return
-	}
-	d.close(c, "listed at start-up; started again on first use", downstreamCloseGrace)
-}
-
 // Close stops every downstream server (and everything each started) and
 // closes the HTTP sessions; no server is started after it began. ServeStdio
 // calls it as soon as its input ends, before it waits for the calls in
@@ -345,11 +204,51 @@ func (s *Server) Close() {
 	}
 	var wg sync.WaitGroup
 	for _, d := range ds.servers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d.shutdown()
-		}()
+		wg.Go(d.Shutdown)
 	}
 	wg.Wait()
+}
+
+// reserve gives every tool the server may serve its place in tools/list
+// (servers by id, tools in enabled_tools order), so that a tool withheld
+// and served again comes back where it was.
+func (s *Server) reserve(srv conf.ToolServer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, tool := range srv.EnabledTools {
+		if _, ok := s.order[srv.ServedName(tool)]; !ok {
+			s.order[srv.ServedName(tool)] = len(s.order)
+		}
+	}
+}
+
+// updateDownstream changes what is served of the downstream tools: put are
+// served (added, or replacing the definition served under the same name),
+// drop withdrawn. mcp-go sends every session
+// notifications/tools/list_changed (New declares listChanged).
+func (s *Server) updateDownstream(put []gateway.Entry, drop []string) {
+	if len(put) == 0 && len(drop) == 0 {
+		return
+	}
+	tools := make([]mcpserver.ServerTool, 0, len(put))
+	s.mu.Lock()
+	served := slices.DeleteFunc(s.served, func(t status.Tool) bool {
+		return slices.Contains(drop, t.Name) || slices.ContainsFunc(put, func(e gateway.Entry) bool { return e.Tool.Name == t.Name })
+	})
+	for _, e := range put {
+		if _, ok := s.order[e.Tool.Name]; !ok {
+			s.order[e.Tool.Name] = len(s.order)
+		}
+		tools = append(tools, mcpserver.ServerTool{Tool: e.Tool, Handler: e.Handler})
+		served = append(served, e.Status)
+	}
+	slices.SortStableFunc(served, func(a, b status.Tool) int { return s.order[a.Name] - s.order[b.Name] })
+	s.served = served
+	s.mu.Unlock()
+	if len(drop) > 0 {
+		s.mcp.DeleteTools(drop...)
+	}
+	if len(tools) > 0 {
+		s.mcp.AddTools(tools...)
+	}
 }

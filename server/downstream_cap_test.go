@@ -20,6 +20,7 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/gateway"
 )
 
 // floodArgs are the arguments of the flood fake's "flood" tool: a result
@@ -119,7 +120,7 @@ func procStatus(t *testing.T, field string) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
+	for line := range strings.SplitSeq(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return n
@@ -163,12 +164,12 @@ func TestDownstreamFloodBounded(t *testing.T) {
 	if r.State != conf.StateLoaded {
 		t.Fatalf("registry %s: %v", r.State, r.Err())
 	}
-	h := newHarness(t, Options{}, DownstreamOptions{Registry: r, Eager: true}, nil)
+	h := newHarness(t, Options{}, gateway.Options{Registry: r, Eager: true}, nil)
 	pid := resultText(h.call(t, "flood__pid", nil))
 	if _, err := strconv.Atoi(pid); err != nil {
 		t.Fatalf("flood__pid = %q", pid)
 	}
-	limit := messageMax(DefaultDownstreamMaxBytes)
+	limit := gateway.DefaultMaxBytes + 64<<10
 
 	size := floodMiB() << 20
 	peak := peakSince(t)
@@ -274,7 +275,7 @@ tool_timeout_sec = 60
 	if r.State != conf.StateLoaded {
 		t.Fatalf("registry %s: %v", r.State, r.Err())
 	}
-	h := newHarness(t, Options{}, DownstreamOptions{Registry: r, Eager: true}, nil)
+	h := newHarness(t, Options{}, gateway.Options{Registry: r, Eager: true}, nil)
 	for _, tc := range []struct {
 		name string
 		args map[string]any

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/bundle"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
@@ -24,7 +25,7 @@ import (
 // and isError, naming the cap.
 func TestDownstreamDefaultCap(t *testing.T) {
 	r := probeRegistry(t, `"plain"`, `"text"`)
-	h := newHarness(t, Options{}, DownstreamOptions{Registry: r}, nil)
+	h := newHarness(t, Options{}, gateway.Options{Registry: r}, nil)
 	res := h.call(t, "probe__text", map[string]any{"bytes": 1<<20 - 2048})
 	if res.IsError || len(resultText(res)) != 1<<20-2048 {
 		t.Errorf("a result just under 1 MiB: isError %v, %d bytes of text, want it whole", res.IsError, len(resultText(res)))
@@ -40,13 +41,13 @@ func TestDownstreamDefaultCap(t *testing.T) {
 // and the server never receives the call.
 func TestDownstreamAllowlistRecheck(t *testing.T) {
 	h := fakeHarness(t, true, 0)
-	var d *downstream
+	var d *gateway.Server
 	h.s.mu.RLock()
 	d = h.s.down.servers[0]
 	h.s.mu.RUnlock()
 	req := mcp.CallToolRequest{}
 	req.Params.Name = "fake__hidden"
-	res, err := d.handler("hidden")(context.Background(), req)
+	res, err := d.Handler("hidden")(context.Background(), req)
 	if err != nil || !res.IsError || !strings.Contains(resultText(res), `fake__hidden: not in enabled_tools of "fake"`) {
 		t.Errorf("handler(hidden) = %v, %q; want the allowlist refusal", err, resultText(res))
 	}
@@ -67,7 +68,7 @@ func TestDownstreamSerialised(t *testing.T) {
 			reg := strings.Replace(fakeRegistry, "supports_parallel_tool_calls = true", fmt.Sprintf("supports_parallel_tool_calls = %v", parallel), 1)
 			reg = strings.Replace(reg, "tool_timeout_sec = 2", "tool_timeout_sec = 10", 1)
 			r := loadRegistry(t, map[string]string{"10-fake.toml": reg})
-			h := newHarness(t, Options{}, DownstreamOptions{Registry: r, Eager: true},
+			h := newHarness(t, Options{}, gateway.Options{Registry: r, Eager: true},
 				map[string]string{"TOOLGATE_FAKE_SECRET": "fake-secret-value-1"})
 			start := time.Now()
 			var wg sync.WaitGroup
@@ -125,7 +126,7 @@ tool_timeout_sec = 60
 	if r.State != conf.StateLoaded {
 		t.Fatalf("registry %s: %v", r.State, r.Err())
 	}
-	h := newHarness(t, Options{Sandbox: rt.ReadySandbox("bwrap", services)}, DownstreamOptions{Registry: r, Services: services}, nil)
+	h := newHarness(t, Options{Sandbox: rt.ReadySandbox("bwrap", services)}, gateway.Options{Registry: r, Services: services}, nil)
 	got := resultText(h.call(t, "probe__limits", nil))
 	for _, want := range []string{"Max open files 77 77 files", "Max file size 12345678 12345678 bytes", "Max core file size 0 0 bytes",
 		fmt.Sprintf("Max processes %d %d processes", limits.NProc, limits.NProc)} {

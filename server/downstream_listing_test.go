@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/testbin"
 	"github.com/toolgate/toolgate/status"
 )
@@ -52,7 +53,7 @@ func TestDownstreamListingBounded(t *testing.T) {
 	r := probeRegistry(t, `"tools=10000", "schema=5000", "page=200"`, `"echo", "tool04242"`)
 	before := heapMiB()
 	peak := peakSince(t)
-	h := newHarness(t, Options{}, DownstreamOptions{Registry: r, Eager: true}, nil)
+	h := newHarness(t, Options{}, gateway.Options{Registry: r, Eager: true}, nil)
 	grew := peak()
 	after := heapMiB()
 	rss := float64(procStatus(t, "VmRSS")) / 1024
@@ -84,11 +85,11 @@ func TestDownstreamListingBounded(t *testing.T) {
 }
 
 // TestDownstreamToolTooLarge: an enabled tool whose definition is over
-// MaxDownstreamTool is not served, and checkpoint_status and the log say
+// gateway.MaxTool is not served, and checkpoint_status and the log say
 // why; toolgate's tools/list stays small; the other tools are served.
 func TestDownstreamToolTooLarge(t *testing.T) {
-	r := probeRegistry(t, fmt.Sprintf(`"big=%d"`, MaxDownstreamTool+1000), `"echo", "big"`)
-	h := newHarness(t, Options{}, DownstreamOptions{Registry: r}, nil)
+	r := probeRegistry(t, fmt.Sprintf(`"big=%d"`, gateway.MaxTool+1000), `"echo", "big"`)
+	h := newHarness(t, Options{}, gateway.Options{Registry: r}, nil)
 	got := h.tools(t)
 	if _, ok := got["probe__big"]; ok {
 		t.Error("probe__big is served")
@@ -104,7 +105,7 @@ func TestDownstreamToolTooLarge(t *testing.T) {
 	if size > 64<<10 {
 		t.Errorf("toolgate's tools/list carries %d bytes of schemas", size)
 	}
-	want := fmt.Sprintf("over toolgate's cap of %d bytes for one downstream tool", MaxDownstreamTool)
+	want := fmt.Sprintf("over toolgate's cap of %d bytes for one downstream tool", gateway.MaxTool)
 	ds := h.status(t).Registry.Servers[0]
 	if !slices.Contains(ds.NotServed, "big") || len(ds.Refused) != 1 || ds.Refused[0].Tool != "big" || !strings.Contains(ds.Refused[0].Reason, want) {
 		t.Errorf("status = %+v, want big refused: %s", ds, want)
@@ -121,7 +122,7 @@ func TestDownstreamToolTooLarge(t *testing.T) {
 // neither served (either definition could be meant), with the reason.
 func TestDownstreamDuplicateTool(t *testing.T) {
 	r := probeRegistry(t, `"dup"`, `"echo", "pid"`)
-	h := newHarness(t, Options{}, DownstreamOptions{Registry: r}, nil)
+	h := newHarness(t, Options{}, gateway.Options{Registry: r}, nil)
 	got := h.tools(t)
 	if _, ok := got["probe__echo"]; ok {
 		t.Error("probe__echo, listed twice, is served")

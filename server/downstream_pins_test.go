@@ -19,6 +19,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
@@ -74,13 +75,13 @@ startup_timeout_sec = 60
 
 // livePins lists the registry's servers as `registry pin` does and pins
 // every definition it may.
-func livePins(t testing.TB, r *conf.Registry) (*conf.Pins, []LiveServer) {
+func livePins(t testing.TB, r *conf.Registry) (*conf.Pins, []gateway.LiveServer) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	log := logrus.New()
 	log.SetOutput(&syncBuffer{})
-	live, err := ListLive(ctx, LiveOptions{Downstream: DownstreamOptions{Registry: r, DirectServices: &rt.DirectServices{Shim: testbin.Shim(t)}},
+	live, err := gateway.ListLive(ctx, gateway.LiveOptions{Downstream: gateway.Options{Registry: r, DirectServices: &rt.DirectServices{Shim: testbin.Shim(t)}},
 		Sandbox: "bwrap", Version: "test", Log: log}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +144,7 @@ func (w *listChanges) seen() (int, []string) {
 func pinLines(t *testing.T, buf fmt.Stringer) []string {
 	t.Helper()
 	var out []string
-	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+	for l := range strings.SplitSeq(strings.TrimSpace(buf.String()), "\n") {
 		if strings.Contains(l, `"kind":"pin"`) {
 			out = append(out, auditMask.ReplaceAllString(l, `"$1":"*"`))
 		}
@@ -164,7 +165,7 @@ func TestDownstreamPinDrift(t *testing.T) {
 	pins, _ := livePins(t, pinRegistry(t, changes, "", nil))
 	r := pinRegistry(t, changes, "", pins)
 	alog, abuf := jsonAudit()
-	h := newHarness(t, Options{Audit: alog}, DownstreamOptions{Registry: r}, nil)
+	h := newHarness(t, Options{Audit: alog}, gateway.Options{Registry: r}, nil)
 	w := watchList(t, h.sess)
 	all := []string{"checkpoint_status", "probe__echo", "probe__pid", "probe__relist", "probe__text"}
 	if got := listNames(t, h.sess); !slices.Equal(got, all) {
@@ -224,13 +225,13 @@ func TestDownstreamPinDrift(t *testing.T) {
 	h.s.mu.RLock()
 	d := h.s.down.servers[0]
 	h.s.mu.RUnlock()
-	if res, _ := d.handler("echo")(context.Background(), req); !res.IsError || !strings.Contains(resultText(res), "toolgate does not serve it: its definition (sha256 ") {
+	if res, _ := d.Handler("echo")(context.Background(), req); !res.IsError || !strings.Contains(resultText(res), "toolgate does not serve it: its definition (sha256 ") {
 		t.Errorf("handler(echo) after the drift = %q", resultText(res))
 	}
 
 	// The server lists the pinned definition again at its next start.
 	writeChanges(t, changes, `{}`)
-	d.shutdown()
+	d.Shutdown()
 	if res := h.call(t, "probe__pid", nil); res.IsError {
 		t.Fatalf("probe__pid = %q", resultText(res))
 	}
@@ -255,7 +256,7 @@ func TestDownstreamPinnedUnchanged(t *testing.T) {
 	unpinned := pinRegistry(t, changes, "", nil)
 	pins, _ := livePins(t, unpinned)
 	raw := func(r *conf.Registry) string {
-		h := newHarness(t, Options{}, DownstreamOptions{Registry: r}, nil)
+		h := newHarness(t, Options{}, gateway.Options{Registry: r}, nil)
 		ctx := context.Background()
 		h.s.MCP().HandleMessage(ctx, []byte(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
 		b, err := json.Marshal(h.s.MCP().HandleMessage(ctx, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)))
@@ -299,7 +300,7 @@ func TestDownstreamUnpinned(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			alog, abuf := jsonAudit()
-			h := newHarness(t, Options{Audit: alog}, DownstreamOptions{Registry: pinRegistry(t, changes, tc.extra, tc.pins), RequirePins: tc.require}, nil)
+			h := newHarness(t, Options{Audit: alog}, gateway.Options{Registry: pinRegistry(t, changes, tc.extra, tc.pins), RequirePins: tc.require}, nil)
 			_, served := h.tools(t)["probe__text"]
 			if served != tc.served {
 				t.Errorf("probe__text served %v, want %v", served, tc.served)
@@ -343,7 +344,7 @@ func TestDownstreamHiddenText(t *testing.T) {
 		`"text":{"inputSchema":{"type":"object","properties":{"bytes":{"type":"integer","description":"how many\u202e"}}}},`+
 		`"pid":{"description":"Its pid — 进程号 🙂\nper line"}}`)
 	alog, abuf := jsonAudit()
-	h := newHarness(t, Options{Audit: alog}, DownstreamOptions{Registry: pinRegistry(t, changes, "", nil)}, nil)
+	h := newHarness(t, Options{Audit: alog}, gateway.Options{Registry: pinRegistry(t, changes, "", nil)}, nil)
 	tools := h.tools(t)
 	if _, ok := tools["probe__echo"]; ok {
 		t.Error("probe__echo, with tag characters, is served")
@@ -381,7 +382,7 @@ func TestDownstreamListChangedRelist(t *testing.T) {
 	changes := filepath.Join(t.TempDir(), "changes.json")
 	writeChanges(t, changes, `{}`)
 	pins, _ := livePins(t, pinRegistry(t, changes, "", nil))
-	h := newHarness(t, Options{}, DownstreamOptions{Registry: pinRegistry(t, changes, "", pins), Eager: true}, nil)
+	h := newHarness(t, Options{}, gateway.Options{Registry: pinRegistry(t, changes, "", pins), Eager: true}, nil)
 	w := watchList(t, h.sess)
 	writeChanges(t, changes, fmt.Sprintf(`{"echo":{"description":%q}}`, poisoned))
 	if res := h.call(t, "probe__relist", nil); res.IsError || resultText(res) != "relist ran" {
@@ -431,7 +432,7 @@ func TestHTTPDownstreamPinDrift(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, conf.PinsFile), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, Options{}, DownstreamOptions{Registry: conf.LoadRegistry(dir, conf.RegistryOptions{})}, nil)
+	h := newHarness(t, Options{}, gateway.Options{Registry: conf.LoadRegistry(dir, conf.RegistryOptions{})}, nil)
 	if res := h.call(t, "web__echo", nil); res.IsError {
 		t.Fatalf("web__echo = %q", resultText(res))
 	}
@@ -439,7 +440,7 @@ func TestHTTPDownstreamPinDrift(t *testing.T) {
 	h.s.mu.RLock()
 	d := h.s.down.servers[0]
 	h.s.mu.RUnlock()
-	d.drop(d.live(), "the test ends the session") // the next call connects again
+	d.Shutdown() // the test ends the session: the next call connects again
 	if res := h.call(t, "web__ping", nil); res.IsError {
 		t.Fatalf("web__ping = %q", resultText(res))
 	}
@@ -460,7 +461,7 @@ func TestDownstreamNotListedServesPins(t *testing.T) {
 	pins, _ := livePins(t, pinRegistry(t, changes, "", nil))
 	delete(pins.Servers["probe"], "text")
 	r := pinRegistry(t, changes, "env_vars = [\"TOOLGATE_PIN_TEST_VAR\"]\npinned = true\n", pins)
-	h := newHarness(t, Options{}, DownstreamOptions{Registry: r}, map[string]string{})
+	h := newHarness(t, Options{}, gateway.Options{Registry: r}, map[string]string{})
 	tools := h.tools(t)
 	if tl, ok := tools["probe__echo"]; !ok || !strings.HasPrefix(tl.Description, "The probe's echo.") || !strings.Contains(tl.Description, "described as pinned") ||
 		tl.InputSchema.Properties["m"] == nil {
@@ -504,12 +505,9 @@ func BenchmarkDownstreamCallPins(b *testing.B) {
 			log := logrus.New()
 			log.SetOutput(&syncBuffer{})
 			s := New(Options{Log: log, Audit: log, Direct: &fakeRunner{}})
-			s.ConnectDownstream(context.Background(), DownstreamOptions{Registry: r, Eager: true, DirectServices: &rt.DirectServices{Shim: testbin.Shim(b)}})
+			s.ConnectDownstream(context.Background(), gateway.Options{Registry: r, Eager: true, DirectServices: &rt.DirectServices{Shim: testbin.Shim(b)}})
 			b.Cleanup(s.Close)
-			c, err := client.NewInProcessClient(s.MCP())
-			if err != nil {
-				b.Fatal(err)
-			}
+			c := inProcess(s)
 			ctx := context.Background()
 			if err := c.Start(ctx); err != nil {
 				b.Fatal(err)

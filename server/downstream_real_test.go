@@ -27,6 +27,7 @@ import (
 
 	"github.com/toolgate/toolgate/bundle"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
@@ -141,7 +142,7 @@ func TestEverythingSandboxed(t *testing.T) {
 		t.Fatalf("registry %s: %v", r.State, r.Err())
 	}
 	secret := fmt.Sprintf("tg-credential-%d-%d", os.Getpid(), time.Now().UnixNano())
-	h := newHarness(t, Options{}, DownstreamOptions{Registry: r, Services: services, Eager: true},
+	h := newHarness(t, Options{}, gateway.Options{Registry: r, Services: services, Eager: true},
 		map[string]string{"TOOLGATE_TEST_SECRET": secret})
 
 	tools := h.tools(t)
@@ -243,7 +244,7 @@ startup_timeout_sec = 60
 tool_timeout_sec = 30
 `, npm, data)
 	r := loadRegistry(t, map[string]string{"10-files.toml": reg})
-	h := newHarness(t, Options{}, DownstreamOptions{Registry: r, Services: services}, nil)
+	h := newHarness(t, Options{}, gateway.Options{Registry: r, Services: services}, nil)
 	res := h.call(t, "files__read_text_file", map[string]any{"path": filepath.Join(data, "hello.txt")})
 	if res.IsError || !strings.Contains(resultText(res), "hello from the host") {
 		t.Errorf("read_text_file = %q (isError %v)\nlog:\n%s", resultText(res), res.IsError, h.logs.String())
@@ -347,7 +348,7 @@ tool_timeout_sec = 10
 	if r.State != conf.StateLoaded {
 		t.Fatalf("registry %s: %v", r.State, r.Err())
 	}
-	h := newHarness(t, Options{}, DownstreamOptions{Registry: r},
+	h := newHarness(t, Options{}, gateway.Options{Registry: r},
 		map[string]string{"WEB_TOKEN_VAR": "tok-one-value", "WEB_TENANT_VAR": "acme"})
 	if got := strings.Join(listNames(t, h.sess), ","); got != "checkpoint_status,web__add" {
 		t.Errorf("tools = %s\nlog:\n%s", got, h.logs.String())
@@ -447,7 +448,7 @@ tool_timeout_sec = 30
 	}
 	log := logrus.New()
 	log.SetOutput(&syncBuffer{})
-	live, err := ListLive(context.Background(), LiveOptions{Downstream: DownstreamOptions{Registry: r, Services: services}, Sandbox: "bwrap", Log: log}, nil)
+	live, err := gateway.ListLive(context.Background(), gateway.LiveOptions{Downstream: gateway.Options{Registry: r, Services: services}, Sandbox: "bwrap", Log: log}, nil)
 	if err != nil || len(live) != 1 || live[0].Err != nil {
 		t.Fatalf("ListLive = %+v, %v", live, err)
 	}
@@ -465,7 +466,7 @@ tool_timeout_sec = 30
 		t.Fatal(err)
 	}
 	r = conf.LoadRegistry(regDir, conf.RegistryOptions{})
-	h := newHarness(t, Options{}, DownstreamOptions{Registry: r, Services: services}, nil)
+	h := newHarness(t, Options{}, gateway.Options{Registry: r, Services: services}, nil)
 	if tools := h.tools(t); len(tools) != 3 {
 		t.Fatalf("served = %v, want checkpoint_status, echo and get-sum", slices.Sorted(maps.Keys(tools)))
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/testbin"
 )
 
@@ -44,7 +45,7 @@ func deafHarness(t *testing.T, eager bool) *harness {
 	if r.State != conf.StateLoaded {
 		t.Fatalf("registry %s: %v", r.State, r.Err())
 	}
-	return newHarness(t, Options{}, DownstreamOptions{Registry: r, Eager: eager}, nil)
+	return newHarness(t, Options{}, gateway.Options{Registry: r, Eager: eager}, nil)
 }
 
 // callWithin calls name on h's session with a deadline of d for the
@@ -209,7 +210,7 @@ supports_parallel_tool_calls = true
 	if r.State != conf.StateLoaded {
 		t.Fatalf("registry %s: %v", r.State, r.Err())
 	}
-	h := newHarness(t, Options{}, DownstreamOptions{Registry: r}, nil) // lazy: the first call starts it
+	h := newHarness(t, Options{}, gateway.Options{Registry: r}, nil) // lazy: the first call starts it
 	h.s.mu.RLock()
 	d := h.s.down.servers[0]
 	h.s.mu.RUnlock()
@@ -217,14 +218,14 @@ supports_parallel_tool_calls = true
 	req.Params.Name = "slow__echo"
 	first := make(chan *mcp.CallToolResult, 1)
 	go func() {
-		res, _ := d.handler("echo")(context.Background(), req)
+		res, _ := d.Handler("echo")(context.Background(), req)
 		first <- res
 	}()
 	time.Sleep(200 * time.Millisecond) // the first call is starting the server
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	res, err := d.handler("echo")(ctx, req)
+	res, err := d.Handler("echo")(ctx, req)
 	took := time.Since(start)
 	if err != nil || !res.IsError || took > time.Second {
 		t.Errorf("the second call returned after %s (%v, %q), want at its 300 ms deadline", took, err, resultText(res))

@@ -20,6 +20,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
@@ -72,8 +73,8 @@ func runFakeMCP() {
 		})
 	}
 	open := `{"type":"object"}`
-	ro := mcp.ToolAnnotation{ReadOnlyHint: mcp.ToBoolPtr(true), IdempotentHint: mcp.ToBoolPtr(true), OpenWorldHint: mcp.ToBoolPtr(false)}
-	rw := mcp.ToolAnnotation{ReadOnlyHint: mcp.ToBoolPtr(false), DestructiveHint: mcp.ToBoolPtr(false), IdempotentHint: mcp.ToBoolPtr(true), Title: "Writer"}
+	ro := mcp.ToolAnnotation{ReadOnlyHint: new(true), IdempotentHint: new(true), OpenWorldHint: new(false)}
+	rw := mcp.ToolAnnotation{ReadOnlyHint: new(false), DestructiveHint: new(false), IdempotentHint: new(true), Title: "Writer"}
 	tool("echo", echoSchema, rw, func(a args) *mcp.CallToolResult { return mcp.NewToolResultText("echo: " + a.Text) })
 	tool("readonly", open, ro, func(args) *mcp.CallToolResult { return mcp.NewToolResultText("read") })
 	tool("writer", open, rw, func(args) *mcp.CallToolResult { return mcp.NewToolResultText("wrote") })
@@ -201,7 +202,7 @@ type harness struct {
 	env  *envMap
 }
 
-func newHarness(t *testing.T, opts Options, dopts DownstreamOptions, env map[string]string) *harness {
+func newHarness(t *testing.T, opts Options, dopts gateway.Options, env map[string]string) *harness {
 	t.Helper()
 	h := &harness{logs: &syncBuffer{}, env: &envMap{m: env}}
 	log := logrus.New()
@@ -300,7 +301,7 @@ func fakeHarness(t *testing.T, eager bool, maxBytes int) *harness {
 		t.Fatalf("registry %s: %v", r.State, r.Err())
 	}
 	return newHarness(t, Options{Conf: loadConf(t, twoTools)},
-		DownstreamOptions{Registry: r, Eager: eager, MaxBytes: maxBytes},
+		gateway.Options{Registry: r, Eager: eager, MaxBytes: maxBytes},
 		map[string]string{"TOOLGATE_FAKE_SECRET": "fake-secret-value-1"})
 }
 
@@ -400,7 +401,7 @@ func TestDownstreamEnvAndRedaction(t *testing.T) {
 	want := []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_PAGER=cat", "LOG_LEVEL=debug", "PAGER=cat", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"TOOLGATE_FAKE_MCP=1", "TOOLGATE_FAKE_SECRET=fake-secret-value-1"}
 	var got []string
-	for _, kv := range strings.Split(resultText(res), "\n") {
+	for kv := range strings.SplitSeq(resultText(res), "\n") {
 		if !strings.HasPrefix(kv, "PWD=") { // the reap shim's tool is started in /
 			got = append(got, kv)
 		}
@@ -451,11 +452,9 @@ func TestDownstreamCrashRestart(t *testing.T) {
 	pid1 := resultText(h.call(t, "fake__pid", nil))
 	var wg sync.WaitGroup
 	var inflight *mcp.CallToolResult
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		inflight = h.call(t, "fake__sleep", map[string]any{"seconds": 1.5})
-	}()
+	})
 	time.Sleep(200 * time.Millisecond)
 	crash := h.call(t, "fake__crash", nil)
 	wg.Wait()
@@ -563,7 +562,7 @@ func TestRegistryRefused(t *testing.T) {
 	if r.State != conf.StateRefused {
 		t.Fatalf("state %s", r.State)
 	}
-	h := newHarness(t, Options{Conf: loadConf(t, twoTools)}, DownstreamOptions{Registry: r}, nil)
+	h := newHarness(t, Options{Conf: loadConf(t, twoTools)}, gateway.Options{Registry: r}, nil)
 	if got := strings.Join(listNames(t, h.sess), ","); got != "checkpoint_status,zeta,alpha" {
 		t.Errorf("tools = %s", got)
 	}
@@ -589,7 +588,7 @@ func TestRegistryRefused(t *testing.T) {
 func TestRegistryCollision(t *testing.T) {
 	r := loadRegistry(t, map[string]string{"10-fake.toml": fakeRegistry})
 	c := loadConf(t, "tool fake__echo EXE read 1 100 off DIR --\n")
-	h := newHarness(t, Options{Conf: c}, DownstreamOptions{Registry: r}, map[string]string{"TOOLGATE_FAKE_SECRET": "x"})
+	h := newHarness(t, Options{Conf: c}, gateway.Options{Registry: r}, map[string]string{"TOOLGATE_FAKE_SECRET": "x"})
 	if got := strings.Join(listNames(t, h.sess), ","); got != "checkpoint_status,fake__echo" {
 		t.Errorf("tools = %s", got)
 	}
@@ -610,7 +609,7 @@ func TestDownstreamUnavailable(t *testing.T) {
 	reg := strings.Replace(fakeRegistry, "sandbox = false\n", "", 1)
 	r := loadRegistry(t, map[string]string{"10-fake.toml": reg})
 	h := newHarness(t, Options{Sandbox: rt.ReadySandbox("oci", &fakeRunner{})},
-		DownstreamOptions{Registry: r, ServicesErr: fmt.Errorf("%w: --backend oci runs tools, not long-lived servers", ErrNeedsBwrap)},
+		gateway.Options{Registry: r, ServicesErr: fmt.Errorf("%w: --backend oci runs tools, not long-lived servers", gateway.ErrNeedsBwrap)},
 		map[string]string{"TOOLGATE_FAKE_SECRET": "x"})
 	tools := h.tools(t)
 	if _, ok := tools["fake__echo"]; !ok || len(tools) != 11 {
@@ -644,7 +643,7 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 // isError naming the variable; once set, the next call starts the server.
 func TestDownstreamMissingVariable(t *testing.T) {
 	r := loadRegistry(t, map[string]string{"10-fake.toml": fakeRegistry})
-	h := newHarness(t, Options{}, DownstreamOptions{Registry: r}, map[string]string{})
+	h := newHarness(t, Options{}, gateway.Options{Registry: r}, map[string]string{})
 	st := h.status(t)
 	if ds := st.Registry.Servers[0]; ds.State != "failed" || !strings.Contains(ds.Reason, "TOOLGATE_FAKE_SECRET (env_vars)") {
 		t.Errorf("status = %+v", ds)
@@ -682,7 +681,7 @@ sandbox = false
 enabled_tools = ["x"]
 default_tools_approval_mode = "auto"
 `})
-	h := newHarness(t, Options{}, DownstreamOptions{Registry: r}, nil)
+	h := newHarness(t, Options{}, gateway.Options{Registry: r}, nil)
 	st := h.status(t)
 	if ds := st.Registry.Servers[0]; ds.State != "failed" || !strings.Contains(ds.Reason, "initialize: ") || !strings.Contains(ds.Reason, "(the process exited with status 1)") {
 		t.Errorf("status = %+v", ds)
@@ -711,7 +710,7 @@ func TestDownstreamClientNameCap(t *testing.T) {
 	fits := strings.Repeat("x", conf.ClientNameMax-len(conf.ClientPrefix)-len("fake__"))
 	long := fits + "y"
 	reg := strings.Replace(fakeRegistry, `"absent"]`, `"absent", "`+fits+`", "`+long+`"]`, 1)
-	h := newHarness(t, Options{}, DownstreamOptions{Registry: loadRegistry(t, map[string]string{"10-fake.toml": reg})},
+	h := newHarness(t, Options{}, gateway.Options{Registry: loadRegistry(t, map[string]string{"10-fake.toml": reg})},
 		map[string]string{"TOOLGATE_FAKE_SECRET": "x"})
 	tools := h.tools(t)
 	if _, ok := tools["fake__"+long]; ok {

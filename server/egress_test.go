@@ -106,7 +106,7 @@ func TestEgressCall(t *testing.T) {
 
 	var call, summary map[string]any
 	decisions := map[string]int{}
-	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+	for line := range strings.SplitSeq(strings.TrimSpace(buf.String()), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatal(err)
@@ -215,7 +215,7 @@ func TestEgressAuditFlood(t *testing.T) {
 			}
 			var each, summaries int
 			var summary map[string]any
-			for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+			for line := range strings.SplitSeq(strings.TrimSuffix(out, "\n"), "\n") {
 				var m map[string]any
 				if err := json.Unmarshal([]byte(line), &m); err != nil {
 					t.Fatalf("audit line %.200q: %v", line, err)

@@ -15,9 +15,10 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolgate/toolgate/audit"
-	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/egress"
+	"github.com/toolgate/toolgate/internal/escapes"
+	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -90,14 +91,14 @@ func Describe(t conf.Tool) string {
 }
 
 func externalTool(t conf.Tool) mcp.Tool {
-	tool := mcp.NewToolWithRawSchema(t.Name, Describe(t), builtin.NoArgsSchema)
+	tool := mcp.NewToolWithRawSchema(t.Name, Describe(t), jsonrpc.NoArgsSchema)
 	tool.RawOutputSchema = callOutputSchema
 	// openWorldHint: a read-class tool runs on the host, with its
 	// network; a test-class one has none, unless an egress line lists
 	// destinations it reaches.
 	tool.Annotations = mcp.ToolAnnotation{
-		ReadOnlyHint:  mcp.ToBoolPtr(true),
-		OpenWorldHint: mcp.ToBoolPtr(t.Class == conf.ClassRead || len(t.Egress) > 0),
+		ReadOnlyHint:  new(true),
+		OpenWorldHint: new(t.Class == conf.ClassRead || len(t.Egress) > 0),
 	}
 	return tool
 }
@@ -105,7 +106,8 @@ func externalTool(t conf.Tool) mcp.Tool {
 func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 	backend := s.backendName(t)
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		rec := &audit.Call{RequestID: requestID(req), Tool: t.Name, Kind: "external", Class: t.Class, Backend: backend}
+		call := jsonrpc.CallInfoFrom(ctx)
+		rec := &audit.Call{RequestID: call.ID, Tool: t.Name, Kind: "external", Class: t.Class, Backend: backend}
 		rec.Annotate(ctx, req)
 		refuse := func(reason string, res *mcp.CallToolResult) (*mcp.CallToolResult, error) {
 			rec.Refused = reason
@@ -113,7 +115,7 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 			s.audit(rec, "call")
 			return res, nil
 		}
-		if err := builtin.NoArgs(rawArgs(req)); err != nil {
+		if err := jsonrpc.NoArgs(rawArgs(req)); err != nil {
 			return refuse("arguments", errorResult("toolgate: %s %v: callers pass no arguments, ever; what the operator configured is what runs", t.Name, err))
 		}
 		runner := s.opts.Direct
@@ -123,14 +125,13 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 				return refuse("no sandbox", s.noSandbox(t.Name, err))
 			}
 		}
-		queued := arrival(ctx)
+		queued := call.Arrival
 		release, err := s.acquire(ctx, queued, t.Timeout)
 		if err != nil {
 			rec.QueuedMS = audit.Some(time.Since(queued).Milliseconds())
 			if ctx.Err() != nil {
 				// notifications/cancelled of a queued call: it never runs
-				// and answers nothing.
-				s.cancelled.add(requestID(req))
+				// and answers nothing (the dispatcher writes no answer).
 				rec.Cancelled = true
 				return refuse("cancelled while queued", errorResult("toolgate: %s: %v", t.Name, err))
 			}
@@ -154,8 +155,7 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 		res, err := runner.Run(ctx, inv)
 		if ctx.Err() != nil {
 			// notifications/cancelled (or shutdown): the call is killed and
-			// answers nothing.
-			s.cancelled.add(requestID(req))
+			// answers nothing (the dispatcher writes no answer).
 			rec.Cancelled = true
 		}
 		if errors.Is(err, rt.ErrSandboxUnavailable) {
@@ -278,7 +278,7 @@ func Render(res rt.Result) string {
 // content and as structuredContent's output.
 func renderResult(res rt.Result, backend string, keep, egress bool) *mcp.CallToolResult {
 	if !keep {
-		if out := neutralize(string(res.Output)); len(out) != len(res.Output) || out != string(res.Output) {
+		if out := escapes.Neutralize(string(res.Output)); len(out) != len(res.Output) || out != string(res.Output) {
 			res.Output = []byte(out)
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -541,8 +542,7 @@ func (h *HTTP) authenticate(w http.ResponseWriter, r *http.Request) (auth.Princi
 	if err == nil {
 		return p, true
 	}
-	var ae *auth.Error
-	if errors.As(err, &ae) {
+	if ae, ok := errors.AsType[*auth.Error](err); ok {
 		h.metrics.authFailure("invalid")
 		h.s.log.WithFields(logrus.Fields{"remote": r.RemoteAddr, "reason": ae.Description}).Info("http: token refused")
 		h.challenge(w, ae.Code, ae.Description, "")
@@ -600,10 +600,8 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// The request id header is the server's own, set per call; the token
-	// has done its work and goes no further (mcp-go hands the headers to
-	// every handler).
-	r.Header.Del(requestIDHeader)
+	// The token has done its work and goes no further (mcp-go hands the
+	// headers to every handler).
 	r.Header.Del("Authorization")
 	sid := r.Header.Get(mcpserver.HeaderKeySessionID)
 	if sid != "" && !h.sessions.owns(p.Key(), sid) {
@@ -622,7 +620,7 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 			h.metrics.limit("request_body")
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusRequestEntityTooLarge)
-			_, _ = w.Write(errorLine(json.RawMessage("null"), mcp.INVALID_REQUEST, "Invalid Request: "+err.Error()))
+			_, _ = w.Write(jsonrpc.ErrorLine(json.RawMessage("null"), mcp.INVALID_REQUEST, "Invalid Request: "+err.Error()))
 			return
 		}
 		var env envelope
@@ -649,6 +647,10 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 			}
 			w.WriteHeader(http.StatusAccepted)
 			return
+		}
+		if env.Method == string(mcp.MethodToolsCall) && len(env.ID) > 0 {
+			// The call's id, for its audit record.
+			r = r.WithContext(jsonrpc.WithCallInfo(r.Context(), jsonrpc.CallInfo{ID: jsonrpc.CanonicalID(env.ID)}))
 		}
 		if !env.stateless(r) && sid != "" && env.isRequest() {
 			ctx, done := h.inflight.add(r.Context(), p.Key(), sid, env.ID)
@@ -727,7 +729,7 @@ type inflightCall struct{ cancel context.CancelFunc }
 // add registers a request; done forgets it.
 func (f *inflight) add(ctx context.Context, principal, session string, id json.RawMessage) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	k := inflightKey{principal, session, canonicalID(id)}
+	k := inflightKey{principal, session, jsonrpc.CanonicalID(id)}
 	c := &inflightCall{cancel: cancel}
 	f.mu.Lock()
 	f.m[k] = append(f.m[k], c)
@@ -752,7 +754,7 @@ func (f *inflight) cancel(principal, session string, id json.RawMessage) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, c := range f.m[inflightKey{principal, session, canonicalID(id)}] {
+	for _, c := range f.m[inflightKey{principal, session, jsonrpc.CanonicalID(id)}] {
 		c.cancel()
 	}
 }
@@ -841,10 +843,6 @@ func (h *HTTP) gate(ctx context.Context, req mcp.CallToolRequest, next mcpserver
 		h.metrics.inFlight.Inc()
 		defer h.metrics.inFlight.Dec()
 	}
-	// The stdio transport drops the answers of cancelled calls by their
-	// id; over HTTP a cancelled request has no answer to drop, so its
-	// id must not stay behind.
-	defer h.s.cancelled.take(requestID(req))
 	start := time.Now()
 	if !h.opts.Scopes.Allows(p, name) {
 		return errorResult("toolgate: tool %q is not opened by the token's scopes", name), nil
@@ -854,7 +852,7 @@ func (h *HTTP) gate(ctx context.Context, req mcp.CallToolRequest, next mcpserver
 		h.metrics.queueWait.WithLabelValues("principal").Observe(waited.Seconds())
 	}
 	if err != nil {
-		rec := &audit.Call{RequestID: requestID(req), Tool: name, Kind: h.s.kindOf(name), Backend: backend,
+		rec := &audit.Call{RequestID: jsonrpc.CallInfoFrom(ctx).ID, Tool: name, Kind: h.s.kindOf(name), Backend: backend,
 			Refused: "principal_queue", IsError: true, QueuedMS: audit.Some(waited.Milliseconds())}
 		rec.Annotate(ctx, req)
 		h.s.audit(rec, "call")

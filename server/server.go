@@ -25,6 +25,8 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/internal/escapes"
+	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
 )
@@ -66,12 +68,11 @@ type Options struct {
 
 // Server is a configured toolgate MCP server.
 type Server struct {
-	opts      Options
-	mcp       *mcpserver.MCPServer
-	log       *logrus.Logger
-	auditLog  *logrus.Logger
-	cancelled cancelled
-	sem       chan struct{}
+	opts     Options
+	mcp      *mcpserver.MCPServer
+	log      *logrus.Logger
+	auditLog *logrus.Logger
+	sem      chan struct{}
 	// keepEscapes is Options.KeepEscapes as a set.
 	keepEscapes map[string]bool
 	callSeq     atomic.Uint64
@@ -247,9 +248,9 @@ func builtinTool(b builtin.Tool) mcp.Tool {
 	t := mcp.NewToolWithRawSchema(b.Name, b.Description, b.InputSchema)
 	t.RawOutputSchema = b.OutputSchema
 	t.Annotations = mcp.ToolAnnotation{
-		ReadOnlyHint:    mcp.ToBoolPtr(!b.Writes),
-		DestructiveHint: mcp.ToBoolPtr(false),
-		OpenWorldHint:   mcp.ToBoolPtr(false),
+		ReadOnlyHint:    new(!b.Writes),
+		DestructiveHint: new(false),
+		OpenWorldHint:   new(false),
 	}
 	return t
 }
@@ -262,9 +263,9 @@ func (s *Server) builtinHandler(b builtin.Tool) mcpserver.ToolHandlerFunc {
 			return nil, err
 		}
 		if res.IsError {
-			res.Text = boundText(res.Text, MaxErrorText) // it may quote the arguments
+			res.Text = jsonrpc.BoundText(res.Text, jsonrpc.MaxErrorText) // it may quote the arguments
 		}
-		rec := &audit.Call{RequestID: requestID(req), Tool: b.Name, Kind: "builtin", Backend: s.builtinBackend(b),
+		rec := &audit.Call{RequestID: jsonrpc.CallInfoFrom(ctx).ID, Tool: b.Name, Kind: "builtin", Backend: s.builtinBackend(b),
 			IsError: res.IsError, ElapsedMS: audit.Some(time.Since(start).Milliseconds())}
 		rec.Annotate(ctx, req)
 		s.audit(rec, "call")
@@ -326,9 +327,9 @@ func (s *Server) nextID() string {
 	return "c" + strconv.FormatUint(s.callSeq.Add(1), 10)
 }
 
-// errorResult is a tool error result; its text is bounded (MaxErrorText)
+// errorResult is a tool error result; its text is bounded (jsonrpc.MaxErrorText)
 // and its terminal control sequences neutralised, as it may quote what the
 // caller or a downstream server sent.
 func errorResult(format string, a ...any) *mcp.CallToolResult {
-	return toolResult(boundText(neutralize(fmt.Sprintf(format, a...)), MaxErrorText), nil, true)
+	return toolResult(jsonrpc.BoundText(escapes.Neutralize(fmt.Sprintf(format, a...)), jsonrpc.MaxErrorText), nil, true)
 }

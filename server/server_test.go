@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
 )
@@ -62,12 +64,26 @@ func loadConf(t testing.TB, text string) *conf.Config {
 	return conf.Parse("tools.conf", []byte(text), conf.Options{Builtins: builtin.Names()})
 }
 
+// inProcess is an in-process client of s whose tools/call requests carry
+// what ServeStdio's dispatcher puts in each call's context: its id and
+// arrival (jsonrpc.CallInfo).
+func inProcess(s *Server) *client.Client {
+	return client.NewClient(stampedTransport{transport.NewInProcessTransport(s.MCP())})
+}
+
+type stampedTransport struct{ *transport.InProcessTransport }
+
+func (t stampedTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	if req.Method == string(mcp.MethodToolsCall) {
+		id, _ := json.Marshal(req.ID)
+		ctx = jsonrpc.WithCallInfo(ctx, jsonrpc.CallInfo{ID: jsonrpc.CanonicalID(id), Arrival: time.Now()})
+	}
+	return t.InProcessTransport.SendRequest(ctx, req)
+}
+
 func session(t *testing.T, s *Server) *client.Client {
 	t.Helper()
-	c, err := client.NewInProcessClient(s.MCP())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := inProcess(s)
 	ctx := context.Background()
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,14 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"strings"
 	"sync"
 	"syscall"
-	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/sirupsen/logrus"
+	"github.com/toolgate/toolgate/internal/jsonrpc"
 )
 
 // DefaultMaxRequestBytes is the longest request line served (4 MiB, the
@@ -29,17 +27,6 @@ const DefaultMaxRequestBytes = 4 << 20
 // MinMaxRequestBytes is the smallest request line limit accepted.
 const MinMaxRequestBytes = 64 << 10
 
-// MaxErrorMessage bounds the message of a JSON-RPC error answer, and
-// MaxErrorText the text of a tool's error result: what goes back to the
-// client never echoes more than that of what it sent (a tool name, a
-// method, a property name, a path), however long the request was. A longer
-// message keeps its start and its end, with the number of bytes cut
-// between them.
-const (
-	MaxErrorMessage = 1 << 10
-	MaxErrorText    = 16 << 10
-)
-
 // ServeStdio serves MCP on in/out until in is closed or ctx is done.
 //
 // Around mcp-go's stdio loop it enforces what the library leaves open:
@@ -48,14 +35,14 @@ const (
 // that can be read); a batch (an array; MCP removed batching in
 // 2025-06-18) and a request whose id is not a string, number or null are
 // answered with -32600 Invalid Request instead of being processed; an error
-// answer's message is bounded (MaxErrorMessage); tools/call requests are
+// answer's message is bounded (jsonrpc.MaxErrorMessage); tools/call requests are
 // served from their arrival, each on a goroutine of its own, instead of
 // mcp-go's worker queue (dispatch.go); and a call cancelled by
 // notifications/cancelled, running or still queued, answers nothing.
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
 	stdio := mcpserver.NewStdioServer(s.mcp)
 	stdio.SetErrorLogger(log.New(s.log.WriterLevel(logrus.ErrorLevel), "", 0))
-	w := &responseFilter{w: out, c: &s.cancelled}
+	w := &responseFilter{w: out}
 	max := s.opts.MaxRequestBytes
 	if max <= 0 {
 		max = DefaultMaxRequestBytes
@@ -82,7 +69,7 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 		gone()
 	}
 	defer context.AfterFunc(ctx, stop)()
-	err := stdio.Listen(lctx, &requestFilter{r: bufio.NewReaderSize(in, 64<<10), w: w, max: max, calls: calls, atEnd: stop}, w)
+	err := stdio.Listen(lctx, &requestFilter{lines: jsonrpc.NewLineReader(in, max), w: w, max: max, calls: calls, atEnd: stop}, w)
 	stop()
 	calls.wait()
 	closing.Wait()
@@ -93,15 +80,11 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 // says are invalid requests itself, and the ones over max bytes without
 // keeping them.
 type requestFilter struct {
-	r       *bufio.Reader
+	lines   *jsonrpc.LineReader
 	w       *responseFilter
 	max     int
-	line    []byte // the line being read, at most max bytes and its newline
 	pending []byte // the accepted line, until mcp-go has read it
-
-	discard bool  // the line is over max: read on to its end, keeping nothing
-	n       int64 // its bytes so far
-	scan    envelopeScan
+	err     error  // what ended the input
 
 	// calls, when set, serves tools/call requests instead of mcp-go, and
 	// notifications/cancelled reach them there too.
@@ -112,72 +95,40 @@ type requestFilter struct {
 
 func (f *requestFilter) Read(p []byte) (int, error) {
 	for len(f.pending) == 0 {
-		chunk, err := f.r.ReadSlice('\n')
-		switch {
-		case f.discard:
-			f.discarding(chunk)
-		case len(f.line)+len(bytes.TrimSuffix(chunk, []byte("\n"))) > f.max:
-			f.discard = true
-			f.discarding(f.line)
-			f.line = nil // let a long buffer go
-			f.discarding(chunk)
-		default:
-			f.line = append(f.line, chunk...)
-			if bytes.HasSuffix(chunk, []byte("\n")) || (err != nil && !errors.Is(err, bufio.ErrBufferFull) && len(f.line) > 0) {
-				if f.accept(f.line) {
-					f.pending = f.line
-				}
-				f.line = f.line[:0]
-			}
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if err != nil {
-			if f.discard {
-				f.refuseLong()
-			}
-			if len(f.pending) > 0 {
-				break
-			}
+		if f.err != nil {
 			if f.atEnd != nil {
 				f.atEnd()
 			}
-			return 0, err
+			return 0, f.err
+		}
+		line, over, err := f.lines.Next()
+		f.err = err
+		switch {
+		case over != nil:
+			f.refuseLong(*over)
+		case len(line) > 0 && f.accept(line):
+			f.pending = line
 		}
 	}
 	n := copy(p, f.pending)
 	f.pending = f.pending[n:]
-	if len(f.pending) == 0 && cap(f.line) > 1<<20 {
-		f.line = nil // keep no long buffer between long lines
+	if len(f.pending) == 0 {
+		f.lines.Release()
 	}
 	return n, nil
 }
 
-// discarding reads part of an over-long line: counted, scanned for its id,
-// dropped. At the line's end it is answered.
-func (f *requestFilter) discarding(b []byte) {
-	end := bytes.HasSuffix(b, []byte("\n"))
-	b = bytes.TrimSuffix(b, []byte("\n"))
-	f.n += int64(len(b))
-	f.scan.Write(b)
-	if end {
-		f.refuseLong()
-	}
-}
-
 // refuseLong answers an over-long line -32600, with its id if it had one
-// (a notification, with a method and no id, gets no answer), and resets.
-func (f *requestFilter) refuseLong() {
-	id, method, n := f.scan.ID(), f.scan.HasMethod(), f.n
-	f.discard, f.n, f.scan = false, 0, envelopeScan{}
-	if id == nil && method {
+// (a notification, with a method and no id, gets no answer).
+func (f *requestFilter) refuseLong(o jsonrpc.Oversize) {
+	id, n := o.ID, o.Size
+	if id == nil && o.Method {
 		return
 	}
 	if id == nil {
 		id = json.RawMessage("null")
 	}
-	_, _ = f.w.Write(errorLine(id, mcp.INVALID_REQUEST, fmt.Sprintf(
+	_, _ = f.w.Write(jsonrpc.ErrorLine(id, mcp.INVALID_REQUEST, fmt.Sprintf(
 		"Invalid Request: the request line is %d bytes, over the limit of %d bytes (toolgate serve --max-request-bytes); it was discarded unread", n, f.max)))
 }
 
@@ -242,28 +193,20 @@ func (f *requestFilter) answer(reason string) {
 }
 
 // responseFilter writes JSON-RPC messages to w, one whole message per
-// Write, dropping the responses of cancelled calls.
+// Write. A cancelled call's answer never reaches it: the dispatcher does
+// not write it.
 type responseFilter struct {
 	mu sync.Mutex
 	w  io.Writer
 	// gone, when set, is called once a write finds the reader gone
 	// (EPIPE): it stops the server as the end of its input does.
 	gone func()
-	c    *cancelled
 }
 
 func (f *responseFilter) Write(p []byte) (int, error) {
 	n := len(p)
-	if len(p) > MaxErrorMessage && isErrorAnswer(p) {
+	if len(p) > jsonrpc.MaxErrorMessage && isErrorAnswer(p) {
 		p = boundErrorAnswer(p)
-	}
-	if f.c.n.Load() > 0 && bytes.Contains(p, []byte(`"result"`)) {
-		var msg struct {
-			ID json.RawMessage `json:"id"`
-		}
-		if json.Unmarshal(bytes.TrimSpace(p), &msg) == nil && len(msg.ID) > 0 && f.c.take(string(msg.ID)) {
-			return len(p), nil
-		}
 	}
 	f.mu.Lock()
 	_, err := f.w.Write(p)
@@ -282,16 +225,15 @@ func (f *responseFilter) Write(p []byte) (int, error) {
 // member before anything a message could quote, and a result's "result"
 // member before its content.
 func isErrorAnswer(p []byte) bool {
-	e := bytes.Index(p, []byte(`"error":`))
-	if e < 0 {
+	before, _, ok := bytes.Cut(p, []byte(`"error":`))
+	if !ok {
 		return false
 	}
-	r := bytes.Index(p[:e], []byte(`"result":`))
-	return r < 0
+	return !bytes.Contains(before, []byte(`"result":`))
 }
 
 // boundErrorAnswer cuts the message of a JSON-RPC error answer to
-// MaxErrorMessage and drops its data: mcp-go's messages quote what the
+// jsonrpc.MaxErrorMessage and drops its data: mcp-go's messages quote what the
 // request named ("tool 'NAME' not found", "method NAME not found").
 func boundErrorAnswer(p []byte) []byte {
 	var msg struct {
@@ -305,34 +247,11 @@ func boundErrorAnswer(p []byte) []byte {
 		Result json.RawMessage `json:"result"`
 	}
 	if json.Unmarshal(p, &msg) != nil || msg.Error == nil || msg.Result != nil ||
-		(len(msg.Error.Message) <= MaxErrorMessage && len(msg.Error.Data) == 0) {
+		(len(msg.Error.Message) <= jsonrpc.MaxErrorMessage && len(msg.Error.Data) == 0) {
 		return p
 	}
 	if len(msg.ID) == 0 {
 		msg.ID = json.RawMessage("null")
 	}
-	return errorLine(msg.ID, msg.Error.Code, boundText(msg.Error.Message, MaxErrorMessage))
-}
-
-// boundText returns s when it is at most max bytes; otherwise its start and
-// its end, cut at character boundaries, around a note of how much was cut,
-// in max bytes or fewer.
-func boundText(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	note := fmt.Sprintf(" …[toolgate: %d bytes cut]… ", len(s))
-	keep := max - len(note) - 8 // the cut's digits may grow by a few
-	if keep < 2 {
-		return strings.ToValidUTF8(s[:max], "")
-	}
-	head, tail := s[:keep*3/4], s[len(s)-keep/4:]
-	for len(head) > 0 && !utf8.RuneStart(s[len(head)]) {
-		head = head[:len(head)-1]
-	}
-	for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
-		tail = tail[1:]
-	}
-	cut := len(s) - len(head) - len(tail)
-	return head + fmt.Sprintf(" …[toolgate: %d bytes cut]… ", cut) + tail
+	return jsonrpc.ErrorLine(msg.ID, msg.Error.Code, jsonrpc.BoundText(msg.Error.Message, jsonrpc.MaxErrorMessage))
 }

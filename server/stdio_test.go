@@ -11,11 +11,11 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/builtin"
+	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -237,33 +237,16 @@ func TestNoErrorEchoes(t *testing.T) {
 			case <-time.After(60 * time.Second):
 				t.Fatal("no answer")
 			}
-			if len(raw) > 2*MaxErrorText {
+			if len(raw) > 2*jsonrpc.MaxErrorText {
 				t.Errorf("answer of %d bytes to a %d-byte line: %.300s", len(raw), len(tc.line), raw)
 			}
 			if !strings.Contains(raw, `"error"`) && !strings.Contains(raw, `"isError":true`) {
 				t.Errorf("answer = %.300s, want an error", raw)
 			}
-			if strings.Contains(raw, "bytes cut]") == false && len(raw) > MaxErrorMessage+512 {
+			if strings.Contains(raw, "bytes cut]") == false && len(raw) > jsonrpc.MaxErrorMessage+512 {
 				t.Errorf("a long answer without the cut marked: %.300s", raw)
 			}
 		})
-	}
-}
-
-func TestBoundText(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		max  int
-		want string
-	}{
-		{"short", 10, "short"},
-		{strings.Repeat("a", 100) + "END", 60, strings.Repeat("a", 14) + " …[toolgate: 85 bytes cut]… " + "aEND"},
-		{strings.Repeat("é", 100), 60, strings.Repeat("é", 7) + " …[toolgate: 182 bytes cut]… " + "éé"},
-	} {
-		got := boundText(tc.in, tc.max)
-		if got != tc.want || len(got) > tc.max || !utf8.ValidString(got) {
-			t.Errorf("boundText(%.20q…, %d) = %q (%d bytes), want %q", tc.in, tc.max, got, len(got), tc.want)
-		}
 	}
 }
 
@@ -311,7 +294,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 func auditOf(t *testing.T, log, tool string) map[string]any {
 	t.Helper()
-	for _, l := range strings.Split(strings.TrimSpace(log), "\n") {
+	for l := range strings.SplitSeq(strings.TrimSpace(log), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("audit line is not JSON: %q", l)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -61,7 +62,7 @@ func links(text string) (targets []string, lines []int) {
 func anchors(text string) map[string]bool {
 	out := map[string]bool{}
 	inCode := false
-	for _, l := range strings.Split(text, "\n") {
+	for l := range strings.SplitSeq(text, "\n") {
 		if strings.HasPrefix(strings.TrimSpace(l), "```") {
 			inCode = !inCode
 			continue
@@ -104,39 +105,12 @@ func TestDocLinks(t *testing.T) {
 		}
 		targets, lines := links(string(text))
 		for i, target := range targets {
-			where := fmt.Sprintf("%s:%d: link %q", strings.TrimPrefix(f, "../../"), lines[i], target)
 			if regexp.MustCompile(`^[a-z][a-z0-9+.-]*:`).MatchString(target) {
 				continue // https:, mailto:: not a file of the repository
 			}
 			checked++
-			path, anchor, _ := strings.Cut(target, "#")
-			dest := f
-			if path != "" {
-				dest = filepath.Join(filepath.Dir(f), filepath.FromSlash(path))
-				abs, err := filepath.Abs(dest)
-				if err != nil || !strings.HasPrefix(abs, repo+string(filepath.Separator)) {
-					t.Errorf("%s: outside the repository", where)
-					continue
-				}
-				if _, err := os.Stat(dest); err != nil {
-					t.Errorf("%s: %v", where, err)
-					continue
-				}
-			}
-			if anchor == "" {
-				continue
-			}
-			if !strings.HasSuffix(dest, ".md") {
-				t.Errorf("%s: an anchor into a file that is not markdown", where)
-				continue
-			}
-			body, err := os.ReadFile(dest)
-			if err != nil {
-				t.Errorf("%s: %v", where, err)
-				continue
-			}
-			if !anchors(string(body))[anchor] {
-				t.Errorf("%s: %s has no heading #%s", where, strings.TrimPrefix(dest, "../../"), anchor)
+			if err := checkLink(repo, f, target); err != nil {
+				t.Errorf("%s:%d: link %q: %v", strings.TrimPrefix(f, "../../"), lines[i], target, err)
 			}
 		}
 	}
@@ -144,6 +118,38 @@ func TestDocLinks(t *testing.T) {
 		t.Fatal("no relative link found: the parser is broken")
 	}
 	t.Logf("%d relative links checked", checked)
+}
+
+// checkLink says what is wrong with a relative link target of the page
+// f: a path outside the repository or to no file, or an anchor that no
+// heading of the markdown page it points to makes.
+func checkLink(repo, f, target string) error {
+	path, anchor, _ := strings.Cut(target, "#")
+	dest := f
+	if path != "" {
+		dest = filepath.Join(filepath.Dir(f), filepath.FromSlash(path))
+		abs, err := filepath.Abs(dest)
+		if err != nil || !strings.HasPrefix(abs, repo+string(filepath.Separator)) {
+			return errors.New("outside the repository")
+		}
+		if _, err := os.Stat(dest); err != nil {
+			return err
+		}
+	}
+	if anchor == "" {
+		return nil
+	}
+	if !strings.HasSuffix(dest, ".md") {
+		return errors.New("an anchor into a file that is not markdown")
+	}
+	body, err := os.ReadFile(dest)
+	if err != nil {
+		return err
+	}
+	if !anchors(string(body))[anchor] {
+		return fmt.Errorf("%s has no heading #%s", strings.TrimPrefix(dest, "../../"), anchor)
+	}
+	return nil
 }
 
 // TestDocLinksParse: the checker's own rules, on made-up text.

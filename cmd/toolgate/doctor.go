@@ -187,7 +187,7 @@ func accountNote(uid int) string {
 	if err != nil {
 		return ""
 	}
-	for _, l := range strings.Split(string(b), "\n") {
+	for l := range strings.SplitSeq(string(b), "\n") {
 		f := strings.Split(l, ":")
 		if len(f) > 2 && f[2] == strconv.Itoa(uid) {
 			return fmt.Sprintf(" (warning: the account %q has it: its processes on this host can enter, signal and read the sandboxes and connect to their egress proxies; --sandbox-id-range gives each sandbox ids no account uses)", f[0])

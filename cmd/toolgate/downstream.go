@@ -6,8 +6,8 @@ import (
 
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/gateway"
 	rt "github.com/toolgate/toolgate/runtime"
-	"github.com/toolgate/toolgate/server"
 )
 
 // minDownstreamMaxBytes is the smallest --downstream-max-bytes: room for
@@ -27,7 +27,7 @@ func (f *downstreamFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dir, "tool-mcp-dir", conf.DefaultRegistryDir, "directory of the tool-MCP registry's *.toml fragments: the downstream MCP servers to serve")
 	fs.BoolVar(&f.eager, "eager", false, "keep every downstream server running from start-up on (default: stop each once its tools are listed, start it again on its first call)")
 	fs.BoolVar(&f.requirePins, "require-pins", false, "serve a downstream tool only when it has a pin (toolgate registry pin), as pinned = true does for one server; a pinned tool is served only while its definition matches its pin, either way")
-	fs.IntVar(&f.maxBytes, "downstream-max-bytes", server.DefaultDownstreamMaxBytes, "cap on the JSON size of one downstream result; a larger one is cut and marked isError, and a message over max(N, 1 MiB) + 64 KiB is discarded as it is read")
+	fs.IntVar(&f.maxBytes, "downstream-max-bytes", gateway.DefaultMaxBytes, "cap on the JSON size of one downstream result; a larger one is cut and marked isError, and a message over max(N, 1 MiB) + 64 KiB is discarded as it is read")
 }
 
 // check reports a flag value serve cannot use.
@@ -41,8 +41,8 @@ func (f *downstreamFlags) check() error {
 // options loads the registry and picks what runs its stdio servers: the
 // sandbox backend when it can run services (bwrap), never the direct
 // runner for a sandboxed server.
-func (f *downstreamFlags) options(a *app, backend string) server.DownstreamOptions {
-	opts := server.DownstreamOptions{
+func (f *downstreamFlags) options(a *app, backend string) gateway.Options {
+	opts := gateway.Options{
 		Registry:    conf.LoadRegistry(f.dir, conf.RegistryOptions{Taken: conf.TakenNames(builtin.Names(), a.conf), Visible: sandboxVisible, Conf: a.conf}),
 		Eager:       f.eager,
 		MaxBytes:    f.maxBytes,
@@ -53,9 +53,9 @@ func (f *downstreamFlags) options(a *app, backend string) server.DownstreamOptio
 	state, err := a.opts.Sandbox.State()
 	switch {
 	case state == rt.SandboxUnavailable:
-		opts.ServicesErr = fmt.Errorf("%w: the %s sandbox backend is unavailable: %w", server.ErrNeedsBwrap, backend, err)
+		opts.ServicesErr = fmt.Errorf("%w: the %s sandbox backend is unavailable: %w", gateway.ErrNeedsBwrap, backend, err)
 	case !sandboxBackends[rt.Backend(backend)].services:
-		opts.ServicesErr = fmt.Errorf("%w: --backend %s runs tools, not long-lived servers", server.ErrNeedsBwrap, backend)
+		opts.ServicesErr = fmt.Errorf("%w: --backend %s runs tools, not long-lived servers", gateway.ErrNeedsBwrap, backend)
 	default:
 		opts.Services = a.opts.Sandbox
 	}

@@ -19,7 +19,7 @@ type keepEscapes []string
 
 func (k *keepEscapes) register(fs *flag.FlagSet) {
 	fs.Func("keep-escapes", "comma-separated names of external or downstream tools (ID__TOOL) whose output keeps its terminal control sequences (colour, cursor moves); every other tool's are replaced by visible stand-ins (ESC by U+241B). Repeatable", func(v string) error {
-		for _, name := range strings.Split(v, ",") {
+		for name := range strings.SplitSeq(v, ",") {
 			name = strings.TrimSpace(name)
 			if name == "" || strings.ContainsAny(name, " \t\n\"'") || len(name) > 256 {
 				return fmt.Errorf("%q is not a tool name", name)

@@ -60,7 +60,7 @@ func helpFlags(t *testing.T, args []string) []flagEntry {
 	var stdout, stderr bytes.Buffer
 	run(append(append([]string(nil), args...), "-h"), strings.NewReader(""), &stdout, &stderr)
 	var out []flagEntry
-	for _, l := range strings.Split(stderr.String(), "\n") {
+	for l := range strings.SplitSeq(stderr.String(), "\n") {
 		switch {
 		case strings.HasPrefix(l, "  -"):
 			head, usage, _ := strings.Cut(strings.TrimPrefix(l, "  -"), "\t")

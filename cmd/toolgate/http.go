@@ -178,7 +178,7 @@ func serveHTTP(ctx context.Context, a *app, srv *server.Server, f *httpFlags, ma
 	}
 	if f.oauthConfigured {
 		var algs []string
-		for _, s := range strings.Split(f.oauthAlgs, ",") {
+		for s := range strings.SplitSeq(f.oauthAlgs, ",") {
 			if s = strings.TrimSpace(s); s != "" {
 				algs = append(algs, s)
 			}

@@ -16,13 +16,13 @@ import (
 	"text/tabwriter"
 
 	"github.com/toolgate/toolgate/conf"
-	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/gateway"
 )
 
 // listLive builds serve's backends from s and lists the servers ids names
 // (every server when none). It returns nil, and has said why on stderr,
 // when it could not start.
-func listLive(s *settings, dir string, r *conf.Registry, ids []string, requirePins bool, cmd string, stderr io.Writer) []server.LiveServer {
+func listLive(s *settings, dir string, r *conf.Registry, ids []string, requirePins bool, cmd string, stderr io.Writer) []gateway.LiveServer {
 	if r.State != conf.StateLoaded {
 		return nil
 	}
@@ -36,13 +36,13 @@ func listLive(s *settings, dir string, r *conf.Registry, ids []string, requirePi
 		return nil
 	}
 	defer a.close()
-	down := downstreamFlags{dir: dir, maxBytes: server.DefaultDownstreamMaxBytes}
+	down := downstreamFlags{dir: dir, maxBytes: gateway.DefaultMaxBytes}
 	dopts := down.options(a, s.backend)
 	dopts.Registry = r // the registry this command judged and prints
 	dopts.RequirePins = requirePins
 	ctx, cancel := signalContext()
 	defer cancel()
-	live, err := server.ListLive(ctx, server.LiveOptions{Downstream: dopts, Sandbox: a.opts.Sandbox.Name(), Version: version,
+	live, err := gateway.ListLive(ctx, gateway.LiveOptions{Downstream: dopts, Sandbox: a.opts.Sandbox.Name(), Version: version,
 		Log: a.log, Audit: a.opts.Audit}, ids)
 	if err != nil {
 		fmt.Fprintf(stderr, "toolgate registry %s: %v\n", cmd, err)
@@ -136,7 +136,7 @@ type pinned struct {
 // pinServer merges the listing of one server into pins (its pins replaced
 // by those of its enabled tools: new ones pinned, changed ones re-pinned,
 // a tool that could not be pinned keeping its pin), and says what it did.
-func pinServer(pins *conf.Pins, ls server.LiveServer) []pinned {
+func pinServer(pins *conf.Pins, ls gateway.LiveServer) []pinned {
 	id := ls.Server.ID
 	old := pins.Servers[id]
 	now := map[string]conf.Pin{}

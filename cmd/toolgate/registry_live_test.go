@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/conf"
-	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/gateway"
 )
 
 func pinOf(t *testing.T, def string) conf.Pin {
@@ -37,7 +37,7 @@ func TestPinServer(t *testing.T) {
 		"srv":   {"same": same, "changed": was, "hidden": hidden, "absent": gone, "dropped": dropped},
 		"other": {"x": same},
 	}}
-	ls := server.LiveServer{Server: conf.ToolServer{ID: "srv"}, Tools: []server.LiveTool{
+	ls := gateway.LiveServer{Server: conf.ToolServer{ID: "srv"}, Tools: []gateway.LiveTool{
 		{Name: "same", Offered: true, Definition: same.Definition, SHA256: same.SHA256},
 		{Name: "changed", Offered: true, Definition: now.Definition, SHA256: now.SHA256},
 		{Name: "fresh", Offered: true, Definition: fresh.Definition, SHA256: fresh.SHA256},

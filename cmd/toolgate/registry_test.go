@@ -226,7 +226,7 @@ func TestRegistryShowLoadsBack(t *testing.T) {
 		// Only the comment header (where it was defined) may differ.
 		body := func(b bytes.Buffer) string {
 			var keep []string
-			for _, l := range strings.Split(b.String(), "\n") {
+			for l := range strings.SplitSeq(b.String(), "\n") {
 				if !strings.HasPrefix(l, "#") {
 					keep = append(keep, l)
 				}

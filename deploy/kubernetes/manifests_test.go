@@ -93,7 +93,7 @@ func decodeAll(t *testing.T) decoded {
 
 func stripComments(doc string) string {
 	var b strings.Builder
-	for _, l := range strings.Split(doc, "\n") {
+	for l := range strings.SplitSeq(doc, "\n") {
 		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
 			b.WriteString(l + "\n")
 		}

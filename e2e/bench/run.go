@@ -137,30 +137,37 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 
 	md := b.markdown()
 	fmt.Fprint(stdout, md)
-	if err := os.MkdirAll(b.out, 0o755); err != nil {
+	if err := b.write(md, sections); err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 1
+	}
+	return 0
+}
+
+// write puts the run's report in the results directory (bench.md,
+// bench.json) and, after a full run, in the -doc page.
+func (b *bench) write(md, sections string) error {
+	if err := os.MkdirAll(b.out, 0o755); err != nil {
+		return err
 	}
 	js, _ := json.MarshalIndent(b.res, "", "  ")
 	for name, data := range map[string][]byte{"bench.md": []byte(md), "bench.json": append(js, '\n')} {
 		if err := os.WriteFile(filepath.Join(b.out, name), data, 0o644); err != nil {
-			fmt.Fprintf(stderr, "bench: %v\n", err)
-			return 1
+			return err
 		}
 	}
-	logf(stderr, "wrote %s and %s", filepath.Join(b.out, "bench.md"), filepath.Join(b.out, "bench.json"))
+	logf(b.stderr, "wrote %s and %s", filepath.Join(b.out, "bench.md"), filepath.Join(b.out, "bench.json"))
 	switch {
 	case b.doc == "":
 	case len(b.sections) > 0:
-		logf(stderr, "not writing %s: a partial run (-only %s)", b.doc, sections)
+		logf(b.stderr, "not writing %s: a partial run (-only %s)", b.doc, sections)
 	default:
 		if err := writeDoc(b.doc, docRun, md); err != nil {
-			fmt.Fprintf(stderr, "bench: %v\n", err)
-			return 1
+			return err
 		}
-		logf(stderr, "wrote %s", b.doc)
+		logf(b.stderr, "wrote %s", b.doc)
 	}
-	return 0
+	return nil
 }
 
 // benchConf is the tools.conf of the toolgate paths.
@@ -872,14 +879,14 @@ func machine(toolgate string) map[string]string {
 		m["kernel"] = strings.TrimSpace(string(b))
 	}
 	if b, err := os.ReadFile("/etc/os-release"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
+		for l := range strings.SplitSeq(string(b), "\n") {
 			if v, ok := strings.CutPrefix(l, "PRETTY_NAME="); ok {
 				m["os"] = strings.Trim(v, `"`)
 			}
 		}
 	}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
+		for l := range strings.SplitSeq(string(b), "\n") {
 			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
 				m["cpu"] = strings.TrimSpace(v)
 				break
@@ -887,7 +894,7 @@ func machine(toolgate string) map[string]string {
 		}
 	}
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
+		for l := range strings.SplitSeq(string(b), "\n") {
 			if v, ok := strings.CutPrefix(l, "MemTotal:"); ok {
 				m["memory"] = fmt.Sprintf("%d GiB", (kib(v)+(1<<19))>>20)
 			}

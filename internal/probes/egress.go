@@ -286,7 +286,7 @@ func seekSecret(spec string) string {
 			return
 		}
 		var h, pow uint64 = 0, 1
-		for i := 0; i < size; i++ {
+		for i := range size {
 			h = h*RollBase + uint64(b[i])
 			if i > 0 {
 				pow *= RollBase

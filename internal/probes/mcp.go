@@ -273,7 +273,7 @@ func rlimits() string {
 		return err.Error()
 	}
 	var out []string
-	for _, l := range strings.Split(string(b), "\n") {
+	for l := range strings.SplitSeq(string(b), "\n") {
 		for _, k := range []string{"Max open files", "Max processes", "Max core file size", "Max file size"} {
 			if strings.HasPrefix(l, k) {
 				out = append(out, strings.Join(strings.Fields(l), " "))

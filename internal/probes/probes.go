@@ -244,8 +244,7 @@ func result(err error) string {
 	if err == nil {
 		return "ok"
 	}
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
+	if errno, ok := errors.AsType[syscall.Errno](err); ok {
 		return "denied " + errnoName(errno)
 	}
 	return "denied " + err.Error()
@@ -550,7 +549,7 @@ func fill(p string, mib int) {
 	defer f.Close()
 	chunk := make([]byte, 1<<20)
 	var n int64
-	for i := 0; i < mib; i++ {
+	for range mib {
 		m, err := f.Write(chunk)
 		n += int64(m)
 		if err != nil {

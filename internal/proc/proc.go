@@ -23,7 +23,7 @@ func ChildPids() []int {
 		if err != nil {
 			continue
 		}
-		for _, s := range strings.Fields(string(b)) {
+		for s := range strings.FieldsSeq(string(b)) {
 			if n, err := strconv.Atoi(s); err == nil {
 				pids = append(pids, n)
 			}

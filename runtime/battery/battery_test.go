@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/testbin"
@@ -76,7 +77,7 @@ func backends(t *testing.T) []backend {
 	out = append(out, ociBackends(t, cg)...)
 	// Every backend again with the pool on: each call runs in a sandbox
 	// prepared for it ahead of the call (Env.call checks it did).
-	for _, b := range out[:len(out):len(out)] {
+	for _, b := range slices.Clip(out) {
 		if b.missing != "" {
 			out = append(out, unavailable(b.name+"/pool", "%s", b.missing))
 			continue

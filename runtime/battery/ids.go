@@ -131,7 +131,7 @@ func (e *Env) findCall(argv string, within time.Duration) (int, string) {
 // idsOf returns the real uid and gid of a /proc status.
 func idsOf(status string) [2]int {
 	var ids [2]int
-	for _, l := range strings.Split(status, "\n") {
+	for l := range strings.SplitSeq(status, "\n") {
 		for i, k := range []string{"Uid:", "Gid:"} {
 			if f := strings.Fields(l); len(f) > 1 && f[0] == k {
 				ids[i], _ = strconv.Atoi(f[1])

@@ -105,7 +105,7 @@ func keyringUsage(ring int) (int, error) {
 		return 0, err
 	}
 	id := fmt.Sprintf("%08x", ring)
-	for _, l := range strings.Split(string(b), "\n") {
+	for l := range strings.SplitSeq(string(b), "\n") {
 		if f := strings.Fields(l); len(f) > 2 && f[0] == id {
 			return strconv.Atoi(f[2])
 		}

@@ -178,7 +178,7 @@ func (r *Runner) SelfTest(ctx context.Context) error {
 
 // Hint turns a bwrap (or enter shim) failure message into the fix an
 // operator needs. The container cases were found by experiment with podman
-// 4.3 (README, "Running the image"): podman's default seccomp profile allows
+// 4.3 (docs/deploy.md, "Running the image"): podman's default seccomp profile allows
 // sethostname only with CAP_SYS_ADMIN, and its masked /proc paths make the
 // kernel refuse a new proc mount; images/seccomp.json and
 // --security-opt systempaths=unconfined are the fixes that add no

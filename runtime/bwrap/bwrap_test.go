@@ -55,7 +55,7 @@ func TestRunSmoke(t *testing.T) {
 	}
 }
 
-// TestHint: each failure text seen in experiments (README, "Running the
+// TestHint: each failure text seen in experiments (docs/deploy.md, "Running the
 // image") maps to the fix an operator needs.
 func TestHint(t *testing.T) {
 	for _, tc := range []struct{ msg, want string }{

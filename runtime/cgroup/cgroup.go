@@ -515,7 +515,7 @@ func eventCount(path, key string) int64 {
 	if err != nil {
 		return 0
 	}
-	for _, l := range strings.Split(string(b), "\n") {
+	for l := range strings.SplitSeq(string(b), "\n") {
 		k, v, ok := strings.Cut(l, " ")
 		if ok && k == key {
 			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)

@@ -72,7 +72,7 @@ func ownCgroups() (map[string]string, error) {
 		return nil, err
 	}
 	out := map[string]string{}
-	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+	for l := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
 		parts := strings.SplitN(l, ":", 3)
 		if len(parts) != 3 {
 			continue
@@ -81,7 +81,7 @@ func ownCgroups() (map[string]string, error) {
 			out["0"] = parts[2]
 			continue
 		}
-		for _, ctl := range strings.Split(parts[1], ",") {
+		for ctl := range strings.SplitSeq(parts[1], ",") {
 			out[ctl] = parts[2]
 		}
 	}

@@ -151,7 +151,7 @@ func (r *Runner) sweepState(st string) {
 	if err != nil {
 		return
 	}
-	for _, id := range strings.Fields(string(res.Output)) {
+	for id := range strings.FieldsSeq(string(res.Output)) {
 		if !strings.HasPrefix(id, IDPrefix) {
 			continue
 		}

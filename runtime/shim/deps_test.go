@@ -24,8 +24,8 @@ func TestShimLinksNothingOfTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list -deps: %v", err)
 	}
-	deps := strings.Fields(string(out))
-	for _, dep := range deps {
+	deps := strings.FieldsSeq(string(out))
+	for dep := range deps {
 		for _, bad := range []string{
 			"github.com/toolgate/toolgate/runtime", // the server's side of the shims
 			"github.com/toolgate/toolgate/egress",

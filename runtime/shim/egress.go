@@ -67,8 +67,7 @@ func superviseEgress(s Spec, env []string, keepStderr bool) int {
 // unwrapPathError drops os.StartProcess's "fork/exec PATH:" prefix, so
 // that the message reads as the init shim's exec failure does.
 func unwrapPathError(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
+	if pe, ok := errors.AsType[*os.PathError](err); ok {
 		return pe.Err
 	}
 	return err

@@ -1,4 +1,4 @@
-package server
+package gateway
 
 // What toolgate passes on of a downstream result: its text neutralised
 // (unless --keep-escapes), and capped at --downstream-max-bytes.
@@ -11,19 +11,20 @@ import (
 	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/toolgate/toolgate/internal/escapes"
 )
 
-// DefaultDownstreamMaxBytes caps the JSON size of one downstream result
+// DefaultMaxBytes caps the JSON size of one downstream result
 // (1 MiB). A larger result is cut (see capResult) and marked isError; a
 // message over messageMax of the cap is discarded while it is read
-// (downstream_cap.go).
-const DefaultDownstreamMaxBytes = 1 << 20
+// (cap.go).
+const DefaultMaxBytes = 1 << 20
 
-func (d *downstream) maxBytes() int {
-	if n := d.deps.opts.MaxBytes; n > 0 {
+func (d *Server) maxBytes() int {
+	if n := d.deps.Options.MaxBytes; n > 0 {
 		return n
 	}
-	return DefaultDownstreamMaxBytes
+	return DefaultMaxBytes
 }
 
 // neutralizeResult returns res with the terminal control sequences of its
@@ -37,13 +38,13 @@ func neutralizeResult(res *mcp.CallToolResult) *mcp.CallToolResult {
 		var n mcp.Content
 		switch c := c.(type) {
 		case mcp.TextContent:
-			if t := neutralize(c.Text); t != c.Text {
+			if t := escapes.Neutralize(c.Text); t != c.Text {
 				c.Text = t
 				n = c
 			}
 		case mcp.EmbeddedResource:
 			if r, ok := c.Resource.(mcp.TextResourceContents); ok {
-				if t := neutralize(r.Text); t != r.Text {
+				if t := escapes.Neutralize(r.Text); t != r.Text {
 					r.Text = t
 					c.Resource = r
 					n = c

@@ -1,4 +1,4 @@
-package server
+package gateway
 
 // Which backend runs a downstream server: an HTTP server runs elsewhere; a
 // stdio server runs under the sandbox backend when that can run services,
@@ -19,14 +19,14 @@ import (
 // sandbox backend that does not run services (the OCI backend).
 var ErrNeedsBwrap = errors.New("downstream servers need the bwrap backend")
 
-// newDownstream is the server srv of the registry, run by the backend its
-// entry and deps.opts choose (sandbox names the sandbox backend).
-func newDownstream(srv conf.ToolServer, deps downstreamDeps, sandbox string) *downstream {
-	d := &downstream{deps: deps, srv: srv, backend: "http", starting: make(chan struct{}, 1), tools: map[string]*toolState{}}
+// New is the server srv of the registry, run by the backend its
+// entry and deps.Options choose (sandbox names the sandbox backend).
+func New(srv conf.ToolServer, deps Deps, sandbox string) *Server {
+	d := &Server{deps: deps, srv: srv, backend: "http", starting: make(chan struct{}, 1), tools: map[string]*toolState{}}
 	for _, tool := range srv.EnabledTools {
 		d.tools[tool] = &toolState{}
 	}
-	opts := deps.opts
+	opts := deps.Options
 	if !srv.SupportsParallelToolCalls {
 		d.slot = make(chan struct{}, 1)
 	}
@@ -47,9 +47,9 @@ func newDownstream(srv conf.ToolServer, deps downstreamDeps, sandbox string) *do
 			}
 		}
 	}
-	d.log = deps.log.WithFields(logrus.Fields{"server": srv.ID, "transport": srv.Transport, "backend": d.backend})
+	d.log = deps.Log.WithFields(logrus.Fields{"server": srv.ID, "transport": srv.Transport, "backend": d.backend})
 	return d
 }
 
 // sandboxState says how the server runs, for status and descriptions.
-func (d *downstream) sandboxState() string { return d.srv.SandboxState() }
+func (d *Server) sandboxState() string { return d.srv.SandboxState() }

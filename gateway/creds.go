@@ -1,4 +1,4 @@
-package server
+package gateway
 
 // A downstream server's credentials: the variables its entry names, read
 // from toolgate's environment when it starts and at each HTTP request,
@@ -11,11 +11,14 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/egress"
 )
 
 // lookupEnv reads a variable of toolgate's environment.
-func (d *downstream) lookupEnv(name string) (string, bool) {
-	if f := d.deps.opts.LookupEnv; f != nil {
+func (d *Server) lookupEnv(name string) (string, bool) {
+	if f := d.deps.Options.LookupEnv; f != nil {
 		return f(name)
 	}
 	return os.LookupEnv(name)
@@ -23,7 +26,7 @@ func (d *downstream) lookupEnv(name string) (string, bool) {
 
 // checkVars reports the referenced variables that are not set (or empty),
 // by name.
-func (d *downstream) checkVars() error {
+func (d *Server) checkVars() error {
 	var missing []string
 	for _, v := range d.srv.Vars() {
 		if val, ok := d.lookupEnv(v.Name); !ok || val == "" {
@@ -38,7 +41,7 @@ func (d *downstream) checkVars() error {
 
 // env is the server's own environment: the literal env, then the
 // forwarded env_vars, read now.
-func (d *downstream) env() ([]string, error) {
+func (d *Server) env() ([]string, error) {
 	var env []string
 	for _, k := range slices.Sorted(maps.Keys(d.srv.Env)) {
 		env = append(env, k+"="+d.srv.Env[k])
@@ -56,7 +59,7 @@ func (d *downstream) env() ([]string, error) {
 // headerTransport sets the server's headers on every request to its
 // origin.
 type headerTransport struct {
-	d            *downstream
+	d            *Server
 	scheme, host string
 	base         http.RoundTripper
 }
@@ -75,7 +78,7 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // httpHeaders are the headers of each request: the literal http_headers,
 // then the bearer token and env_http_headers read from the named variables
 // now.
-func (d *downstream) httpHeaders() map[string]string {
+func (d *Server) httpHeaders() map[string]string {
 	h := maps.Clone(d.srv.Headers)
 	if h == nil {
 		h = map[string]string{}
@@ -95,7 +98,7 @@ func (d *downstream) httpHeaders() map[string]string {
 
 // secrets are the values of the variables the server references, as now
 // set: what redact removes.
-func (d *downstream) secrets() []string {
+func (d *Server) secrets() []string {
 	var out []string
 	for _, v := range d.srv.Vars() {
 		if val, ok := d.lookupEnv(v.Name); ok && len(val) >= 4 {
@@ -108,7 +111,7 @@ func (d *downstream) secrets() []string {
 // redact replaces the values of the referenced variables in s: text that
 // reaches the log (the server's stderr, error messages) never carries a
 // credential even when the server prints one.
-func (d *downstream) redact(s string) string {
+func (d *Server) redact(s string) string {
 	for _, v := range d.secrets() {
 		s = strings.ReplaceAll(s, v, "[redacted]")
 	}
@@ -116,6 +119,19 @@ func (d *downstream) redact(s string) string {
 }
 
 // stderrLine logs one line of the server's stderr.
-func (d *downstream) stderrLine(line string) {
+func (d *Server) stderrLine(line string) {
 	d.log.WithField("stderr", d.redact(line)).Info("downstream server stderr")
+}
+
+// injections are what the egress proxy of a server sets on its requests
+// for each credential of its entry (egress_credentials).
+func injections(creds []conf.Credential) map[string]egress.Injection {
+	if len(creds) == 0 {
+		return nil
+	}
+	m := make(map[string]egress.Injection, len(creds))
+	for _, c := range creds {
+		m[c.Dest.String()] = egress.Injection{Header: c.Header, Value: c.Value.Reveal()}
+	}
+	return m
 }

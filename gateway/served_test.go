@@ -1,4 +1,4 @@
-package server
+package gateway
 
 import (
 	"encoding/json"
@@ -13,7 +13,7 @@ import (
 )
 
 func TestApprovalAnnotations(t *testing.T) {
-	yes, no := mcp.ToBoolPtr(true), mcp.ToBoolPtr(false)
+	yes, no := new(true), new(false)
 	for _, tc := range []struct {
 		mode           conf.ApprovalMode
 		own            mcp.ToolAnnotation
@@ -41,7 +41,7 @@ func TestApprovalAnnotations(t *testing.T) {
 // server's. A server's readOnlyHint and destructiveHint are named in the
 // description as its claims, not checked by toolgate.
 func TestDownstreamAnnotationsTruth(t *testing.T) {
-	yes, no := mcp.ToBoolPtr(true), mcp.ToBoolPtr(false)
+	yes, no := new(true), new(false)
 	hosts, err := allowlist.ParseList([]string{"api.example.com:443"})
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +63,7 @@ func TestDownstreamAnnotationsTruth(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := stdio
 			tc.srv(&srv)
-			d := newDownstream(srv, downstreamDeps{log: logrus.New()}, "bwrap")
+			d := New(srv, Deps{Log: logrus.New()}, "bwrap")
 			tool, err := d.servedTool(remoteTool{Name: "t", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: mcp.ToolAnnotation{OpenWorldHint: tc.own}}, "")
 			if err != nil {
 				t.Fatal(err)
@@ -81,17 +81,26 @@ func TestDownstreamAnnotationsTruth(t *testing.T) {
 		want string // the description's last line; "" none
 	}{
 		{"no claim", conf.ApprovalAuto, mcp.ToolAnnotation{OpenWorldHint: no}, ""},
-		{"read-only claim, mode writes", conf.ApprovalWrites, mcp.ToolAnnotation{ReadOnlyHint: yes},
-			"(readOnlyHint true is the server's claim, not checked by toolgate; approval mode writes serves the tool as read-only because of it.)"},
-		{"both claims, mode auto", conf.ApprovalAuto, mcp.ToolAnnotation{ReadOnlyHint: no, DestructiveHint: yes},
-			"(readOnlyHint false and destructiveHint true are the server's claims, not checked by toolgate; the annotations toolgate serves follow approval mode auto.)"},
-		{"destructive claim, mode prompt", conf.ApprovalPrompt, mcp.ToolAnnotation{DestructiveHint: no},
-			"(destructiveHint false is the server's claim, not checked by toolgate; the annotations toolgate serves follow approval mode prompt.)"},
+		{
+			"read-only claim, mode writes", conf.ApprovalWrites,
+			mcp.ToolAnnotation{ReadOnlyHint: yes},
+			"(readOnlyHint true is the server's claim, not checked by toolgate; approval mode writes serves the tool as read-only because of it.)",
+		},
+		{
+			"both claims, mode auto", conf.ApprovalAuto,
+			mcp.ToolAnnotation{ReadOnlyHint: no, DestructiveHint: yes},
+			"(readOnlyHint false and destructiveHint true are the server's claims, not checked by toolgate; the annotations toolgate serves follow approval mode auto.)",
+		},
+		{
+			"destructive claim, mode prompt", conf.ApprovalPrompt,
+			mcp.ToolAnnotation{DestructiveHint: no},
+			"(destructiveHint false is the server's claim, not checked by toolgate; the annotations toolgate serves follow approval mode prompt.)",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := stdio
 			srv.DefaultApproval = tc.mode
-			d := newDownstream(srv, downstreamDeps{log: logrus.New()}, "bwrap")
+			d := New(srv, Deps{Log: logrus.New()}, "bwrap")
 			tool, err := d.servedTool(remoteTool{Name: "t", Description: "Own.", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: tc.own}, "")
 			if err != nil {
 				t.Fatal(err)
@@ -109,4 +118,11 @@ func TestDownstreamAnnotationsTruth(t *testing.T) {
 			}
 		})
 	}
+}
+
+func deref(b *bool) any {
+	if b == nil {
+		return nil
+	}
+	return *b
 }

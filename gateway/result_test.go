@@ -1,4 +1,4 @@
-package server
+package gateway
 
 import (
 	"encoding/json"
@@ -46,4 +46,14 @@ func TestCapResult(t *testing.T) {
 			t.Errorf("cutJSONText(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
 		}
 	}
+}
+
+func resultText(r *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
 }

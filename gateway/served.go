@@ -1,4 +1,4 @@
-package server
+package gateway
 
 // What toolgate serves of a downstream server, and under which name: the
 // served-name collisions that disable the registry, the registration of
@@ -9,39 +9,29 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolgate/toolgate/conf"
-	"github.com/toolgate/toolgate/status"
 )
 
 // openSchema is the input schema of a tool whose server could not be
 // listed: the downstream server validates the arguments itself.
 var openSchema = json.RawMessage(`{"type":"object"}`)
 
-// collisions applies conf.Collisions to the names this server serves
-// already (a registry loaded without RegistryOptions.Taken, as in tests,
-// is held to the same rule).
-func (s *Server) collisions(r *conf.Registry) []error {
-	s.mu.RLock()
-	taken := conf.TakenNames(nil, s.opts.Conf)
-	for name := range s.order {
-		if _, ok := taken[name]; !ok {
-			taken[name] = "the built-in tool"
-		}
+// Register serves the server's tools as its start-up listing (or, not
+// listed, its pins) says, and fills in its status; from then on each
+// listing changes what is served (pins.go). With --eager it watches the
+// start-up connection.
+func (d *Server) Register() {
+	d.register()
+	if c := d.live(); c != nil { // --eager: the start-up connection
+		go d.watch(c)
 	}
-	s.mu.RUnlock()
-	return conf.Collisions(r.Servers, taken)
 }
 
-// register serves the server's tools as its start-up listing (or, not
-// listed, its pins) says, and fills in its status; from then on each
-// listing changes what is served (downstream_pins.go).
-func (d *downstream) register() {
+func (d *Server) register() {
 	if d.unavailable != nil {
 		d.log.WithError(d.unavailable).Error("downstream server unavailable: its tools answer isError; it never runs unsandboxed")
 	}
@@ -51,75 +41,25 @@ func (d *downstream) register() {
 	d.mu.Lock()
 	d.first = nil
 	d.mu.Unlock()
-	d.deps.update(put, nil)
-	d.deps.setStatus(d)
+	d.deps.Update(put, nil)
+	d.deps.SetStatus(d.Status())
 }
 
 // relisted applies a later listing of the server (its start number n):
 // what toolgate serves of it changes at once.
-func (d *downstream) relisted(l *listing, n int) {
+func (d *Server) relisted(l *listing, n int) {
 	d.listMu.Lock()
 	defer d.listMu.Unlock()
 	put, drop := d.apply(l, n)
-	d.deps.update(put, drop)
-	d.deps.setStatus(d)
-}
-
-// reserve gives every tool the server may serve its place in tools/list
-// (servers by id, tools in enabled_tools order), so that a tool withheld
-// and served again comes back where it was.
-func (s *Server) reserve(d *downstream) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, tool := range d.srv.EnabledTools {
-		if _, ok := s.order[d.srv.ServedName(tool)]; !ok {
-			s.order[d.srv.ServedName(tool)] = len(s.order)
-		}
-	}
-}
-
-// updateDownstream changes what is served of the downstream tools: put are
-// served (added, or replacing the definition served under the same name),
-// drop withdrawn. mcp-go sends every session
-// notifications/tools/list_changed (New declares listChanged).
-func (s *Server) updateDownstream(put []entry, drop []string) {
-	if len(put) == 0 && len(drop) == 0 {
-		return
-	}
-	tools := make([]mcpserver.ServerTool, 0, len(put))
-	s.mu.Lock()
-	served := slices.DeleteFunc(s.served, func(t status.Tool) bool {
-		return slices.Contains(drop, t.Name) || slices.ContainsFunc(put, func(e entry) bool { return e.tool.Name == t.Name })
-	})
-	for _, e := range put {
-		if _, ok := s.order[e.tool.Name]; !ok {
-			s.order[e.tool.Name] = len(s.order)
-		}
-		tools = append(tools, mcpserver.ServerTool{Tool: e.tool, Handler: e.handler})
-		served = append(served, e.status)
-	}
-	slices.SortStableFunc(served, func(a, b status.Tool) int { return s.order[a.Name] - s.order[b.Name] })
-	s.served = served
-	s.mu.Unlock()
-	if len(drop) > 0 {
-		s.mcp.DeleteTools(drop...)
-	}
-	if len(tools) > 0 {
-		s.mcp.AddTools(tools...)
-	}
-}
-
-// setDownstreamStatus writes d's part of checkpoint_status.
-func (s *Server) setDownstreamStatus(d *downstream) {
-	ds := d.downstreamStatus()
-	s.updateStatus(func(st *status.Registry) { st.Servers[d.index] = ds })
+	d.deps.Update(put, drop)
+	d.deps.SetStatus(d.Status())
 }
 
 // servedTool is how toolgate serves a listed downstream tool: the served
 // name, the downstream schemas unchanged, the description with its origin
 // (and note, when not ""), and the annotations of the operator's approval
 // mode and of what toolgate knows of the server.
-func (d *downstream) servedTool(r remoteTool, note string) (mcp.Tool, error) {
+func (d *Server) servedTool(r remoteTool, note string) (mcp.Tool, error) {
 	in := r.InputSchema
 	if len(in) == 0 || string(in) == "null" {
 		in = openSchema
@@ -160,7 +100,7 @@ func checkObjectSchema(b json.RawMessage) error {
 
 // describe is a downstream tool's description: its own, then where it
 // comes from and the operator's approval mode, then note.
-func (d *downstream) describe(tool, own, note string) string {
+func (d *Server) describe(tool, own, note string) string {
 	origin := fmt.Sprintf("Downstream tool %q of the tool-MCP server %q (%s", tool, d.srv.ID, d.srv.Transport)
 	if d.srv.Transport == conf.TransportStdio {
 		origin += ", sandbox " + d.sandboxState()
@@ -208,10 +148,10 @@ func claims(mode conf.ApprovalMode, own mcp.ToolAnnotation) string {
 // (approvalAnnotations), and openWorldHint true when toolgate lets the
 // server reach a network (network = true, allowed_hosts, or sandbox =
 // false: the host's), whatever the server says.
-func (d *downstream) annotations(tool string, own mcp.ToolAnnotation) mcp.ToolAnnotation {
+func (d *Server) annotations(tool string, own mcp.ToolAnnotation) mcp.ToolAnnotation {
 	a := approvalAnnotations(d.srv.Approval(tool), own)
 	if d.srv.Transport == conf.TransportStdio && (d.srv.Network || len(d.srv.AllowedHosts) > 0 || !d.srv.Sandbox) {
-		a.OpenWorldHint = mcp.ToBoolPtr(true)
+		a.OpenWorldHint = new(true)
 	}
 	return a
 }
@@ -236,10 +176,10 @@ func approvalAnnotations(mode conf.ApprovalMode, own mcp.ToolAnnotation) mcp.Too
 	case conf.ApprovalWrites:
 		confirm = own.ReadOnlyHint == nil || !*own.ReadOnlyHint
 	}
-	a.ReadOnlyHint = mcp.ToBoolPtr(!confirm)
-	a.DestructiveHint = mcp.ToBoolPtr(confirm)
+	a.ReadOnlyHint = new(!confirm)
+	a.DestructiveHint = new(confirm)
 	if mode == conf.ApprovalApprove {
-		a.IdempotentHint = mcp.ToBoolPtr(false)
+		a.IdempotentHint = new(false)
 	}
 	return a
 }

@@ -1,15 +1,15 @@
-package server
+package jsonrpc
 
 import (
 	"bytes"
 	"encoding/json"
 )
 
-// maxIDBytes bounds the JSON of an id envelopeScan keeps: a JSON-RPC id is
+// maxIDBytes bounds the JSON of an id Scan keeps: a JSON-RPC id is
 // a short string or a number; a longer one is treated as unreadable.
 const maxIDBytes = 256
 
-// envelopeScan reads one JSON-RPC message as it streams past, without
+// Scan reads one JSON-RPC message as it streams past, without
 // keeping it, and records what its top level says: the "id" member (a
 // string or a number of at most maxIDBytes of JSON) and whether it has a
 // "method" member (a request or a notification rather than a response).
@@ -18,7 +18,7 @@ const maxIDBytes = 256
 //
 // It is a tokenizer, not a validator: on malformed JSON it reports what it
 // saw, which is at worst an id that matches no pending request.
-type envelopeScan struct {
+type Scan struct {
 	depth int  // nesting of objects and arrays
 	str   bool // inside a string
 	esc   bool // after a backslash inside a string
@@ -68,7 +68,7 @@ const (
 
 // ID returns the message's id as JSON, or nil when it has none that can be
 // read (absent, null, not a scalar, or too long).
-func (s *envelopeScan) ID() json.RawMessage {
+func (s *Scan) ID() json.RawMessage {
 	if s.bad || len(s.id) == 0 || s.id[0] == 'n' {
 		return nil
 	}
@@ -76,10 +76,10 @@ func (s *envelopeScan) ID() json.RawMessage {
 }
 
 // HasMethod reports a top-level "method" member.
-func (s *envelopeScan) HasMethod() bool { return !s.bad && s.method }
+func (s *Scan) HasMethod() bool { return !s.bad && s.method }
 
 // Write feeds the next bytes of the message; it never fails.
-func (s *envelopeScan) Write(b []byte) (int, error) {
+func (s *Scan) Write(b []byte) (int, error) {
 	n := len(b)
 	for len(b) > 0 && !s.bad && !s.done {
 		if s.str {
@@ -102,16 +102,16 @@ func (s *envelopeScan) Write(b []byte) (int, error) {
 
 // inString consumes string bytes up to and including the closing quote,
 // keeping what a key or an id needs.
-func (s *envelopeScan) inString(b []byte) []byte {
+func (s *Scan) inString(b []byte) []byte {
 	if s.esc {
 		s.esc = false
 		s.keep(b[:1])
 		return b[1:]
 	}
-	q := bytes.IndexByte(b, '"')
+	before, after, ok := bytes.Cut(b, []byte{'"'})
 	seg := b
-	if q >= 0 {
-		seg = b[:q]
+	if ok {
+		seg = before
 	}
 	if bs := bytes.IndexByte(seg, '\\'); bs >= 0 {
 		s.keep(seg[:bs+1])
@@ -119,7 +119,7 @@ func (s *envelopeScan) inString(b []byte) []byte {
 		return b[bs+1:]
 	}
 	s.keep(seg)
-	if q < 0 {
+	if !ok {
 		return nil
 	}
 	s.str = false
@@ -134,11 +134,11 @@ func (s *envelopeScan) inString(b []byte) []byte {
 			s.top = topAfter
 		}
 	}
-	return b[q+1:]
+	return after
 }
 
 // keep records string bytes of a top-level key or of the id.
-func (s *envelopeScan) keep(b []byte) {
+func (s *Scan) keep(b []byte) {
 	switch s.kind {
 	case strKey:
 		if s.keyN+len(b) > len(s.key) {
@@ -151,7 +151,7 @@ func (s *envelopeScan) keep(b []byte) {
 	}
 }
 
-func (s *envelopeScan) keepVal(b []byte) {
+func (s *Scan) keepVal(b []byte) {
 	if len(s.val)+len(b) > maxIDBytes {
 		s.valLong = true
 		return
@@ -160,7 +160,7 @@ func (s *envelopeScan) keepVal(b []byte) {
 }
 
 // endValue ends the value of the current top-level member.
-func (s *envelopeScan) endValue() {
+func (s *Scan) endValue() {
 	if s.field == fieldID {
 		s.id = nil
 		if !s.valLong && json.Valid(s.val) {
@@ -174,7 +174,7 @@ func (s *envelopeScan) endValue() {
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // byte handles one byte outside strings.
-func (s *envelopeScan) byte(c byte) {
+func (s *Scan) byte(c byte) {
 	if s.depth == 0 {
 		switch {
 		case isSpace(c):

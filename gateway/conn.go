@@ -1,9 +1,9 @@
-package server
+package gateway
 
 // A downstream server's connection: started (stdio) or connected (HTTP)
 // on demand within startup_timeout_sec, ended on a broken session, a call
 // past its budget, or Close. Its stdio writes are bounded in
-// downstream_stdio.go, what it sends in downstream_cap.go.
+// stdio.go, what it sends in cap.go.
 
 import (
 	"context"
@@ -25,16 +25,17 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
-// DownstreamProtocol is the MCP protocol version toolgate asks downstream
+// Protocol is the MCP protocol version toolgate asks downstream
 // servers for; a server may answer with an older one it supports.
-const DownstreamProtocol = mcp.ProtocolVersion20250618
+const Protocol = mcp.ProtocolVersion20250618
 
-// downstreamCloseGrace is how long a stdio server gets to exit after its
+// closeGrace is how long a stdio server gets to exit after its
 // stdin is closed before it is killed.
-const downstreamCloseGrace = time.Second
+const closeGrace = time.Second
 
 // dconn is one live connection: a started process or an HTTP session.
 type dconn struct {
@@ -50,7 +51,7 @@ type dconn struct {
 	reason string // why it ended; "" while alive
 	dead   chan struct{}
 	// discarded are the reasons toolgate answered in place of oversized
-	// responses (see downstream_cap.go), until the call each answers
+	// responses (see cap.go), until the call each answers
 	// takes it.
 	discarded []string
 }
@@ -102,7 +103,7 @@ func (c *dconn) ended() (string, bool) {
 // start-up listing failed. A call that finds another starting the server
 // waits for it within its own context (and startup_timeout_sec), never
 // holding the lock that shutdown and the other calls take.
-func (d *downstream) get(ctx context.Context) (*dconn, error) {
+func (d *Server) get(ctx context.Context) (*dconn, error) {
 	if c := d.live(); c != nil {
 		return c, nil
 	}
@@ -120,7 +121,7 @@ func (d *downstream) get(ctx context.Context) (*dconn, error) {
 	if c := d.live(); c != nil {
 		return c, nil
 	}
-	if d.deps.stopping() {
+	if d.deps.Stopping() {
 		return nil, errStopping
 	}
 	c, err := d.connect(ctx)
@@ -140,7 +141,7 @@ func (d *downstream) get(ctx context.Context) (*dconn, error) {
 	}
 	d.relisted(l, c.n)
 	d.mu.Lock()
-	if d.deps.stopping() { // Close ran while it started: shutdown saw no connection
+	if d.deps.Stopping() { // Close ran while it started: shutdown saw no connection
 		d.mu.Unlock()
 		d.close(c, "toolgate is stopping", 0)
 		return nil, errStopping
@@ -154,7 +155,7 @@ func (d *downstream) get(ctx context.Context) (*dconn, error) {
 // watch re-lists the server on each notifications/tools/list_changed it
 // sends while c is its connection (one at a time; those that come during
 // a listing make one more).
-func (d *downstream) watch(c *dconn) {
+func (d *Server) watch(c *dconn) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -201,7 +202,7 @@ func (c *dconn) drainChanged() {
 }
 
 // live returns the current connection if it has not ended.
-func (d *downstream) live() *dconn {
+func (d *Server) live() *dconn {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if c := d.conn; c != nil {
@@ -215,7 +216,7 @@ func (d *downstream) live() *dconn {
 
 // connect starts (stdio) or connects to (HTTP) the server and completes
 // the MCP handshake, within startup_timeout_sec.
-func (d *downstream) connect(ctx context.Context) (*dconn, error) {
+func (d *Server) connect(ctx context.Context) (*dconn, error) {
 	if err := d.checkVars(); err != nil {
 		return nil, err
 	}
@@ -242,8 +243,8 @@ func (d *downstream) connect(ctx context.Context) (*dconn, error) {
 		}
 	})
 	req := mcp.InitializeRequest{}
-	req.Params.ProtocolVersion = DownstreamProtocol
-	req.Params.ClientInfo = mcp.Implementation{Name: "toolgate", Version: d.deps.version}
+	req.Params.ProtocolVersion = Protocol
+	req.Params.ClientInfo = mcp.Implementation{Name: "toolgate", Version: d.deps.Version}
 	if _, err := c.client.Initialize(ctx, req); err != nil {
 		msg := d.redact(err.Error())
 		switch {
@@ -267,7 +268,7 @@ func (d *downstream) connect(ctx context.Context) (*dconn, error) {
 }
 
 // startStdio starts the process and an MCP client over its pipes.
-func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
+func (d *Server) startStdio(ctx context.Context, c *dconn) error {
 	env, err := d.env()
 	if err != nil {
 		return err
@@ -285,7 +286,7 @@ func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
 	}
 	if len(d.srv.AllowedHosts) > 0 {
 		svc.Egress = d.srv.AllowedHosts
-		svc.EgressRecord = d.deps.egress(&audit.Call{Tool: d.srv.ID, Server: d.srv.ID, Call: svc.ID})
+		svc.EgressRecord = d.deps.Egress(&audit.Call{Tool: d.srv.ID, Server: d.srv.ID, Call: svc.ID})
 		svc.Inject = injections(d.srv.Credentials)
 	}
 	p, err := d.starter.StartService(ctx, svc)
@@ -295,14 +296,14 @@ func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
 	c.proc = p
 	limit := messageMax(d.maxBytes())
 	answer := d.oversized(c, limit)
-	stdout := newLineCap(p.Stdout(), limit, func(o oversize) ([]byte, error) {
-		if b := answer(o); b != nil || o.method {
+	stdout := jsonrpc.NewLineCap(p.Stdout(), limit, func(o jsonrpc.Oversize) ([]byte, error) {
+		if b := answer(o); b != nil || o.Method {
 			return b, nil
 		}
 		// No id to answer: the waiting call cannot be told apart. End
 		// the connection (every call in flight answers with this reason)
 		// and start the server again on the next call.
-		reason := fmt.Sprintf("it wrote a message of %d bytes, over toolgate's cap of %d bytes for one message, with no id toolgate could read; it was stopped", o.size, limit)
+		reason := fmt.Sprintf("it wrote a message of %d bytes, over toolgate's cap of %d bytes for one message, with no id toolgate could read; it was stopped", o.Size, limit)
 		c.end(reason)
 		go p.Close()
 		return nil, io.EOF // mcp-go ends the stream quietly; c says why
@@ -313,7 +314,7 @@ func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
 			d.drop(c, reason)
 		}
 	}}
-	c.client = client.NewClient(bounded, client.WithProtocolVersion(DownstreamProtocol))
+	c.client = client.NewClient(bounded, client.WithProtocolVersion(Protocol))
 	// The client's context serves the server's requests to toolgate (ping)
 	// for the life of the process, not the start-up's.
 	if err := c.client.Start(context.WithoutCancel(ctx)); err != nil {
@@ -335,22 +336,22 @@ func (d *downstream) startStdio(ctx context.Context, c *dconn) error {
 // naming the size and the cap, which the waiting call turns into isError
 // (takeDiscarded). A request or notification of the server over the cap
 // is dropped; a message with no id gets no answer (nil).
-func (d *downstream) oversized(c *dconn, limit int) func(oversize) []byte {
-	return func(o oversize) []byte {
-		e := d.log.WithFields(logrus.Fields{"start": c.n, "bytes": o.size, "cap": limit})
+func (d *Server) oversized(c *dconn, limit int) func(jsonrpc.Oversize) []byte {
+	return func(o jsonrpc.Oversize) []byte {
+		e := d.log.WithFields(logrus.Fields{"start": c.n, "bytes": o.Size, "cap": limit})
 		switch {
-		case o.method:
+		case o.Method:
 			e.Warn("downstream server sent a request or notification over the message cap: discarded")
 			return nil
-		case o.id == nil:
+		case o.ID == nil:
 			e.Warn("downstream server sent a message over the message cap with no readable id: discarded")
 			return nil
 		}
 		reason := fmt.Sprintf("a response of %d bytes, over toolgate's cap of %d bytes for one downstream message (--downstream-max-bytes, at least 1 MiB, plus 64 KiB for the envelope); it was discarded as it was read",
-			o.size, limit)
+			o.Size, limit)
 		c.noteDiscarded(reason)
 		e.Warn("downstream response over the message cap: discarded, its call answers isError")
-		return errorLine(o.id, oversizeCode, reason)
+		return jsonrpc.ErrorLine(o.ID, oversizeCode, reason)
 	}
 }
 
@@ -359,7 +360,7 @@ func (d *downstream) oversized(c *dconn, limit int) func(oversize) []byte {
 // are set by the HTTP client's transport, so that every request carries
 // them, mcp-go's session DELETE included; redirects are not followed, and
 // the headers go to the configured origin only.
-func (d *downstream) startHTTP(ctx context.Context, c *dconn) error {
+func (d *Server) startHTTP(ctx context.Context, c *dconn) error {
 	origin, err := url.Parse(d.srv.URL)
 	if err != nil {
 		return fmt.Errorf("url: %w", err)
@@ -388,8 +389,8 @@ func (d *downstream) startHTTP(ctx context.Context, c *dconn) error {
 
 // close ends a connection: a stdio server gets its stdin closed and grace
 // to exit, then it is killed with everything it started; an HTTP session
-// is closed (waiting at most downstreamCloseGrace for the server).
-func (d *downstream) close(c *dconn, reason string, grace time.Duration) {
+// is closed (waiting at most closeGrace for the server).
+func (d *Server) close(c *dconn, reason string, grace time.Duration) {
 	c.end(reason)
 	if c.proc == nil {
 		done := make(chan struct{})
@@ -399,7 +400,7 @@ func (d *downstream) close(c *dconn, reason string, grace time.Duration) {
 		}()
 		select {
 		case <-done:
-		case <-time.After(downstreamCloseGrace):
+		case <-time.After(closeGrace):
 		}
 		return
 	}
@@ -417,7 +418,7 @@ func (d *downstream) close(c *dconn, reason string, grace time.Duration) {
 // drop ends c, the current connection, at once (a server that ran past a
 // call's budget, a broken HTTP session), so that the next call starts
 // anew.
-func (d *downstream) drop(c *dconn, reason string) {
+func (d *Server) drop(c *dconn, reason string) {
 	d.mu.Lock()
 	if d.conn == c {
 		d.conn = nil
@@ -427,14 +428,15 @@ func (d *downstream) drop(c *dconn, reason string) {
 	d.close(c, reason, 0)
 }
 
-// shutdown ends the live connection, if any.
-func (d *downstream) shutdown() {
+// Shutdown ends the live connection, if any (server.Close); a later call
+// starts the server again unless Deps.Stopping says Close has begun.
+func (d *Server) Shutdown() {
 	d.mu.Lock()
 	c := d.conn
 	d.conn = nil
 	d.mu.Unlock()
 	if c != nil {
-		d.close(c, "toolgate is stopping", downstreamCloseGrace)
+		d.close(c, "toolgate is stopping", closeGrace)
 	}
 }
 

@@ -1,4 +1,4 @@
-package server
+package gateway
 
 // What toolgate serves of each listing of a downstream server. Every
 // listing (the start-up one, each later start of the server, each re-list
@@ -72,11 +72,11 @@ type toolState struct {
 
 // requirePin reports whether the server's tools are served only with a
 // pin.
-func (d *downstream) requirePin() bool { return d.srv.RequiresPin(d.deps.opts.RequirePins) }
+func (d *Server) requirePin() bool { return d.srv.RequiresPin(d.deps.Options.RequirePins) }
 
 // pins are the registry's pins (nil: none).
-func (d *downstream) pins() *conf.Pins {
-	if r := d.deps.opts.Registry; r != nil {
+func (d *Server) pins() *conf.Pins {
+	if r := d.deps.Options.Registry; r != nil {
 		return r.Pins
 	}
 	return nil
@@ -85,7 +85,7 @@ func (d *downstream) pins() *conf.Pins {
 // examine is what a listing says of one enabled tool before any pin: the
 // listed tool, and the definition toolgate would serve; or why it cannot
 // be served at all (refused is its kind).
-func (d *downstream) examine(tool string, l *listing) (rt remoteTool, t mcp.Tool, refused, reason string) {
+func (d *Server) examine(tool string, l *listing) (rt remoteTool, t mcp.Tool, refused, reason string) {
 	if why, ok := l.refused[tool]; ok {
 		return rt, t, refusedTool, why
 	}
@@ -105,7 +105,7 @@ func (d *downstream) examine(tool string, l *listing) (rt remoteTool, t mcp.Tool
 
 // judge is the verdict of a listing on one enabled tool, its state st
 // (whose reference it sets when it serves an unpinned definition first).
-func (d *downstream) judge(st *toolState, tool string, l *listing) verdict {
+func (d *Server) judge(st *toolState, tool string, l *listing) verdict {
 	rt, t, refused, reason := d.examine(tool, l)
 	v := verdict{refused: refused, reason: reason, digest: rt.digest}
 	if refused != "" {
@@ -122,7 +122,7 @@ func (d *downstream) judge(st *toolState, tool string, l *listing) verdict {
 			rt.digest, check.Pin, d.srv.ID)
 	case d.requirePin():
 		v.refused = refusedPin
-		v.reason = fmt.Sprintf("it has no pin (%s): `toolgate registry pin %s` pins it", d.srv.UnpinnedPolicy(d.deps.opts.RequirePins), d.srv.ID)
+		v.reason = fmt.Sprintf("it has no pin (%s): `toolgate registry pin %s` pins it", d.srv.UnpinnedPolicy(d.deps.Options.RequirePins), d.srv.ID)
 	case st.reference != nil && st.referenceDigest != rt.digest:
 		v.refused = refusedPin
 		v.diff = d.redact(conf.DefinitionDiff("served "+tool+" (sha256 "+st.referenceDigest[:12]+")", st.reference,
@@ -145,7 +145,7 @@ func (d *downstream) judge(st *toolState, tool string, l *listing) verdict {
 // been listed (it failed to start, or never runs here): its pinned
 // definition when it has a pin (checked when the server is listed), else
 // an open schema, unless a pin is required.
-func (d *downstream) unlisted(tool string) verdict {
+func (d *Server) unlisted(tool string) verdict {
 	name := d.srv.ServedName(tool)
 	if pin, ok := d.pins().Lookup(d.srv.ID, tool); ok {
 		var rt remoteTool
@@ -157,7 +157,7 @@ func (d *downstream) unlisted(tool string) verdict {
 		}
 	}
 	if d.requirePin() {
-		return verdict{refused: refusedPin, reason: fmt.Sprintf("it has no pin (%s)", d.srv.UnpinnedPolicy(d.deps.opts.RequirePins))}
+		return verdict{refused: refusedPin, reason: fmt.Sprintf("it has no pin (%s)", d.srv.UnpinnedPolicy(d.deps.Options.RequirePins))}
 	}
 	t := mcp.NewToolWithRawSchema(name, d.describe(tool, "", "Not listed at start-up ("+d.whyUnlisted()+"): the arguments are passed as given."), openSchema)
 	t.Annotations = d.annotations(tool, mcp.ToolAnnotation{})
@@ -165,7 +165,7 @@ func (d *downstream) unlisted(tool string) verdict {
 }
 
 // whyUnlisted says why the server has not been listed.
-func (d *downstream) whyUnlisted() string {
+func (d *Server) whyUnlisted() string {
 	if d.unavailable != nil {
 		return "unavailable: " + d.unavailable.Error()
 	}
@@ -181,7 +181,7 @@ func (d *downstream) whyUnlisted() string {
 // verdict that changed, and writes the audit record of each pin check
 // that did (kind pin). start is the start of the server that listed it.
 // Call it with listMu held.
-func (d *downstream) apply(l *listing, start int) (put []entry, drop []string) {
+func (d *Server) apply(l *listing, start int) (put []Entry, drop []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if l != nil {
@@ -212,7 +212,7 @@ func (d *downstream) apply(l *listing, start int) (put []entry, drop []string) {
 		st.v = v
 		switch {
 		case v.serve && (!old.serve || !sameTool(old.tool, v.tool)):
-			put = append(put, entry{v.tool, d.handler(tool), status.Tool{Name: name, Kind: "downstream", Backend: d.backend}})
+			put = append(put, Entry{v.tool, d.handler(tool), status.Tool{Name: name, Kind: "downstream", Backend: d.backend}})
 		case !v.serve && old.serve:
 			drop = append(drop, name)
 		}
@@ -225,7 +225,7 @@ func (d *downstream) apply(l *listing, start int) (put []entry, drop []string) {
 
 // report logs a tool's new verdict and, for a pin check or a definition
 // refused for its text, writes its audit record.
-func (d *downstream) report(tool string, start int, old, v verdict) {
+func (d *Server) report(tool string, start int, old, v verdict) {
 	e := d.log.WithFields(logrus.Fields{"tool": tool, "start": start})
 	if v.digest != "" {
 		e = e.WithField("sha256", v.digest)
@@ -259,8 +259,10 @@ func (d *downstream) report(tool string, start int, old, v verdict) {
 			reason = "it lists the definition toolgate first served again"
 		}
 	}
-	d.deps.pinAudit(audit.Pin{Tool: d.srv.ServedName(tool), Server: d.srv.ID, Transport: string(d.srv.Transport), Start: start,
-		Decision: decision, Pin: string(v.pin), Reason: reason, SHA256: v.digest, Pinned: v.pinned, Diff: v.diff})
+	d.deps.Pin(audit.Pin{
+		Tool: d.srv.ServedName(tool), Server: d.srv.ID, Transport: string(d.srv.Transport), Start: start,
+		Decision: decision, Pin: string(v.pin), Reason: reason, SHA256: v.digest, Pinned: v.pinned, Diff: v.diff,
+	})
 }
 
 // sameTool reports whether two served definitions are the same.
@@ -272,7 +274,7 @@ func sameTool(a, b mcp.Tool) bool {
 
 // servable says whether a call of tool may go on: served now, or why not
 // (refused is its kind, for the audit record).
-func (d *downstream) servable(tool string) (refused, reason string) {
+func (d *Server) servable(tool string) (refused, reason string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st, ok := d.tools[tool]
@@ -285,10 +287,12 @@ func (d *downstream) servable(tool string) (refused, reason string) {
 	return st.v.refused, st.v.reason
 }
 
-// downstreamStatus is the server's part of checkpoint_status now.
-func (d *downstream) downstreamStatus() status.Downstream {
-	st := status.Downstream{ID: d.srv.ID, Transport: string(d.srv.Transport), Sandbox: d.sandboxState(), State: status.DownstreamListed,
-		Served: []string{}, Pinned: d.srv.Pinned}
+// Status is the server's part of checkpoint_status now.
+func (d *Server) Status() status.Downstream {
+	st := status.Downstream{
+		ID: d.srv.ID, Transport: string(d.srv.Transport), Sandbox: d.sandboxState(), State: status.DownstreamListed,
+		Served: []string{}, Pinned: d.srv.Pinned,
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {

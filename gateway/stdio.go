@@ -1,4 +1,4 @@
-package server
+package gateway
 
 // Bounding every wait on a stdio downstream server, writes included.
 //

@@ -1,6 +1,5 @@
-package server
-
-// Terminal control sequences in tool output.
+// Package escapes neutralises the terminal control sequences of tool
+// output.
 //
 // Agent CLIs print tool results to a terminal, and a tool's output (or a
 // downstream server's text) is not toolgate's to trust: a colour code is
@@ -22,6 +21,7 @@ package server
 // sequences (an OSC 52 write shows as "␛]52;c;…␇", not as nothing). The
 // cost is that colour codes show as "␛[31m": a tool whose output needs them
 // can be named in `toolgate serve --keep-escapes`.
+package escapes
 
 import (
 	"fmt"
@@ -29,9 +29,9 @@ import (
 	"unicode/utf8"
 )
 
-// neutralize returns s with its terminal control characters replaced by
+// Neutralize returns s with its terminal control characters replaced by
 // visible stand-ins (see above); s itself when it has none.
-func neutralize(s string) string {
+func Neutralize(s string) string {
 	i := firstControl(s)
 	if i < 0 {
 		return s
@@ -74,7 +74,7 @@ func neutralize(s string) string {
 	return b.String()
 }
 
-// firstControl is the index of the first byte neutralize changes, or -1.
+// firstControl is the index of the first byte Neutralize changes, or -1.
 func firstControl(s string) int {
 	for i := 0; i < len(s); i++ {
 		c := s[i]

@@ -1,4 +1,4 @@
-package server
+package gateway
 
 // A downstream server's tools/list, read page by page, keeping only the
 // enabled tools.
@@ -33,12 +33,12 @@ type remoteTool struct {
 	digest    string
 }
 
-// MaxDownstreamTool bounds the definition of one downstream tool (its
+// MaxTool bounds the definition of one downstream tool (its
 // JSON in the server's tools/list: name, description, schemas,
 // annotations): an enabled tool listed with a larger one is not served,
 // and says why. It is served whole in toolgate's own tools/list, which
 // every client reads, and kept for the life of the server.
-const MaxDownstreamTool = 256 << 10
+const MaxTool = 256 << 10
 
 // listing is what a server's tools/list gave: only the enabled tools are
 // kept.
@@ -52,7 +52,7 @@ type listing struct {
 // enabled tool, so that its schemas are served byte for byte; every other
 // tool is dropped as its page is read, so a server that lists thousands
 // costs toolgate one page at a time. An enabled tool whose definition is
-// over MaxDownstreamTool, or that is listed twice (either definition could
+// over MaxTool, or that is listed twice (either definition could
 // be meant), is refused. The request goes straight to the transport
 // (mcp-go's ListTools decodes schemas into a struct that drops keywords).
 func listTools(ctx context.Context, c *client.Client, enabled func(string) bool) (*listing, error) {
@@ -110,9 +110,9 @@ func listTools(ctx context.Context, c *client.Client, enabled func(string) bool)
 				l.refused[name] = fmt.Sprintf("its definition does not decode: %v", err)
 				continue
 			}
-			if len(raw) > MaxDownstreamTool {
+			if len(raw) > MaxTool {
 				l.refused[name] = fmt.Sprintf("its definition is %d bytes (inputSchema %d, outputSchema %d, description %d), over toolgate's cap of %d bytes for one downstream tool",
-					len(raw), len(t.InputSchema), len(t.OutputSchema), len(t.Description), MaxDownstreamTool)
+					len(raw), len(t.InputSchema), len(t.OutputSchema), len(t.Description), MaxTool)
 				continue
 			}
 			c, err := conf.CanonicalJSON(raw)

@@ -1,4 +1,4 @@
-package server
+package gateway
 
 // Listing downstream servers without serving them: what `toolgate
 // registry pin` pins and `toolgate registry validate --live` compares.
@@ -17,13 +17,14 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/egress"
+	"github.com/toolgate/toolgate/status"
 )
 
 // LiveOptions configure ListLive.
 type LiveOptions struct {
 	// Downstream are serve's options of the registry: its servers, what
 	// runs them, --require-pins.
-	Downstream DownstreamOptions
+	Downstream Options
 	// Sandbox names the sandbox backend (for descriptions and logs).
 	Sandbox string
 	// Version is toolgate's, sent in the MCP handshake.
@@ -101,25 +102,24 @@ func ListLive(ctx context.Context, opts LiveOptions, ids []string) ([]LiveServer
 	if opts.Audit == nil {
 		opts.Audit = opts.Log
 	}
-	deps := downstreamDeps{
-		opts:        opts.Downstream,
-		version:     opts.Version,
-		log:         opts.Log,
-		audit:       func(*audit.Call, string) {},
-		callID:      func() string { return "" },
-		cancelled:   func(string) {},
-		keepEscapes: func(string) bool { return false },
-		stopping:    func() bool { return false },
-		egress:      func(rec *audit.Call) func(egress.Record) { return audit.EgressRecorder(opts.Audit, rec) },
-		pinAudit:    func(audit.Pin) {},
-		update:      func([]entry, []string) {},
-		setStatus:   func(*downstream) {},
+	deps := Deps{
+		Options:     opts.Downstream,
+		Version:     opts.Version,
+		Log:         opts.Log,
+		Audit:       func(*audit.Call, string) {},
+		CallID:      func() string { return "" },
+		KeepEscapes: func(string) bool { return false },
+		Stopping:    func() bool { return false },
+		Egress:      func(rec *audit.Call) func(egress.Record) { return audit.EgressRecorder(opts.Audit, rec) },
+		Pin:         func(audit.Pin) {},
+		Update:      func([]Entry, []string) {},
+		SetStatus:   func(status.Downstream) {},
 	}
 	out := make([]LiveServer, len(servers))
 	var wg sync.WaitGroup
 	for i, srv := range servers {
 		wg.Go(func() {
-			out[i] = listLive(ctx, newDownstream(srv, deps, opts.Sandbox))
+			out[i] = listLive(ctx, New(srv, deps, opts.Sandbox))
 		})
 	}
 	wg.Wait()
@@ -127,7 +127,7 @@ func ListLive(ctx context.Context, opts LiveOptions, ids []string) ([]LiveServer
 }
 
 // listLive lists one server and judges its enabled tools.
-func listLive(ctx context.Context, d *downstream) LiveServer {
+func listLive(ctx context.Context, d *Server) LiveServer {
 	ls := LiveServer{Server: d.srv, Backend: d.backend}
 	if d.unavailable != nil {
 		ls.Err = fmt.Errorf("it cannot run here: %w", d.unavailable)
@@ -141,7 +141,7 @@ func listLive(ctx context.Context, d *downstream) LiveServer {
 	lctx, cancel := context.WithTimeout(ctx, d.srv.StartupTimeout)
 	l, err := listTools(lctx, c.client, d.srv.Enabled)
 	cancel()
-	d.close(c, "listed", downstreamCloseGrace)
+	d.close(c, "listed", closeGrace)
 	if err != nil {
 		ls.Err = fmt.Errorf("tools/list: %s", d.redact(err.Error()))
 		return ls

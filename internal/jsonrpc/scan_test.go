@@ -1,7 +1,9 @@
-package server
+package jsonrpc
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -35,7 +37,7 @@ func TestEnvelopeScan(t *testing.T) {
 			// Fed whole, then byte by byte: the result must not depend on
 			// how the stream is cut.
 			for _, step := range []int{len(tc.in), 1, 3, 64} {
-				var s envelopeScan
+				var s Scan
 				for i := 0; i < len(tc.in); i += step {
 					s.Write([]byte(tc.in[i:min(i+step, len(tc.in))]))
 				}
@@ -59,11 +61,11 @@ func TestLineCap(t *testing.T) {
 		wrap func(io.Reader) io.Reader
 	}{{"whole", func(r io.Reader) io.Reader { return r }}, {"one byte at a time", iotest.OneByteReader}} {
 		t.Run(reader.name, func(t *testing.T) {
-			var got []oversize
-			c := newLineCap(reader.wrap(strings.NewReader(in)), 70, func(o oversize) ([]byte, error) {
+			var got []Oversize
+			c := NewLineCap(reader.wrap(strings.NewReader(in)), 70, func(o Oversize) ([]byte, error) {
 				got = append(got, o)
-				if o.id != nil {
-					return errorLine(o.id, oversizeCode, "over"), nil
+				if o.ID != nil {
+					return ErrorLine(o.ID, -32099, "over"), nil
 				}
 				return nil, nil
 			})
@@ -75,7 +77,7 @@ func TestLineCap(t *testing.T) {
 			// fall; it is never more than the cap, and never valid JSON
 			// (mcp-go skips it).
 			var lines []string
-			for _, l := range strings.Split(string(out), "\n") {
+			for l := range strings.SplitSeq(string(out), "\n") {
 				if len(l) > 70 {
 					t.Errorf("a line of %d bytes passed: %.80q", len(l), l)
 				}
@@ -85,9 +87,9 @@ func TestLineCap(t *testing.T) {
 			}
 			want := []string{`{"id":1}`, `{"jsonrpc":"2.0","id":4,"error":{"code":-32099,"message":"over"}}`, `{"id":2}`, `{"id":3}`}
 			if strings.Join(lines, "\n") != strings.Join(want, "\n") {
-				t.Errorf("lineCap passed\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+				t.Errorf("LineCap passed\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 			}
-			if len(got) != 3 || got[0].size != int64(len(long)) || string(got[0].id) != "4" || !got[1].method || got[2].id != nil || got[2].method {
+			if len(got) != 3 || got[0].Size != int64(len(long)) || string(got[0].ID) != "4" || !got[1].Method || got[2].ID != nil || got[2].Method {
 				t.Errorf("oversize calls = %+v", got)
 			}
 		})
@@ -105,10 +107,10 @@ func TestSSECap(t *testing.T) {
 		wrap func(io.Reader) io.Reader
 	}{{"whole", func(r io.Reader) io.Reader { return r }}, {"one byte at a time", iotest.OneByteReader}} {
 		t.Run(reader.name, func(t *testing.T) {
-			var got []oversize
-			c := newSSECap(io.NopCloser(reader.wrap(strings.NewReader(in))), 50, func(o oversize) ([]byte, error) {
+			var got []Oversize
+			c := NewSSECap(io.NopCloser(reader.wrap(strings.NewReader(in))), 50, func(o Oversize) ([]byte, error) {
 				got = append(got, o)
-				return errorLine(o.id, oversizeCode, "over"), nil
+				return ErrorLine(o.ID, -32099, "over"), nil
 			})
 			out, err := io.ReadAll(c)
 			if err != nil {
@@ -116,14 +118,61 @@ func TestSSECap(t *testing.T) {
 			}
 			s := string(out)
 			if !strings.HasPrefix(s, "id: 1\ndata: {\"id\":1}\n\nevent: message\r\n") || !strings.HasSuffix(s, "\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":5,\"error\":{\"code\":-32099,\"message\":\"over\"}}\n\ndata:{\"id\":2}\n\n") {
-				t.Errorf("sseCap passed %q", s)
+				t.Errorf("SSECap passed %q", s)
 			}
 			if strings.Contains(s, strings.Repeat("x", 60)) {
 				t.Errorf("the oversized event passed whole: %q", s)
 			}
-			if len(got) != 1 || got[0].size != int64(len(big)-2) || string(got[0].id) != "5" {
+			if len(got) != 1 || got[0].Size != int64(len(big)-2) || string(got[0].ID) != "5" {
 				t.Errorf("oversize calls = %+v, want one of %d bytes, id 5", got, len(big)-2)
 			}
 		})
+	}
+}
+
+// TestLineReader: lines up to the cap come whole, however the reads fall;
+// a longer one is never returned, only reported with its size and what
+// its envelope said, and the next line is whole again; the input may end
+// inside either.
+func TestLineReader(t *testing.T) {
+	long := `{"id":4,"method":"tools/call","params":{"x":"` + strings.Repeat("x", 100) + `"}}`
+	for _, tc := range []struct {
+		name, in string
+		want     []string // a line, or "over SIZE ID METHOD"
+	}{
+		{"lines", "{\"id\":1}\n\n{\"id\":2}\n", []string{"{\"id\":1}\n", "\n", "{\"id\":2}\n"}},
+		{"long between", "{\"id\":1}\n" + long + "\n{\"id\":2}\n", []string{"{\"id\":1}\n", fmt.Sprintf("over %d 4 true", len(long)), "{\"id\":2}\n"}},
+		{"exactly the cap", strings.Repeat("a", 70) + "\n", []string{strings.Repeat("a", 70) + "\n"}},
+		{"one over", strings.Repeat("a", 71) + "\n", []string{"over 71  false"}},
+		{"last line unended", "{\"id\":1}\n{\"id\":2}", []string{"{\"id\":1}\n", "{\"id\":2}"}},
+		{"ends inside a long line", "{\"id\":1}\n" + long, []string{"{\"id\":1}\n", fmt.Sprintf("over %d 4 true", len(long))}},
+	} {
+		for _, reader := range []struct {
+			name string
+			wrap func(io.Reader) io.Reader
+		}{{"whole", func(r io.Reader) io.Reader { return r }}, {"one byte at a time", iotest.OneByteReader}} {
+			t.Run(tc.name+"/"+reader.name, func(t *testing.T) {
+				l := NewLineReader(reader.wrap(strings.NewReader(tc.in)), 70)
+				var got []string
+				for {
+					line, over, err := l.Next()
+					switch {
+					case over != nil:
+						got = append(got, fmt.Sprintf("over %d %s %v", over.Size, over.ID, over.Method))
+					case len(line) > 0:
+						got = append(got, string(line))
+					}
+					if err != nil {
+						if !errors.Is(err, io.EOF) {
+							t.Fatal(err)
+						}
+						break
+					}
+				}
+				if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+					t.Errorf("Next gave %q, want %q", got, tc.want)
+				}
+			})
+		}
 	}
 }

@@ -1,10 +1,11 @@
-package server
+package gateway
 
 // The call of a downstream tool: its handler, one audit record per call,
 // and how each failure answers.
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -15,26 +16,35 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/internal/escapes"
+	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
 )
+
+// Handler answers calls of one enabled tool of the server: what Register
+// and later listings serve it with.
+func (d *Server) Handler(tool string) mcpserver.ToolHandlerFunc { return d.handler(tool) }
 
 // handler answers calls of one enabled tool of the server. Each call is
 // one audit record, marked as external content; a credential's value is
 // never in it.
-func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
+func (d *Server) handler(tool string) mcpserver.ToolHandlerFunc {
 	served := d.srv.ServedName(tool)
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		rec := &audit.Call{RequestID: requestID(req), Tool: served, Kind: "downstream", Server: d.srv.ID,
-			Transport: string(d.srv.Transport), Backend: d.backend, Content: "external", Call: d.deps.callID()}
+		call := jsonrpc.CallInfoFrom(ctx)
+		rec := &audit.Call{
+			RequestID: call.ID, Tool: served, Kind: "downstream", Server: d.srv.ID,
+			Transport: string(d.srv.Transport), Backend: d.backend, Content: "external", Call: d.deps.CallID(),
+		}
 		rec.Annotate(ctx, req)
 		done := func(res *mcp.CallToolResult) (*mcp.CallToolResult, error) { //nolint:unparam // shaped to be the handler's return
 			rec.IsError = res.IsError
 			if ctx.Err() != nil {
-				// notifications/cancelled (or shutdown): answer nothing.
-				d.deps.cancelled(requestID(req))
+				// notifications/cancelled (or shutdown): the transport
+				// answers nothing.
 				rec.Cancelled = true
 			}
-			d.deps.audit(rec, "call")
+			d.deps.Audit(rec, "call")
 			return res, nil
 		}
 		refuse := func(what, format string, a ...any) (*mcp.CallToolResult, error) {
@@ -50,7 +60,7 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 		if err := d.checkVars(); err != nil {
 			return refuse("variables", "%v; not called", err)
 		}
-		queued := arrival(ctx)
+		queued := call.Arrival
 		if d.slot != nil {
 			if ctx.Err() != nil {
 				return refuse("cancelled", "cancelled while queued")
@@ -98,7 +108,7 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 		if err != nil {
 			return done(d.callFailed(ctx, cctx, c, rec, served, err))
 		}
-		if !d.deps.keepEscapes(served) {
+		if !d.deps.KeepEscapes(served) {
 			res = neutralizeResult(res)
 		}
 		out, cut := capResult(res, d.maxBytes())
@@ -110,7 +120,7 @@ func (d *downstream) handler(tool string) mcpserver.ToolHandlerFunc {
 // callFailed turns a failed call into isError, and stops a server that ran
 // past the call's budget or whose HTTP session broke; a crashed process
 // was already noted by its watcher.
-func (d *downstream) callFailed(ctx, cctx context.Context, c *dconn, rec *audit.Call, served string, err error) *mcp.CallToolResult {
+func (d *Server) callFailed(ctx, cctx context.Context, c *dconn, rec *audit.Call, served string, err error) *mcp.CallToolResult {
 	msg := d.redact(err.Error())
 	if reason, ok := c.takeDiscarded(err); ok && ctx.Err() == nil {
 		rec.Truncated, rec.Error = audit.Some(true), audit.Some("oversized response")
@@ -162,4 +172,27 @@ func (d *downstream) callFailed(ctx, cctx context.Context, c *dconn, rec *audit.
 func isRPCError(err error) bool {
 	var te *transport.Error
 	return !errors.As(err, &te)
+}
+
+// errorResult is a tool error result; its text is bounded
+// (jsonrpc.MaxErrorText) and its terminal control sequences neutralised,
+// as it may quote what the caller or the downstream server sent.
+func errorResult(format string, a ...any) *mcp.CallToolResult {
+	text := jsonrpc.BoundText(escapes.Neutralize(fmt.Sprintf(format, a...)), jsonrpc.MaxErrorText)
+	return &mcp.CallToolResult{Content: []mcp.Content{mcp.NewTextContent(text)}, IsError: true}
+}
+
+// rawArgs returns the call's arguments as JSON, nil when absent.
+func rawArgs(req mcp.CallToolRequest) json.RawMessage {
+	if len(req.Params.RawArguments) > 0 {
+		return req.Params.RawArguments
+	}
+	if req.Params.Arguments == nil {
+		return nil
+	}
+	b, err := json.Marshal(req.Params.Arguments)
+	if err != nil {
+		return json.RawMessage(`"unencodable"`)
+	}
+	return b
 }
