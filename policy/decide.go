@@ -120,7 +120,7 @@ func (e *Engine) Decide(r Request) Decision {
 		return Decision{Policies: []string{NoPermit}, Reason: fmt.Sprintf("unknown action %q", r.Action)}
 	}
 	p := r.Principal
-	if p.Auth != AuthNone && (p.Name == StdioPrincipal || p.Name == LocalPrincipal) {
+	if e.reserved && p.Auth != AuthNone && (p.Name == StdioPrincipal || p.Name == LocalPrincipal) {
 		return Decision{Policies: []string{NoPermit}, Reason: fmt.Sprintf("the principal name %q is reserved for the transport without authentication; a %s principal of that name is denied everything", p.Name, p.Auth)}
 	}
 	tags, err := arguments(r.Arguments)

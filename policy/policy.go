@@ -89,6 +89,9 @@ type Engine struct {
 	order  map[string]int // id → place in the file
 	lines  map[string]int // id → the line the policy starts at
 	always map[string]bool
+	// reserved denies a token or OAuth principal named stdio or local
+	// (a policy file's rule; --tool-scope names no principal).
+	reserved bool
 }
 
 // Name is the file (or "--tool-scope") the engine was built from.
@@ -141,6 +144,7 @@ func Parse(name string, src []byte) (*Engine, error) {
 		return nil, errors.Join(errs...)
 	}
 	e.always = map[string]bool{StatusTool: true}
+	e.reserved = true
 	return e, nil
 }
 

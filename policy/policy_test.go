@@ -335,6 +335,10 @@ func TestFromScopes(t *testing.T) {
 			}
 		}
 	}
+	// --tool-scope names no principal: a token named stdio is a token.
+	if d := e.Decide(Request{Principal{Name: StdioPrincipal, Auth: AuthToken, Scopes: []string{"tools.read"}}, ActionCall, hello, nil}); !d.Allow {
+		t.Errorf("a token named stdio with tools.read calls hello = %v, want allow", d)
+	}
 	if e, err := FromScopes(nil); e != nil || err != nil {
 		t.Errorf("FromScopes(nil) = %v, %v; want no engine", e, err)
 	}

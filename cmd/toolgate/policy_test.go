@@ -217,3 +217,46 @@ func TestPolicyCheckRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestServePolicyRefused: serve refuses to start with a policy file that
+// does not parse or validate (its line and reason), one others can
+// write, or one beside --tool-scope; nothing is served.
+func TestServePolicyRefused(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good.cedar", "permit (principal, action, resource);\n", 0o600)
+	malformed := write("malformed.cedar", "permit (principal, action, resource);\nforbid (principal action, resource);\n", 0o600)
+	invalid := write("invalid.cedar", "\n\n@id(\"roles\")\npermit (principal, action, resource) when { principal.role == \"admin\" };\n", 0o600)
+	open := write("open.cedar", "permit (principal, action, resource);\n", 0o666)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"malformed", []string{"--policy", malformed}, "toolgate serve: --policy refused:\n" + malformed + ":2:25: does not parse: \",\": exact got action want ,\n"},
+		{"unknown attribute", []string{"--policy", invalid}, "toolgate serve: --policy refused:\n" + invalid + ":3:1: policy \"roles\": does not validate against toolgate's schema: attribute `role` on entity type `Principal` not found\n"},
+		{"writable by others", []string{"--policy", open}, "toolgate serve: --policy refused:\n" + open + ": file: group- or world-writable (mode 0666): anyone who can write the policy file decides what toolgate runs; chmod go-w " + open + "\n"},
+		{
+			"beside --tool-scope",
+			[]string{"--policy", good, "--listen", "127.0.0.1:0", "--auth-tokens", "/nonexistent", "--tool-scope", "s=hello"},
+			"toolgate serve: --tool-scope and --policy: give one; --tool-scope is a shorthand for policies (docs/policy.md), write its scopes in the policy file\n",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(append([]string{"serve", "--conf", filepath.Join(dir, "absent.conf")}, tc.args...), strings.NewReader(""), &out, &errb)
+			if code != 2 || errb.String() != tc.want || out.Len() != 0 {
+				t.Errorf("serve %s: exit %d, stdout %q, stderr:\n%s\nwant exit 2 and:\n%s", strings.Join(tc.args, " "), code, out.String(), errb.String(), tc.want)
+			}
+		})
+	}
+}
