@@ -46,8 +46,10 @@ func TestEgressRecordKeys(t *testing.T) {
 	rec := EgressRecorder(alog, &Call{RequestID: "7", Tool: "net", Call: "c3", Principal: &auth.Principal{Name: "alice", Method: "token"}})
 	rec(egress.Record{Host: "api.example.com", Port: 443, Addr: "192.0.2.7:443", Decision: egress.Allowed, Up: 10, Down: 20, Elapsed: 1500 * time.Millisecond})
 	rec(egress.Record{Host: "evil%22.example.com", HostBytes: 70000, Port: 443, Decision: egress.Refused, Reason: "not in the allowlist"})
-	rec(egress.Record{Decision: egress.Summary, Reason: "2 further connections refused past the cap (egress-connections): not recorded one by one (1200 bytes of records)",
-		Suppressed: 2, PastCap: 2, SuppressedBytes: 1200})
+	rec(egress.Record{
+		Decision: egress.Summary, Reason: "2 further connections refused past the cap (egress-connections): not recorded one by one (1200 bytes of records)",
+		Suppressed: 2, PastCap: 2, SuppressedBytes: 1200,
+	})
 	checkAudit(t, buf,
 		`{"addr":"192.0.2.7:443","bytes_down":20,"bytes_up":10,"call":"c3","decision":"allowed","elapsed_ms":1500,"host":"api.example.com","kind":"egress","level":"info","msg":"egress","port":443,"principal":"alice","request_id":"7","time":"*","tool":"net"}`,
 		`{"bytes_down":0,"bytes_up":0,"call":"c3","decision":"refused","elapsed_ms":0,"host":"evil%22.example.com","host_bytes":70000,"kind":"egress","level":"info","msg":"egress","port":443,"principal":"alice","reason":"not in the allowlist","request_id":"7","time":"*","tool":"net"}`,
@@ -69,8 +71,10 @@ func TestConfRecordKeys(t *testing.T) {
 // fields are not written.
 func TestPinRecordKeys(t *testing.T) {
 	alog, buf := jsonAudit()
-	Pin{Tool: "probe__echo", Server: "probe", Transport: "stdio", Start: 2, Decision: "withheld", Pin: "drift",
-		Reason: "drifted", SHA256: "ab", Pinned: "cd", Diff: "-a\n+b\n"}.Write(alog)
+	Pin{
+		Tool: "probe__echo", Server: "probe", Transport: "stdio", Start: 2, Decision: "withheld", Pin: "drift",
+		Reason: "drifted", SHA256: "ab", Pinned: "cd", Diff: "-a\n+b\n",
+	}.Write(alog)
 	Pin{Tool: "probe__echo", Server: "probe", Transport: "stdio", Decision: "served", Reason: "no pin"}.Write(alog)
 	checkAudit(t, buf,
 		`{"decision":"withheld","diff":"-a\n+b\n","kind":"pin","level":"info","msg":"pin","pin":"drift","pinned_sha256":"cd","reason":"drifted","server":"probe","sha256":"ab","start":2,"time":"*","tool":"probe__echo","transport":"stdio"}`,

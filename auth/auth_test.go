@@ -41,8 +41,10 @@ func TestShowClaim(t *testing.T) {
 	}
 	// No two of these claims, which the old cut-and-replace showed alike
 	// in pairs, show the same.
-	claims := []string{"a?", "a\x01", "a\x02", "a%01", "a%2501", "a\xff", "a\uFFFD",
-		long + "x", long + "y", long, long[:256], long[:255] + "%"}
+	claims := []string{
+		"a?", "a\x01", "a\x02", "a%01", "a%2501", "a\xff", "a\uFFFD",
+		long + "x", long + "y", long, long[:256], long[:255] + "%",
+	}
 	seen := map[string]string{}
 	for _, c := range claims {
 		s := showClaim(c)

@@ -90,16 +90,24 @@ func TestOAuthFetchesNoRedirectNorPlainHTTP(t *testing.T) {
 		jwks     func(*redirectingIssuer, http.ResponseWriter, *http.Request)
 		wantErr  string // "": the issuer's own token is accepted
 	}{
-		{"the key set redirects to plain http", own,
+		{
+			"the key set redirects to plain http", own,
 			redirectTo(func(ri *redirectingIssuer) string { return ri.attacker.URL + "/jwks" }),
-			"redirected to http://127.0.0.1:"},
-		{"the metadata redirects to plain http", redirectTo(func(ri *redirectingIssuer) string { return ri.attacker.URL + "/md" }),
-			goodKeys, "redirected to http://127.0.0.1:"},
-		{"the key set redirects to https on the same host", own,
+			"redirected to http://127.0.0.1:",
+		},
+		{
+			"the metadata redirects to plain http", redirectTo(func(ri *redirectingIssuer) string { return ri.attacker.URL + "/md" }),
+			goodKeys, "redirected to http://127.0.0.1:",
+		},
+		{
+			"the key set redirects to https on the same host", own,
 			redirectTo(func(ri *redirectingIssuer) string { return ri.tls.URL + "/jwks-moved" }),
-			"/jwks-moved: toolgate follows no redirect"},
-		{"the metadata names a plain-http key set", serveMetadata(func(ri *redirectingIssuer) string { return ri.attacker.URL + "/jwks" }),
-			goodKeys, "plain http only for an http issuer on loopback"},
+			"/jwks-moved: toolgate follows no redirect",
+		},
+		{
+			"the metadata names a plain-http key set", serveMetadata(func(ri *redirectingIssuer) string { return ri.attacker.URL + "/jwks" }),
+			goodKeys, "plain http only for an http issuer on loopback",
+		},
 		{"https throughout", own, goodKeys, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -26,10 +26,12 @@ func TestDecodeArgs(t *testing.T) {
 		{name: "absent", in: ``, check: func(a args) bool { return a.Path == nil && a.Index == nil }},
 		{name: "null payload", in: `null`, check: func(a args) bool { return a.Path == nil }},
 		{name: "empty object", in: `{}`, check: func(a args) bool { return a.Path == nil }},
-		{name: "all set", in: `{"path":"a","index":2,"flag":false,"items":[{"title":"t","line":3}]}`,
+		{
+			name: "all set", in: `{"path":"a","index":2,"flag":false,"items":[{"title":"t","line":3}]}`,
 			check: func(a args) bool {
 				return *a.Path == "a" && *a.Index == 2 && !*a.Flag && (*a.Items)[0].Line == 3
-			}},
+			},
+		},
 		{name: "array payload", in: `[1]`, wantErr: "must be a JSON object, got an array"},
 		{name: "string payload", in: `"x"`, wantErr: "must be a JSON object, got a string"},
 		{name: "unknown property", in: `{"path":"a","recursive":true}`, wantErr: `unknown property "recursive"`},

@@ -130,8 +130,10 @@ func repoChunksTool(e *env) Tool {
 			}
 			chunks, digest := k.finish()
 			if a.Index == nil {
-				return chunkListResult("repo_chunks", ChunkList{Scope: scope, TotalChunks: len(chunks), TotalFiles: files,
-					Digest: digest, Chunks: chunks, Skipped: skipped.list()}), nil
+				return chunkListResult("repo_chunks", ChunkList{
+					Scope: scope, TotalChunks: len(chunks), TotalFiles: files,
+					Digest: digest, Chunks: chunks, Skipped: skipped.list(),
+				}), nil
 			}
 			return chunkTextResult("repo_chunks", scope, want, chunks, digest, k.text)
 		},
@@ -186,9 +188,11 @@ func chunkTextResult(tool, scope string, index int, chunks []ChunkInfo, digest s
 		return Result{}, fmt.Errorf("%s: chunk %d rendered %d bytes, planned %d", tool, index, len(text), c.Bytes)
 	}
 	take := func(k int) ChunkText {
-		return ChunkText{Scope: scope, Index: index, TotalChunks: len(chunks), Digest: digest, Bytes: c.Bytes,
+		return ChunkText{
+			Scope: scope, Index: index, TotalChunks: len(chunks), Digest: digest, Bytes: c.Bytes,
 			Lines: c.Lines, SHA256: c.SHA256, Files: firstN(c.Files, k), Text: string(text),
-			Cut: k < len(c.Files), BudgetBytes: BudgetChunks}
+			Cut: k < len(c.Files), BudgetBytes: BudgetChunks,
+		}
 	}
 	// The text counts once at its raw size: JSON escaping in structured
 	// content may lengthen it, and it is never cut.

@@ -56,9 +56,11 @@ const (
 
 // SkipReasons lists every skip reason in report order.
 func SkipReasons() []SkipReason {
-	return []SkipReason{SkipUnusualName, SkipSecret, SkipHidden, SkipGitignored, SkipDependency,
+	return []SkipReason{
+		SkipUnusualName, SkipSecret, SkipHidden, SkipGitignored, SkipDependency,
 		SkipLockfile, SkipReport, SkipSymlink, SkipSpecial, SkipEmpty, SkipTooLarge, SkipUnreadable,
-		SkipBinary, SkipNonUTF8, SkipOverLimit}
+		SkipBinary, SkipNonUTF8, SkipOverLimit,
+	}
 }
 
 // dependencyDirs are directory names never descended into: dependencies,

@@ -294,8 +294,10 @@ func (e *env) gitDiff(ctx context.Context, target string, index *int) (Result, e
 	}
 	chunks, digest := k.finish()
 	if index == nil {
-		r := chunkListResult("git_diff_input", ChunkList{TotalChunks: len(chunks), TotalFiles: len(files),
-			Digest: digest, Chunks: chunks})
+		r := chunkListResult("git_diff_input", ChunkList{
+			TotalChunks: len(chunks), TotalFiles: len(files),
+			Digest: digest, Chunks: chunks,
+		})
 		l := r.Structured.(ChunkList)
 		return Result{Text: info.text() + r.Text, Structured: DiffChunkList{DiffInfo: info, ChunkList: l}}, nil
 	}

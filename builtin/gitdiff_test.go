@@ -64,11 +64,15 @@ type gitRepo struct {
 
 func (r gitRepo) run(args ...string) string {
 	r.t.Helper()
-	cmd := exec.Command(r.git, append([]string{"-c", "user.name=Test", "-c", "user.email=test@example.com",
-		"-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"}, args...)...)
+	cmd := exec.Command(r.git, append([]string{
+		"-c", "user.name=Test", "-c", "user.email=test@example.com",
+		"-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false",
+	}, args...)...)
 	cmd.Dir = r.dir
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM=1", "HOME=" + r.dir,
-		"GIT_AUTHOR_DATE=2024-01-01T00:00:00Z", "GIT_COMMITTER_DATE=2024-01-01T00:00:00Z"}
+	cmd.Env = []string{
+		"PATH=/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM=1", "HOME=" + r.dir,
+		"GIT_AUTHOR_DATE=2024-01-01T00:00:00Z", "GIT_COMMITTER_DATE=2024-01-01T00:00:00Z",
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		r.t.Fatalf("git %v: %v\n%s", args, err, out)

@@ -131,8 +131,10 @@ func TestGitignoreAgainstGit(t *testing.T) {
 	writeTree(t, root, tree)
 	gitCmd := func(args ...string) []byte {
 		t.Helper()
-		res, err := rt.RunHelper(context.Background(), rt.HelperCmd{Path: git, Args: args, Dir: root,
-			Timeout: 10e9, MaxStdout: 1 << 20, MaxStderr: 1 << 16})
+		res, err := rt.RunHelper(context.Background(), rt.HelperCmd{
+			Path: git, Args: args, Dir: root,
+			Timeout: 10e9, MaxStdout: 1 << 20, MaxStderr: 1 << 16,
+		})
 		if err != nil || res.Failed() {
 			t.Fatalf("git %v: %v %s", args, err, res.Stderr)
 		}

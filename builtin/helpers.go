@@ -32,14 +32,26 @@ type helperSpec struct {
 }
 
 var helperSpecs = []helperSpec{
-	{HelperGit, "--git", []string{"--version"}, regexp.MustCompile(`^git version \d`),
-		"apt-get install -y git"},
-	{HelperTokei, "--tokei", []string{"--version"}, regexp.MustCompile(`^tokei \d`),
-		"cargo install tokei (not packaged for Debian 12), or brew install tokei"},
+	{
+		HelperGit, "--git",
+		[]string{"--version"},
+		regexp.MustCompile(`^git version \d`),
+		"apt-get install -y git",
+	},
+	{
+		HelperTokei, "--tokei",
+		[]string{"--version"},
+		regexp.MustCompile(`^tokei \d`),
+		"cargo install tokei (not packaged for Debian 12), or brew install tokei",
+	},
 	// Exuberant Ctags lacks --options=NONE and JSON output: only Universal
 	// Ctags will do.
-	{HelperCtags, "--ctags", []string{"--version"}, regexp.MustCompile(`^Universal Ctags \d`),
-		"apt-get install -y universal-ctags"},
+	{
+		HelperCtags, "--ctags",
+		[]string{"--version"},
+		regexp.MustCompile(`^Universal Ctags \d`),
+		"apt-get install -y universal-ctags",
+	},
 }
 
 // Helper is the state of one helper program on this host.

@@ -61,17 +61,27 @@ var securityCategories = []struct {
 	name  string
 	words []string
 }{
-	{"auth", []string{"auth", "authn", "authz", "authentication", "authorization", "login", "logout", "session",
-		"oauth", "jwt", "password", "passwd", "permission", "rbac", "acl", "sso", "saml", "csrf", "token", "principal"}},
-	{"crypto", []string{"crypto", "cipher", "encrypt", "decrypt", "hmac", "tls", "ssl", "x509", "cert", "certificate",
-		"rsa", "aes", "ecdsa", "ed25519", "signature", "signing", "hash", "kdf", "random", "nonce"}},
-	{"secrets", []string{"secret", "secrets", "credential", "credentials", "vault", "keyring", "keystore", "kms",
-		"apikey", "dotenv"}},
-	{"deserialization", []string{"serial", "deserialize", "deserialization", "unmarshal", "marshal", "pickle",
-		"yaml", "decode", "decoder", "protobuf", "gob", "xml"}},
+	{"auth", []string{
+		"auth", "authn", "authz", "authentication", "authorization", "login", "logout", "session",
+		"oauth", "jwt", "password", "passwd", "permission", "rbac", "acl", "sso", "saml", "csrf", "token", "principal",
+	}},
+	{"crypto", []string{
+		"crypto", "cipher", "encrypt", "decrypt", "hmac", "tls", "ssl", "x509", "cert", "certificate",
+		"rsa", "aes", "ecdsa", "ed25519", "signature", "signing", "hash", "kdf", "random", "nonce",
+	}},
+	{"secrets", []string{
+		"secret", "secrets", "credential", "credentials", "vault", "keyring", "keystore", "kms",
+		"apikey", "dotenv",
+	}},
+	{"deserialization", []string{
+		"serial", "deserialize", "deserialization", "unmarshal", "marshal", "pickle",
+		"yaml", "decode", "decoder", "protobuf", "gob", "xml",
+	}},
 	{"shell", []string{"shell", "exec", "command", "spawn", "subprocess", "popen", "syscall", "bash", "sh"}},
-	{"sql", []string{"sql", "query", "queries", "database", "db", "migration", "migrations", "orm", "sqlite",
-		"postgres", "mysql", "repository"}},
+	{"sql", []string{
+		"sql", "query", "queries", "database", "db", "migration", "migrations", "orm", "sqlite",
+		"postgres", "mysql", "repository",
+	}},
 }
 
 // pathWords splits a path into lower-case words at non-letters and digits

@@ -178,8 +178,10 @@ func (e *env) outline(ctx context.Context, rel string) (Result, error) {
 		default:
 			continue
 		}
-		syms = append(syms, Symbol{Name: t.Name, Kind: t.Kind, Line: t.Line, End: t.End, Scope: t.Scope,
-			ScopeKind: t.ScopeKind, Signature: t.Signature})
+		syms = append(syms, Symbol{
+			Name: t.Name, Kind: t.Kind, Line: t.Line, End: t.End, Scope: t.Scope,
+			ScopeKind: t.ScopeKind, Signature: t.Signature,
+		})
 	}
 	if err := sc.Err(); err != nil {
 		return Errorf("outline: reading ctags output: %v", err), nil

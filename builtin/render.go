@@ -448,14 +448,18 @@ func (e *env) write(tool, rel, format string, data []byte, items int, counts map
 		return Errorf("%s: %v", tool, err)
 	}
 	sum := sha256.Sum256(data)
-	r := Rendered{Path: rel, Format: format, Bytes: len(data), SHA256: hex.EncodeToString(sum[:]), Items: items,
-		BySeverity: counts, Replaced: replaced}
+	r := Rendered{
+		Path: rel, Format: format, Bytes: len(data), SHA256: hex.EncodeToString(sum[:]), Items: items,
+		BySeverity: counts, Replaced: replaced,
+	}
 	verb := "wrote"
 	if replaced {
 		verb = "replaced"
 	}
-	return Result{Text: fmt.Sprintf("%s: %s %s (%s, %d bytes, %s, sha256 %s)\n", tool, verb, rel, format, r.Bytes, count(items, "item"), r.SHA256),
-		Structured: r}
+	return Result{
+		Text:       fmt.Sprintf("%s: %s %s (%s, %d bytes, %s, sha256 %s)\n", tool, verb, rel, format, r.Bytes, count(items, "item"), r.SHA256),
+		Structured: r,
+	}
 }
 
 // auditReport is a validated, ordered audit report.
@@ -571,29 +575,36 @@ var (
 )
 
 func (r auditReport) sarif() ([]byte, error) {
-	run := sarifRun{Tool: sarifTool{Driver: sarifDriver{Name: "toolgate", Version: r.Version, Rules: []sarifRule{}}},
-		Results: []sarifResult{}}
+	run := sarifRun{
+		Tool:    sarifTool{Driver: sarifDriver{Name: "toolgate", Version: r.Version, Rules: []sarifRule{}}},
+		Results: []sarifResult{},
+	}
 	for i, f := range r.Findings {
 		tags := []string{"security"}
 		if f.CWE != "" {
 			tags = append(tags, "external/cwe/"+strings.ToLower(f.CWE))
 		}
-		rule := sarifRule{ID: f.ID, ShortDescription: sarifMessage{Text: f.Title},
+		rule := sarifRule{
+			ID: f.ID, ShortDescription: sarifMessage{Text: f.Title},
 			FullDescription: &sarifMessage{Text: strings.TrimSpace(f.Description)},
-			Properties:      map[string]any{"security-severity": securitySeverity[f.Severity], "tags": tags}}
+			Properties:      map[string]any{"security-severity": securitySeverity[f.Severity], "tags": tags},
+		}
 		if s := strings.TrimSpace(f.Recommendation); s != "" {
 			rule.Help = &sarifMessage{Text: s}
 		}
 		run.Tool.Driver.Rules = append(run.Tool.Driver.Rules, rule)
-		res := sarifResult{RuleID: f.ID, RuleIndex: i, Level: sarifLevel[f.Severity],
+		res := sarifResult{
+			RuleID: f.ID, RuleIndex: i, Level: sarifLevel[f.Severity],
 			Message:    sarifMessage{Text: f.Title + ": " + strings.TrimSpace(f.Description)},
-			Properties: map[string]any{"severity": f.Severity}}
+			Properties: map[string]any{"severity": f.Severity},
+		}
 		if f.Status != "" {
 			res.Properties["status"] = f.Status
 		}
 		if f.File != "" {
 			loc := sarifLocation{PhysicalLocation: sarifPhysical{ArtifactLocation: sarifArtifact{
-				URI: (&url.URL{Path: f.File}).EscapedPath(), URIBaseID: "%SRCROOT%"}}}
+				URI: (&url.URL{Path: f.File}).EscapedPath(), URIBaseID: "%SRCROOT%",
+			}}}
 			if f.Line > 0 {
 				loc.PhysicalLocation.Region = &sarifRegion{StartLine: f.Line, EndLine: f.EndLine}
 			}

@@ -188,8 +188,10 @@ func (e *env) sloc(ctx context.Context, rels []string) (Result, error) {
 		s.Totals.Comments += sl.Comments
 		s.Totals.Blanks += sl.Blanks
 		for _, r := range l.Reports {
-			files = append(files, SlocFile{Path: strings.TrimPrefix(r.Name, "./"), Language: name,
-				Code: r.Stats.Code, Comments: r.Stats.Comments, Blanks: r.Stats.Blanks})
+			files = append(files, SlocFile{
+				Path: strings.TrimPrefix(r.Name, "./"), Language: name,
+				Code: r.Stats.Code, Comments: r.Stats.Comments, Blanks: r.Stats.Blanks,
+			})
 		}
 	}
 	s.Totals.Lines = s.Totals.Code + s.Totals.Comments + s.Totals.Blanks

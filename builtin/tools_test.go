@@ -75,8 +75,10 @@ func TestToolsGating(t *testing.T) {
 		{name: "locked down: no renderers", lockedDown: true, tokei: tokei, want: []string{"repo_manifest", "repo_chunks", "git_diff_input", "existing_report", "sloc", "outline"}},
 		{name: "locked down report", caps: []Group{GroupReport}, lockedDown: true, tokei: tokei, want: []string{"existing_report"}},
 		{name: "no groups", caps: []Group{}, tokei: tokei, want: nil},
-		{name: "no sandbox: none of the tools that need a helper", tokei: tokei, sandbox: nil,
-			want: []string{"repo_manifest", "repo_chunks", "existing_report", "render_audit_report", "render_review_report"}},
+		{
+			name: "no sandbox: none of the tools that need a helper", tokei: tokei, sandbox: nil,
+			want: []string{"repo_manifest", "repo_chunks", "existing_report", "render_audit_report", "render_review_report"},
+		},
 	} {
 		if tc.sandbox == nil && !strings.HasPrefix(tc.name, "no sandbox") {
 			tc.sandbox = hostRunner(t)

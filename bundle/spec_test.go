@@ -55,8 +55,12 @@ func mustSpec(t *testing.T, tl Tool, p Policy, extra ...Opt) *specs.Spec {
 func TestSecurityCriticalFields(t *testing.T) {
 	s := mustSpec(t, testTool(), testPolicy())
 	wantNS := []specs.LinuxNamespace{
-		{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
-		{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
+		{Type: specs.PIDNamespace},
+		{Type: specs.NetworkNamespace},
+		{Type: specs.IPCNamespace},
+		{Type: specs.UTSNamespace},
+		{Type: specs.MountNamespace},
+		{Type: specs.CgroupNamespace},
 	}
 	if d := cmp.Diff(wantNS, s.Linux.Namespaces); d != "" {
 		t.Errorf("namespaces (-want +got):\n%s", d)
@@ -92,8 +96,10 @@ func TestSecurityCriticalFields(t *testing.T) {
 		t.Errorf("cwd = %q, want the tool dir", p.Cwd)
 	}
 	wantR := []specs.POSIXRlimit{
-		{Type: "RLIMIT_NOFILE", Hard: 1024, Soft: 1024}, {Type: "RLIMIT_NPROC", Hard: 512, Soft: 512},
-		{Type: "RLIMIT_CORE", Hard: 0, Soft: 0}, {Type: "RLIMIT_FSIZE", Hard: 1 << 30, Soft: 1 << 30},
+		{Type: "RLIMIT_NOFILE", Hard: 1024, Soft: 1024},
+		{Type: "RLIMIT_NPROC", Hard: 512, Soft: 512},
+		{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+		{Type: "RLIMIT_FSIZE", Hard: 1 << 30, Soft: 1 << 30},
 	}
 	if d := cmp.Diff(wantR, p.Rlimits); d != "" {
 		t.Errorf("rlimits (-want +got):\n%s", d)
@@ -392,12 +398,26 @@ func TestCheckBind(t *testing.T) {
 	for _, tc := range []struct {
 		path, wantErr string
 	}{
-		{"/srv/repo", ""}, {"/srv/x", ""}, {"/opt/x", ""}, {"/home/me/project", ""}, {"/tmp/work", ""},
-		{"/usr/share/x", ""}, {"/var/cache/toolgate/npm", ""},
-		{"/", "cannot be bound"}, {"/srv", "cannot be bound"}, {"/opt", "cannot be bound"}, {"/home", "cannot be bound"},
-		{"/tmp", "cannot be bound"}, {"/etc", "cannot be bound"}, {"/etc/app", "under /etc"}, {"/proc/1", "under /proc"},
-		{"/sys/fs", "under /sys"}, {"/dev/shm", "under /dev"}, {"/.toolgate", "under /.toolgate"},
-		{"srv/repo", "not an absolute, clean path"}, {"/srv/../etc", "not an absolute, clean path"},
+		{"/srv/repo", ""},
+		{"/srv/x", ""},
+		{"/opt/x", ""},
+		{"/home/me/project", ""},
+		{"/tmp/work", ""},
+		{"/usr/share/x", ""},
+		{"/var/cache/toolgate/npm", ""},
+		{"/", "cannot be bound"},
+		{"/srv", "cannot be bound"},
+		{"/opt", "cannot be bound"},
+		{"/home", "cannot be bound"},
+		{"/tmp", "cannot be bound"},
+		{"/etc", "cannot be bound"},
+		{"/etc/app", "under /etc"},
+		{"/proc/1", "under /proc"},
+		{"/sys/fs", "under /sys"},
+		{"/dev/shm", "under /dev"},
+		{"/.toolgate", "under /.toolgate"},
+		{"srv/repo", "not an absolute, clean path"},
+		{"/srv/../etc", "not an absolute, clean path"},
 	} {
 		err := CheckBind(tc.path)
 		if (tc.wantErr == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.wantErr) {

@@ -62,7 +62,6 @@ const (
 // report uses (the log, check, checkpoint_status).
 const RefusedEffect = "every external tool and expose subtraction is disabled; built-ins stay on"
 
-
 // Tool is one validated tool line. It is immutable after Load.
 type Tool struct {
 	// Name is the MCP tool name.

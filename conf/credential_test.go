@@ -80,8 +80,10 @@ func TestCredentialRules(t *testing.T) {
 		{"empty", "credential api api.example.com:443 Authorization " + empty, "secret-file", "is empty", Options{}},
 		{"two lines", "credential api api.example.com:443 Authorization " + twoLines, "secret-file", "control character", Options{}},
 		{"in a sandbox's dir", "credential api api.example.com:443 Authorization " + filepath.Join(f.dir, "key"), "secret-file", "sandbox binds", Options{}},
-		{"seen by every sandbox", "credential api api.example.com:443 Authorization " + visible, "secret-file", "every sandbox sees",
-			Options{Visible: func(p string) bool { return p == visible }}},
+		{
+			"seen by every sandbox", "credential api api.example.com:443 Authorization " + visible, "secret-file", "every sandbox sees",
+			Options{Visible: func(p string) bool { return p == visible }},
+		},
 		{"fields", "credential api api.example.com:443 Authorization", "credential", "want `credential <tool>", Options{}},
 		{"twice", "credential api api.example.com:443 Authorization " + key + "\ncredential api api.example.com:443 X-Other " + ro, "credential", "already: one per destination", Options{}},
 	} {

@@ -79,8 +79,10 @@ func Parse(path string, data []byte, opts Options) *Config {
 				envs = append(envs, e)
 			}
 		default:
-			errs = append(errs, &Error{File: path, Line: l.num, Text: l.text, Field: "directive",
-				Err: fmt.Errorf("unknown directive %q: want tool, expose, egress, credential or env", l.tokens[0])})
+			errs = append(errs, &Error{
+				File: path, Line: l.num, Text: l.text, Field: "directive",
+				Err: fmt.Errorf("unknown directive %q: want tool, expose, egress, credential or env", l.tokens[0]),
+			})
 		}
 	}
 	errs = append(errs, validateExposes(path, lines, exposes, builtins, declared)...)

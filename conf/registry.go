@@ -894,11 +894,15 @@ func decodeFragment(path string, data []byte) (*fragment, []error) {
 	}
 	f.lines = keyLines(data)
 	if f.doc.SchemaVersion == nil {
-		errs = append(errs, &RegistryError{File: path, Path: "schema_version",
-			Err: fmt.Errorf("required: write schema_version = %d at the top of the fragment", RegistrySchemaVersion)})
+		errs = append(errs, &RegistryError{
+			File: path, Path: "schema_version",
+			Err: fmt.Errorf("required: write schema_version = %d at the top of the fragment", RegistrySchemaVersion),
+		})
 	} else if v := *f.doc.SchemaVersion; v != RegistrySchemaVersion {
-		errs = append(errs, &RegistryError{File: path, Line: f.lines["schema_version"], Path: "schema_version",
-			Err: fmt.Errorf("%d is not supported: want %d", v, RegistrySchemaVersion)})
+		errs = append(errs, &RegistryError{
+			File: path, Line: f.lines["schema_version"], Path: "schema_version",
+			Err: fmt.Errorf("%d is not supported: want %d", v, RegistrySchemaVersion),
+		})
 	}
 	return f, errs
 }

@@ -179,13 +179,17 @@ func TestParsePinsRefused(t *testing.T) {
 		{"another version", `{"pins_version":2,"servers":{}}`, "pins.json: pins_version: 2 is not supported: want 1"},
 		{"unknown field", `{"pins_version":1,"servers":{},"extra":1}`, `pins.json: decode: json: unknown field "extra"`},
 		{"a key twice", `{"pins_version":1,"servers":{"srv":{"tools":{}},"srv":{"tools":{}}}}`, `pins.json: servers: key "srv" twice in one object`},
-		{"digest edited", entry("echo", strings.Repeat("0", 64), string(good.Definition)),
-			"pins.json: servers.srv.tools.echo: sha256 000000000000 is not the digest of its definition (" + good.SHA256[:12] + "): the file was changed by hand or cut short; run `toolgate registry pin` again"},
+		{
+			"digest edited", entry("echo", strings.Repeat("0", 64), string(good.Definition)),
+			"pins.json: servers.srv.tools.echo: sha256 000000000000 is not the digest of its definition (" + good.SHA256[:12] + "): the file was changed by hand or cut short; run `toolgate registry pin` again",
+		},
 		{"definition edited", entry("echo", good.SHA256, `{"name":"echo","description":"Echo!"}`), "is not the digest of its definition"},
 		{"bad digest", entry("echo", "abc", string(good.Definition)), "pins.json: servers.srv.tools.echo: sha256: want 64 lowercase hex digits"},
 		{"another tool's definition", entry("other", good.SHA256, string(good.Definition)), `pins.json: servers.srv.tools.other: definition: its name is not "other"`},
-		{"hidden text", entry("echo", pinFor(t, `{"name":"echo","description":"E\u200bcho"}`).SHA256, `{"name":"echo","description":"E\u200bcho"}`),
-			"pins.json: servers.srv.tools.echo: definition: description: U+200B, " + whyZWSP + ", at character offset 1"},
+		{
+			"hidden text", entry("echo", pinFor(t, `{"name":"echo","description":"E\u200bcho"}`).SHA256, `{"name":"echo","description":"E\u200bcho"}`),
+			"pins.json: servers.srv.tools.echo: definition: description: U+200B, " + whyZWSP + ", at character offset 1",
+		},
 		{"bad server id", `{"pins_version":1,"servers":{"Bad":{"tools":{}}}}`, "pins.json: servers.Bad: not a server id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -370,8 +374,10 @@ func BenchmarkCanonicalDigest(b *testing.B) {
 // in a form it gives back unchanged, and clean text passes
 // CheckDefinitionText or is refused with a TextError, never a panic.
 func FuzzCanonicalJSON(f *testing.F) {
-	for _, s := range []string{`{"b":1,"a":[true,null,"x\u00e9"]}`, `{"a":{"a":1},"b":"\ud83d\ude00"}`, `[1.50,-0,1e3]`, `"\n"`,
-		`{"name":"echo","inputSchema":{"type":"object","properties":{"q":{"description":"ok"}}}}`, `{"a":1,"a":2}`, `{"s":"\udc00"}`, `{} {}`} {
+	for _, s := range []string{
+		`{"b":1,"a":[true,null,"x\u00e9"]}`, `{"a":{"a":1},"b":"\ud83d\ude00"}`, `[1.50,-0,1e3]`, `"\n"`,
+		`{"name":"echo","inputSchema":{"type":"object","properties":{"q":{"description":"ok"}}}}`, `{"a":1,"a":2}`, `{"s":"\udc00"}`, `{} {}`,
+	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {

@@ -207,8 +207,10 @@ func joinRegErrs(errs []*RegistryError) string {
 func TestRegistrySchemaVersion(t *testing.T) {
 	runRegCases(t, []regCase{
 		{name: "accept 8", text: "schema_version = 8\n" + regStdio},
-		{name: "missing", text: "# no version\n" + strings.Replace(regStdio, "schema", "", 1) + "\n#schema_version",
-			path: "schema_version", want: "required"},
+		{
+			name: "missing", text: "# no version\n" + strings.Replace(regStdio, "schema", "", 1) + "\n#schema_version",
+			path: "schema_version", want: "required",
+		},
 		{name: "7", text: "schema_version = 7\n" + regStdio, path: "schema_version", want: "7 is not supported: want 8"},
 		{name: "string", text: "schema_version = \"8\"\n" + regStdio, path: "schema_version", want: "wrong type: a TOML string, want an integer"},
 	})
@@ -228,40 +230,62 @@ supports_parallel_tool_calls = true
 [tool_mcp_servers.ida_pro.tools.decompile]
 approval_mode = "prompt"
 `},
-		{name: "top level", text: regStdio + "[mcp_servers.x]\ncommand = \"/bin/true\"\n",
-			path: "mcp_servers", want: `unknown field "mcp_servers"`, is: ErrUnknownField},
-		{name: "server level", text: regStdio + "enabled = true\n",
-			path: "tool_mcp_servers.ida_pro.enabled", want: `unknown field "enabled": want one of transport,`, is: ErrUnknownField},
-		{name: "per tool typo", text: regStdio + "[tool_mcp_servers.ida_pro.tools.decompile]\napproval_mod = \"prompt\"\n",
-			path: "tool_mcp_servers.ida_pro.tools.decompile.approval_mod", want: "a per-tool table has only approval_mode", is: ErrUnknownField, n: 2},
+		{
+			name: "top level", text: regStdio + "[mcp_servers.x]\ncommand = \"/bin/true\"\n",
+			path: "mcp_servers", want: `unknown field "mcp_servers"`, is: ErrUnknownField,
+		},
+		{
+			name: "server level", text: regStdio + "enabled = true\n",
+			path: "tool_mcp_servers.ida_pro.enabled", want: `unknown field "enabled": want one of transport,`, is: ErrUnknownField,
+		},
+		{
+			name: "per tool typo", text: regStdio + "[tool_mcp_servers.ida_pro.tools.decompile]\napproval_mod = \"prompt\"\n",
+			path: "tool_mcp_servers.ida_pro.tools.decompile.approval_mod", want: "a per-tool table has only approval_mode", is: ErrUnknownField, n: 2,
+		},
 	})
 }
 
 func TestRegistryPlaintextBearerToken(t *testing.T) {
 	runRegCases(t, []regCase{
 		{name: "accept bearer_token_env_var", text: regHTTP + "bearer_token_env_var = \"FIRECRAWL_API_KEY\"\n"},
-		{name: "bearer_token", text: regHTTP + "bearer_token = \"" + fakeOpenAIKey + "\"\n",
-			path: "tool_mcp_servers.firecrawl.bearer_token", want: `in field "bearer_token": never write a credential`, is: ErrCredential},
-		{name: "api_key", text: regHTTP + "api_key = \"x\"\n",
-			path: "tool_mcp_servers.firecrawl.api_key", want: "never write a credential", is: ErrCredential},
-		{name: "token in bearer_token_env_var", text: regHTTP + "bearer_token_env_var = \"" + fakeGitHubPAT + "\"\n",
-			path: "tool_mcp_servers.firecrawl.bearer_token_env_var", want: "looks like a token, not a variable name", is: ErrCredential},
-		{name: "bearer_token_env_var not a name", text: regHTTP + "bearer_token_env_var = \"FIRECRAWL-KEY\"\n",
-			path: "tool_mcp_servers.firecrawl.bearer_token_env_var", want: "not a valid variable name"},
+		{
+			name: "bearer_token", text: regHTTP + "bearer_token = \"" + fakeOpenAIKey + "\"\n",
+			path: "tool_mcp_servers.firecrawl.bearer_token", want: `in field "bearer_token": never write a credential`, is: ErrCredential,
+		},
+		{
+			name: "api_key", text: regHTTP + "api_key = \"x\"\n",
+			path: "tool_mcp_servers.firecrawl.api_key", want: "never write a credential", is: ErrCredential,
+		},
+		{
+			name: "token in bearer_token_env_var", text: regHTTP + "bearer_token_env_var = \"" + fakeGitHubPAT + "\"\n",
+			path: "tool_mcp_servers.firecrawl.bearer_token_env_var", want: "looks like a token, not a variable name", is: ErrCredential,
+		},
+		{
+			name: "bearer_token_env_var not a name", text: regHTTP + "bearer_token_env_var = \"FIRECRAWL-KEY\"\n",
+			path: "tool_mcp_servers.firecrawl.bearer_token_env_var", want: "not a valid variable name",
+		},
 	})
 }
 
 func TestRegistryOAuthFields(t *testing.T) {
 	runRegCases(t, []regCase{
 		{name: "accept env-backed header", text: regHTTP + "env_http_headers = { X-Api-Key = \"FIRECRAWL_API_KEY\" }\n"},
-		{name: "oauth table", text: regHTTP + "[tool_mcp_servers.firecrawl.oauth]\nclient_id = \"abc\"\n",
-			path: "tool_mcp_servers.firecrawl.oauth", want: `(field "oauth"): schema 8 takes credentials by environment variable name only`, is: ErrOAuth},
-		{name: "client_secret", text: regHTTP + "client_secret = \"abc\"\n",
-			path: "tool_mcp_servers.firecrawl.client_secret", want: "oauth is not supported", is: ErrOAuth},
-		{name: "scopes", text: regHTTP + "scopes = [\"read\"]\n",
-			path: "tool_mcp_servers.firecrawl.scopes", want: "oauth is not supported", is: ErrOAuth},
-		{name: "oauth_resource", text: regHTTP + "oauth_resource = \"https://x\"\n",
-			path: "tool_mcp_servers.firecrawl.oauth_resource", want: "oauth is not supported", is: ErrOAuth},
+		{
+			name: "oauth table", text: regHTTP + "[tool_mcp_servers.firecrawl.oauth]\nclient_id = \"abc\"\n",
+			path: "tool_mcp_servers.firecrawl.oauth", want: `(field "oauth"): schema 8 takes credentials by environment variable name only`, is: ErrOAuth,
+		},
+		{
+			name: "client_secret", text: regHTTP + "client_secret = \"abc\"\n",
+			path: "tool_mcp_servers.firecrawl.client_secret", want: "oauth is not supported", is: ErrOAuth,
+		},
+		{
+			name: "scopes", text: regHTTP + "scopes = [\"read\"]\n",
+			path: "tool_mcp_servers.firecrawl.scopes", want: "oauth is not supported", is: ErrOAuth,
+		},
+		{
+			name: "oauth_resource", text: regHTTP + "oauth_resource = \"https://x\"\n",
+			path: "tool_mcp_servers.firecrawl.oauth_resource", want: "oauth is not supported", is: ErrOAuth,
+		},
 	})
 }
 
@@ -269,24 +293,42 @@ func TestRegistryTransport(t *testing.T) {
 	runRegCases(t, []regCase{
 		{name: "accept stdio", text: regStdio},
 		{name: "accept streamable_http", text: regHTTP},
-		{name: "missing", text: strings.Replace(regStdio, "transport = \"stdio\"\n", "", 1),
-			path: "tool_mcp_servers.ida_pro.transport", want: `required: want "stdio" or "streamable_http"`},
-		{name: "unknown", text: strings.Replace(regHTTP, "streamable_http", "sse", 1),
-			path: "tool_mcp_servers.firecrawl.transport", want: `unknown transport "sse"`},
-		{name: "url on stdio", text: regStdio + "url = \"https://x.invalid/\"\n",
-			path: "tool_mcp_servers.ida_pro.url", want: `"url" belongs to transport "streamable_http", and this entry is "stdio"`, is: ErrTransportField},
-		{name: "bearer_token_env_var on stdio", text: regStdio + "bearer_token_env_var = \"X\"\n",
-			path: "tool_mcp_servers.ida_pro.bearer_token_env_var", want: "belongs to transport", is: ErrTransportField},
-		{name: "command on http", text: regHTTP + "command = \"/bin/true\"\n",
-			path: "tool_mcp_servers.firecrawl.command", want: `"command" belongs to transport "stdio"`, is: ErrTransportField},
-		{name: "sandbox on http", text: regHTTP + "sandbox = true\n",
-			path: "tool_mcp_servers.firecrawl.sandbox", want: "belongs to transport", is: ErrTransportField},
-		{name: "env on http", text: regHTTP + "env = { A = \"b\" }\n",
-			path: "tool_mcp_servers.firecrawl.env", want: "belongs to transport", is: ErrTransportField},
-		{name: "stdio without command", text: strings.Replace(regStdio, "command = \"@EXE@\"\n", "", 1),
-			path: "tool_mcp_servers.ida_pro.command", want: `required for transport "stdio"`},
-		{name: "http without url", text: strings.Replace(regHTTP, "url = \"https://mcp.example.invalid/\"\n", "", 1),
-			path: "tool_mcp_servers.firecrawl.url", want: `required for transport "streamable_http"`},
+		{
+			name: "missing", text: strings.Replace(regStdio, "transport = \"stdio\"\n", "", 1),
+			path: "tool_mcp_servers.ida_pro.transport", want: `required: want "stdio" or "streamable_http"`,
+		},
+		{
+			name: "unknown", text: strings.Replace(regHTTP, "streamable_http", "sse", 1),
+			path: "tool_mcp_servers.firecrawl.transport", want: `unknown transport "sse"`,
+		},
+		{
+			name: "url on stdio", text: regStdio + "url = \"https://x.invalid/\"\n",
+			path: "tool_mcp_servers.ida_pro.url", want: `"url" belongs to transport "streamable_http", and this entry is "stdio"`, is: ErrTransportField,
+		},
+		{
+			name: "bearer_token_env_var on stdio", text: regStdio + "bearer_token_env_var = \"X\"\n",
+			path: "tool_mcp_servers.ida_pro.bearer_token_env_var", want: "belongs to transport", is: ErrTransportField,
+		},
+		{
+			name: "command on http", text: regHTTP + "command = \"/bin/true\"\n",
+			path: "tool_mcp_servers.firecrawl.command", want: `"command" belongs to transport "stdio"`, is: ErrTransportField,
+		},
+		{
+			name: "sandbox on http", text: regHTTP + "sandbox = true\n",
+			path: "tool_mcp_servers.firecrawl.sandbox", want: "belongs to transport", is: ErrTransportField,
+		},
+		{
+			name: "env on http", text: regHTTP + "env = { A = \"b\" }\n",
+			path: "tool_mcp_servers.firecrawl.env", want: "belongs to transport", is: ErrTransportField,
+		},
+		{
+			name: "stdio without command", text: strings.Replace(regStdio, "command = \"@EXE@\"\n", "", 1),
+			path: "tool_mcp_servers.ida_pro.command", want: `required for transport "stdio"`,
+		},
+		{
+			name: "http without url", text: strings.Replace(regHTTP, "url = \"https://mcp.example.invalid/\"\n", "", 1),
+			path: "tool_mcp_servers.firecrawl.url", want: `required for transport "streamable_http"`,
+		},
 	})
 }
 
@@ -310,8 +352,10 @@ func TestRegistryServerID(t *testing.T) {
 		reject("reserved mmo_mesh", "mmo_mesh", "is reserved: the runtime-owned agent mesh"),
 		reject("reserved toolgate", "toolgate", "is reserved: toolgate's own name"),
 		reject("reserved checkpoint prefix", "checkpoint_x", `is reserved (prefix "checkpoint")`),
-		{name: "defined twice in one fragment", text: regStdio + "\n" + regStdio,
-			path: "tool_mcp_servers.ida_pro", want: `server id "ida_pro" is defined twice in this fragment`},
+		{
+			name: "defined twice in one fragment", text: regStdio + "\n" + regStdio,
+			path: "tool_mcp_servers.ida_pro", want: `server id "ida_pro" is defined twice in this fragment`,
+		},
 	})
 }
 
@@ -344,17 +388,27 @@ func TestRegistryApprovalModes(t *testing.T) {
 		return strings.Replace(regHTTP, `default_tools_approval_mode = "writes"`, v, 1)
 	}
 	cases := []regCase{
-		{name: "missing default", text: set(""), path: "tool_mcp_servers.firecrawl.default_tools_approval_mode",
-			want: `required: state it explicitly, one of "auto", "writes", "prompt" or "approve"`},
-		{name: "unknown default", text: set(`default_tools_approval_mode = "always"`), path: "tool_mcp_servers.firecrawl.default_tools_approval_mode",
-			want: `unknown approval mode "always"`},
+		{
+			name: "missing default", text: set(""), path: "tool_mcp_servers.firecrawl.default_tools_approval_mode",
+			want: `required: state it explicitly, one of "auto", "writes", "prompt" or "approve"`,
+		},
+		{
+			name: "unknown default", text: set(`default_tools_approval_mode = "always"`), path: "tool_mcp_servers.firecrawl.default_tools_approval_mode",
+			want: `unknown approval mode "always"`,
+		},
 		{name: "accept override", text: regHTTP + "[tool_mcp_servers.firecrawl.tools.scrape]\napproval_mode = \"approve\"\n"},
-		{name: "override not in allowlist", text: regHTTP + "[tool_mcp_servers.firecrawl.tools.crawl]\napproval_mode = \"prompt\"\n",
-			path: "tool_mcp_servers.firecrawl.tools.crawl", want: `override for "crawl", which is not in enabled_tools`},
-		{name: "override without mode", text: regHTTP + "[tool_mcp_servers.firecrawl.tools.scrape]\n",
-			path: "tool_mcp_servers.firecrawl.tools.scrape.approval_mode", want: "required in a per-tool table"},
-		{name: "override unknown mode", text: regHTTP + "[tool_mcp_servers.firecrawl.tools.scrape]\napproval_mode = \"never\"\n",
-			path: "tool_mcp_servers.firecrawl.tools.scrape.approval_mode", want: `unknown approval mode "never"`},
+		{
+			name: "override not in allowlist", text: regHTTP + "[tool_mcp_servers.firecrawl.tools.crawl]\napproval_mode = \"prompt\"\n",
+			path: "tool_mcp_servers.firecrawl.tools.crawl", want: `override for "crawl", which is not in enabled_tools`,
+		},
+		{
+			name: "override without mode", text: regHTTP + "[tool_mcp_servers.firecrawl.tools.scrape]\n",
+			path: "tool_mcp_servers.firecrawl.tools.scrape.approval_mode", want: "required in a per-tool table",
+		},
+		{
+			name: "override unknown mode", text: regHTTP + "[tool_mcp_servers.firecrawl.tools.scrape]\napproval_mode = \"never\"\n",
+			path: "tool_mcp_servers.firecrawl.tools.scrape.approval_mode", want: `unknown approval mode "never"`,
+		},
 	}
 	for _, m := range KnownApprovalModes() {
 		cases = append(cases, regCase{name: "accept " + string(m), text: set(`default_tools_approval_mode = "` + string(m) + `"`)})
@@ -462,18 +516,30 @@ func TestRegistryArgs(t *testing.T) {
 	runRegCases(t, []regCase{
 		{name: "accept ordinary", text: regStdio + `args = ["--stdio", "--port=8080", "/opt/ida", "-v", "--log-level=debug"]` + "\n"},
 		{name: "accept empty", text: regStdio + "args = []\n"},
-		{name: "credential flag", text: regStdio + `args = ["--stdio", "--api-key=abc"]` + "\n",
-			path: "tool_mcp_servers.ida_pro.args[1]", want: `it sets the option "api-key", whose name contains API_KEY`, is: ErrCredential},
-		{name: "token flag", text: regStdio + `args = ["--token=abc"]` + "\n",
-			path: "tool_mcp_servers.ida_pro.args[0]", want: "is or ends in _TOKEN", is: ErrCredential},
-		{name: "key value", text: regStdio + `args = ["` + fakeGitHubPAT + `"]` + "\n",
-			path: "tool_mcp_servers.ida_pro.args[0]", want: "it starts with ghp_", is: ErrCredential},
-		{name: "NUL", text: regStdio + `args = ["a\u0000b"]` + "\n",
-			path: "tool_mcp_servers.ida_pro.args[0]", want: "contains a NUL byte"},
-		{name: "wrong type", text: regStdio + `args = "--stdio"` + "\n",
-			path: "tool_mcp_servers.ida_pro.args", want: "wrong type: a TOML string, want an array of strings"},
-		{name: "state denylist", text: regStdio + `args = ["--db=/var/lib/queue.db"]` + "\n",
-			path: "tool_mcp_servers.ida_pro.args[0]", want: `contains "queue.db"`, is: ErrDenied},
+		{
+			name: "credential flag", text: regStdio + `args = ["--stdio", "--api-key=abc"]` + "\n",
+			path: "tool_mcp_servers.ida_pro.args[1]", want: `it sets the option "api-key", whose name contains API_KEY`, is: ErrCredential,
+		},
+		{
+			name: "token flag", text: regStdio + `args = ["--token=abc"]` + "\n",
+			path: "tool_mcp_servers.ida_pro.args[0]", want: "is or ends in _TOKEN", is: ErrCredential,
+		},
+		{
+			name: "key value", text: regStdio + `args = ["` + fakeGitHubPAT + `"]` + "\n",
+			path: "tool_mcp_servers.ida_pro.args[0]", want: "it starts with ghp_", is: ErrCredential,
+		},
+		{
+			name: "NUL", text: regStdio + `args = ["a\u0000b"]` + "\n",
+			path: "tool_mcp_servers.ida_pro.args[0]", want: "contains a NUL byte",
+		},
+		{
+			name: "wrong type", text: regStdio + `args = "--stdio"` + "\n",
+			path: "tool_mcp_servers.ida_pro.args", want: "wrong type: a TOML string, want an array of strings",
+		},
+		{
+			name: "state denylist", text: regStdio + `args = ["--db=/var/lib/queue.db"]` + "\n",
+			path: "tool_mcp_servers.ida_pro.args[0]", want: `contains "queue.db"`, is: ErrDenied,
+		},
 	})
 }
 
@@ -484,12 +550,16 @@ func TestRegistryLiteralEnv(t *testing.T) {
 	cases := []regCase{
 		{name: "accept plain values", text: regStdio + `env = { LOG_LEVEL = "debug", TOKENIZERS_PARALLELISM = "false", LANG = "en_US.UTF-8", IDA_DIR = "/opt/ida-pro-9.1/plugins", NODE_OPTIONS = "--max-old-space-size=4096", KEYBOARD = "us", PWD_HINT = "x" }` + "\n"},
 		{name: "invalid name", text: env(`"A-B"`, "x"), path: `tool_mcp_servers.ida_pro.env.A-B`, want: `"A-B" is not a valid variable name`},
-		{name: "also forwarded", text: regStdio + "env = { LOG_LEVEL = \"x\" }\nenv_vars = [\"LOG_LEVEL\"]\n",
-			path: "tool_mcp_servers.ida_pro.env.LOG_LEVEL", want: "both set in env and forwarded by env_vars"},
+		{
+			name: "also forwarded", text: regStdio + "env = { LOG_LEVEL = \"x\" }\nenv_vars = [\"LOG_LEVEL\"]\n",
+			path: "tool_mcp_servers.ida_pro.env.LOG_LEVEL", want: "both set in env and forwarded by env_vars",
+		},
 	}
 	for _, name := range []string{"GITHUB_TOKEN", "OPENAI_API_KEY", "DB_PASSWORD", "MY_SECRET_THING", "AUTHORIZATION", "SESSION_COOKIE", "SSH_KEY", "GITHUB_PAT", "HTTP_AUTH", "AWS_CREDENTIALS", "GPG_PASSPHRASE", "ACCESSTOKEN"} {
-		cases = append(cases, regCase{name: "name " + name, text: env(name, "x"),
-			path: "tool_mcp_servers.ida_pro.env." + name, want: fmt.Sprintf("the name %q", name), is: ErrCredential})
+		cases = append(cases, regCase{
+			name: "name " + name, text: env(name, "x"),
+			path: "tool_mcp_servers.ida_pro.env." + name, want: fmt.Sprintf("the name %q", name), is: ErrCredential,
+		})
 	}
 	for _, v := range []struct{ name, value, why string }{
 		{"openai key", fakeOpenAIKey, "starts with sk-"},
@@ -505,8 +575,10 @@ func TestRegistryLiteralEnv(t *testing.T) {
 		{"url with password", "postgres://app:hunter2@db.internal/app", "URL with a password"},
 		{"url with token query", "https://x.invalid/?access_token=abc", "query parameter \"access_token\""},
 	} {
-		cases = append(cases, regCase{name: "value " + v.name, text: env("DSN", v.value),
-			path: "tool_mcp_servers.ida_pro.env.DSN", want: v.why, is: ErrCredential})
+		cases = append(cases, regCase{
+			name: "value " + v.name, text: env("DSN", v.value),
+			path: "tool_mcp_servers.ida_pro.env.DSN", want: v.why, is: ErrCredential,
+		})
 	}
 	runRegCases(t, cases)
 }
@@ -518,8 +590,10 @@ func TestRegistryEnvVars(t *testing.T) {
 		{name: "invalid name", text: set(`["1X"]`), path: "tool_mcp_servers.ida_pro.env_vars[0]", want: `"1X" is not a valid variable name`},
 		{name: "assignment", text: set(`["A", "A=B"]`), path: "tool_mcp_servers.ida_pro.env_vars[1]", want: "env_vars holds names, never values"},
 		{name: "duplicate", text: set(`["A", "A"]`), path: "tool_mcp_servers.ida_pro.env_vars[1]", want: `"A" listed twice`},
-		{name: "value pasted as name", text: set(`["` + fakeGitHubPAT + `"]`), path: "tool_mcp_servers.ida_pro.env_vars[0]",
-			want: "looks like a credential value, not a variable name", is: ErrCredential},
+		{
+			name: "value pasted as name", text: set(`["` + fakeGitHubPAT + `"]`), path: "tool_mcp_servers.ida_pro.env_vars[0]",
+			want: "looks like a credential value, not a variable name", is: ErrCredential,
+		},
 	})
 }
 
@@ -532,32 +606,50 @@ func TestRegistryHeaders(t *testing.T) {
 		{name: "accept env header", text: hdr("env_http_headers", "X-Api-Key", "FIRECRAWL_API_KEY")},
 		{name: "accept env Authorization alone", text: hdr("env_http_headers", "Authorization", "FIRECRAWL_AUTH")},
 		{name: "invalid name", text: hdr("http_headers", `"X Client"`, "x"), path: `tool_mcp_servers.firecrawl.http_headers."X Client"`, want: "is not a valid HTTP header name"},
-		{name: "managed", text: hdr("http_headers", "Content-Type", "text/plain"), path: "tool_mcp_servers.firecrawl.http_headers.Content-Type",
-			want: `"Content-Type" is set by toolgate's MCP client`},
-		{name: "managed session", text: hdr("env_http_headers", "Mcp-Session-Id", "X"), path: "tool_mcp_servers.firecrawl.env_http_headers.Mcp-Session-Id",
-			want: "is set by toolgate's MCP client"},
-		{name: "same header twice", text: regHTTP + "http_headers = { X-A = \"1\" }\nenv_http_headers = { x-a = \"A\" }\n",
-			path: "tool_mcp_servers.firecrawl.env_http_headers.x-a", want: `header "x-a" is already set by http_headers.X-A`},
-		{name: "Authorization twice", text: regHTTP + "bearer_token_env_var = \"K\"\nenv_http_headers = { Authorization = \"A\" }\n",
-			path: "tool_mcp_servers.firecrawl.env_http_headers.Authorization", want: "already set by bearer_token_env_var"},
-		{name: "env header not a name", text: hdr("env_http_headers", "X-Api-Key", "fc-abc"), path: "tool_mcp_servers.firecrawl.env_http_headers.X-Api-Key",
-			want: "never its value"},
-		{name: "env header value pasted", text: hdr("env_http_headers", "X-Api-Key", fakeAWSKeyID), path: "tool_mcp_servers.firecrawl.env_http_headers.X-Api-Key",
-			want: "looks like a credential, not a variable name", is: ErrCredential},
-		{name: "control character", text: hdr("http_headers", "X-Client", "a\r\nX-Evil: 1"), path: "tool_mcp_servers.firecrawl.http_headers.X-Client",
-			want: "control character"},
+		{
+			name: "managed", text: hdr("http_headers", "Content-Type", "text/plain"), path: "tool_mcp_servers.firecrawl.http_headers.Content-Type",
+			want: `"Content-Type" is set by toolgate's MCP client`,
+		},
+		{
+			name: "managed session", text: hdr("env_http_headers", "Mcp-Session-Id", "X"), path: "tool_mcp_servers.firecrawl.env_http_headers.Mcp-Session-Id",
+			want: "is set by toolgate's MCP client",
+		},
+		{
+			name: "same header twice", text: regHTTP + "http_headers = { X-A = \"1\" }\nenv_http_headers = { x-a = \"A\" }\n",
+			path: "tool_mcp_servers.firecrawl.env_http_headers.x-a", want: `header "x-a" is already set by http_headers.X-A`,
+		},
+		{
+			name: "Authorization twice", text: regHTTP + "bearer_token_env_var = \"K\"\nenv_http_headers = { Authorization = \"A\" }\n",
+			path: "tool_mcp_servers.firecrawl.env_http_headers.Authorization", want: "already set by bearer_token_env_var",
+		},
+		{
+			name: "env header not a name", text: hdr("env_http_headers", "X-Api-Key", "fc-abc"), path: "tool_mcp_servers.firecrawl.env_http_headers.X-Api-Key",
+			want: "never its value",
+		},
+		{
+			name: "env header value pasted", text: hdr("env_http_headers", "X-Api-Key", fakeAWSKeyID), path: "tool_mcp_servers.firecrawl.env_http_headers.X-Api-Key",
+			want: "looks like a credential, not a variable name", is: ErrCredential,
+		},
+		{
+			name: "control character", text: hdr("http_headers", "X-Client", "a\r\nX-Evil: 1"), path: "tool_mcp_servers.firecrawl.http_headers.X-Client",
+			want: "control character",
+		},
 	}
 	for _, name := range []string{"Authorization", "Proxy-Authorization", "X-Api-Key", "Cookie", "X-Auth-Token", "Api-Key", "X-Client-Secret"} {
-		cases = append(cases, regCase{name: "name " + name, text: hdr("http_headers", name, "x"),
-			path: "tool_mcp_servers.firecrawl.http_headers." + name, want: fmt.Sprintf("the header name %q", name), is: ErrCredential})
+		cases = append(cases, regCase{
+			name: "name " + name, text: hdr("http_headers", name, "x"),
+			path: "tool_mcp_servers.firecrawl.http_headers." + name, want: fmt.Sprintf("the header name %q", name), is: ErrCredential,
+		})
 	}
 	for _, v := range []struct{ name, value, why string }{
 		{"bearer", "Bearer abc", "Authorization scheme"},
 		{"token prefix", fakeSlackBot, "starts with xoxb-"},
 		{"random", fakeRandom32, "high-entropy"},
 	} {
-		cases = append(cases, regCase{name: "value " + v.name, text: hdr("http_headers", "X-Trace", v.value),
-			path: "tool_mcp_servers.firecrawl.http_headers.X-Trace", want: v.why, is: ErrCredential})
+		cases = append(cases, regCase{
+			name: "value " + v.name, text: hdr("http_headers", "X-Trace", v.value),
+			path: "tool_mcp_servers.firecrawl.http_headers.X-Trace", want: v.why, is: ErrCredential,
+		})
 	}
 	runRegCases(t, cases)
 }
@@ -572,17 +664,25 @@ func TestRegistryURL(t *testing.T) {
 		{name: "accept http loopback with bearer", text: set("http://127.0.0.1:8080/mcp", bearer)},
 		{name: "accept http localhost with env header", text: set("http://localhost:8080/mcp", "env_http_headers = { X-Key = \"K\" }\n")},
 		{name: "accept http remote without credentials", text: set("http://mcp.internal:8080/mcp", "")},
-		{name: "http remote with bearer", text: set("http://mcp.internal/mcp", bearer), path: "tool_mcp_servers.firecrawl.url",
-			want: `http to "mcp.internal" would send the credential in cleartext`},
+		{
+			name: "http remote with bearer", text: set("http://mcp.internal/mcp", bearer), path: "tool_mcp_servers.firecrawl.url",
+			want: `http to "mcp.internal" would send the credential in cleartext`,
+		},
 		{name: "ftp", text: set("ftp://mcp.example.invalid/", ""), path: "tool_mcp_servers.firecrawl.url", want: `scheme "ftp": want https`},
 		{name: "no scheme", text: set("mcp.example.invalid", ""), path: "tool_mcp_servers.firecrawl.url", want: `scheme "": want https`},
 		{name: "no host", text: set("https:///mcp", ""), path: "tool_mcp_servers.firecrawl.url", want: "no host"},
-		{name: "userinfo", text: set("https://user:hunter2@mcp.example.invalid/", ""), path: "tool_mcp_servers.firecrawl.url",
-			want: "the URL has user information", is: ErrCredential},
-		{name: "query name", text: set("https://mcp.example.invalid/?api_key=abc", ""), path: "tool_mcp_servers.firecrawl.url",
-			want: `query parameter "api_key" contains API_KEY`, is: ErrCredential},
-		{name: "query value", text: set("https://mcp.example.invalid/?k="+fakeOpenAIKey, ""), path: "tool_mcp_servers.firecrawl.url",
-			want: `query parameter "k" holds a credential`, is: ErrCredential},
+		{
+			name: "userinfo", text: set("https://user:hunter2@mcp.example.invalid/", ""), path: "tool_mcp_servers.firecrawl.url",
+			want: "the URL has user information", is: ErrCredential,
+		},
+		{
+			name: "query name", text: set("https://mcp.example.invalid/?api_key=abc", ""), path: "tool_mcp_servers.firecrawl.url",
+			want: `query parameter "api_key" contains API_KEY`, is: ErrCredential,
+		},
+		{
+			name: "query value", text: set("https://mcp.example.invalid/?k="+fakeOpenAIKey, ""), path: "tool_mcp_servers.firecrawl.url",
+			want: `query parameter "k" holds a credential`, is: ErrCredential,
+		},
 		{name: "fragment", text: set("https://mcp.example.invalid/#x", ""), path: "tool_mcp_servers.firecrawl.url", want: "has a #fragment"},
 	})
 }
@@ -591,12 +691,18 @@ func TestRegistrySandboxNetwork(t *testing.T) {
 	runRegCases(t, []regCase{
 		{name: "accept network with sandbox", text: regStdio + "network = true\n"},
 		{name: "accept sandbox off", text: regStdio + "sandbox = false\n"},
-		{name: "network with sandbox off", text: regStdio + "sandbox = false\nnetwork = true\n",
-			path: "tool_mcp_servers.ida_pro.network", want: "only meaningful with the sandbox on"},
-		{name: "network false with sandbox off", text: regStdio + "sandbox = false\nnetwork = false\n",
-			path: "tool_mcp_servers.ida_pro.network", want: "only meaningful with the sandbox on"},
-		{name: "wrong type", text: regStdio + "sandbox = \"on\"\n",
-			path: "tool_mcp_servers.ida_pro.sandbox", want: "wrong type: a TOML string, want a boolean"},
+		{
+			name: "network with sandbox off", text: regStdio + "sandbox = false\nnetwork = true\n",
+			path: "tool_mcp_servers.ida_pro.network", want: "only meaningful with the sandbox on",
+		},
+		{
+			name: "network false with sandbox off", text: regStdio + "sandbox = false\nnetwork = false\n",
+			path: "tool_mcp_servers.ida_pro.network", want: "only meaningful with the sandbox on",
+		},
+		{
+			name: "wrong type", text: regStdio + "sandbox = \"on\"\n",
+			path: "tool_mcp_servers.ida_pro.sandbox", want: "wrong type: a TOML string, want a boolean",
+		},
 	})
 	f := newRegFixture(t)
 	for _, tc := range []struct {
@@ -1042,14 +1148,37 @@ func TestCredentialName(t *testing.T) {
 		name string
 		want bool
 	}{
-		{"GITHUB_TOKEN", true}, {"github-token", true}, {"X-Auth-Token", true}, {"ACCESSTOKEN", true},
-		{"OPENAI_API_KEY", true}, {"X-Api-Key", true}, {"APIKEY", true}, {"SSH_KEY", true},
-		{"DB_PASSWORD", true}, {"PGPASSWORD", true}, {"MY_SECRET_THING", true}, {"client_secret", true},
-		{"AUTHORIZATION", true}, {"Proxy-Authorization", true}, {"Cookie", true}, {"SESSION_COOKIE", true},
-		{"GITHUB_PAT", true}, {"HTTP_AUTH", true}, {"GPG_PASSPHRASE", true}, {"AWS_CREDENTIALS", true},
-		{"TOKENIZERS_PARALLELISM", false}, {"KEYBOARD", false}, {"MONKEY", false}, {"PWD", false},
-		{"LOG_LEVEL", false}, {"AUTHOR", false}, {"X-Client", false}, {"PATH", false}, {"KEY_ID_HINT", false},
-		{"", false}, {"_", false},
+		{"GITHUB_TOKEN", true},
+		{"github-token", true},
+		{"X-Auth-Token", true},
+		{"ACCESSTOKEN", true},
+		{"OPENAI_API_KEY", true},
+		{"X-Api-Key", true},
+		{"APIKEY", true},
+		{"SSH_KEY", true},
+		{"DB_PASSWORD", true},
+		{"PGPASSWORD", true},
+		{"MY_SECRET_THING", true},
+		{"client_secret", true},
+		{"AUTHORIZATION", true},
+		{"Proxy-Authorization", true},
+		{"Cookie", true},
+		{"SESSION_COOKIE", true},
+		{"GITHUB_PAT", true},
+		{"HTTP_AUTH", true},
+		{"GPG_PASSPHRASE", true},
+		{"AWS_CREDENTIALS", true},
+		{"TOKENIZERS_PARALLELISM", false},
+		{"KEYBOARD", false},
+		{"MONKEY", false},
+		{"PWD", false},
+		{"LOG_LEVEL", false},
+		{"AUTHOR", false},
+		{"X-Client", false},
+		{"PATH", false},
+		{"KEY_ID_HINT", false},
+		{"", false},
+		{"_", false},
 	} {
 		if _, got := credentialName(tc.name); got != tc.want {
 			t.Errorf("credentialName(%q) = %v, want %v", tc.name, got, tc.want)
@@ -1062,15 +1191,33 @@ func TestCredentialValue(t *testing.T) {
 		value string
 		want  bool
 	}{
-		{fakeOpenAIKey, true}, {fakeGitHubPAT, true}, {fakeSlackBot, true}, {fakeAWSKeyID, true},
-		{fakeRandom32, true}, {fakeJWT, true}, {fakeUUID, true}, {"Bearer x", true}, {"token abc", true},
-		{"-----BEGIN OPENSSH PRIVATE KEY-----\nabc", true}, {"https://u:p@h/", true},
-		{"fc-0123456789abcdef0123456789abcdef", true}, {"da39a3ee5e6b4b0d3255bfef95601890afd80709", true},
-		{"", false}, {"info", false}, {"en_US.UTF-8", false}, {"sk-SK", false}, {"fc-cache", false},
-		{"/opt/ida-pro-9.1/plugins/abcdefXYZ0123456789", false}, {"--max-old-space-size=4096", false},
-		{"release-2024-01-15-build", false}, {"com.example.service.name.with.dots", false},
-		{"MyApplicationProductionConfig", false}, {"https://mcp.example.invalid/mcp?x=1", false},
-		{"bearer", false}, {"FIRECRAWL_API_KEY", false}, {"IDA_MCP_TOKEN", false},
+		{fakeOpenAIKey, true},
+		{fakeGitHubPAT, true},
+		{fakeSlackBot, true},
+		{fakeAWSKeyID, true},
+		{fakeRandom32, true},
+		{fakeJWT, true},
+		{fakeUUID, true},
+		{"Bearer x", true},
+		{"token abc", true},
+		{"-----BEGIN OPENSSH PRIVATE KEY-----\nabc", true},
+		{"https://u:p@h/", true},
+		{"fc-0123456789abcdef0123456789abcdef", true},
+		{"da39a3ee5e6b4b0d3255bfef95601890afd80709", true},
+		{"", false},
+		{"info", false},
+		{"en_US.UTF-8", false},
+		{"sk-SK", false},
+		{"fc-cache", false},
+		{"/opt/ida-pro-9.1/plugins/abcdefXYZ0123456789", false},
+		{"--max-old-space-size=4096", false},
+		{"release-2024-01-15-build", false},
+		{"com.example.service.name.with.dots", false},
+		{"MyApplicationProductionConfig", false},
+		{"https://mcp.example.invalid/mcp?x=1", false},
+		{"bearer", false},
+		{"FIRECRAWL_API_KEY", false},
+		{"IDA_MCP_TOKEN", false},
 	} {
 		if why, got := credentialValue(tc.value); got != tc.want {
 			t.Errorf("credentialValue(%q) = %v (%s), want %v", tc.value, got, why, tc.want)
@@ -1207,14 +1354,22 @@ func TestClientNameIssue(t *testing.T) {
 func TestRegistryAllowedHosts(t *testing.T) {
 	runRegCases(t, []regCase{
 		{name: "accept with the sandbox", text: regStdio + "allowed_hosts = [\"api.example.com:443\", \"*.example.org:443\"]\n"},
-		{name: "beside network = true", text: regStdio + "network = true\nallowed_hosts = [\"api.example.com:443\"]\n",
-			path: "tool_mcp_servers.ida_pro.allowed_hosts", want: "beside network = true"},
-		{name: "with sandbox off", text: regStdio + "sandbox = false\nallowed_hosts = [\"api.example.com:443\"]\n",
-			path: "tool_mcp_servers.ida_pro.allowed_hosts", want: "needs the sandbox"},
-		{name: "a malformed destination", text: regStdio + "allowed_hosts = [\"https://api.example.com\"]\n",
-			path: "tool_mcp_servers.ida_pro.allowed_hosts", want: "no scheme"},
-		{name: "empty", text: regStdio + "allowed_hosts = []\n",
-			path: "tool_mcp_servers.ida_pro.allowed_hosts", want: "no destination"},
+		{
+			name: "beside network = true", text: regStdio + "network = true\nallowed_hosts = [\"api.example.com:443\"]\n",
+			path: "tool_mcp_servers.ida_pro.allowed_hosts", want: "beside network = true",
+		},
+		{
+			name: "with sandbox off", text: regStdio + "sandbox = false\nallowed_hosts = [\"api.example.com:443\"]\n",
+			path: "tool_mcp_servers.ida_pro.allowed_hosts", want: "needs the sandbox",
+		},
+		{
+			name: "a malformed destination", text: regStdio + "allowed_hosts = [\"https://api.example.com\"]\n",
+			path: "tool_mcp_servers.ida_pro.allowed_hosts", want: "no scheme",
+		},
+		{
+			name: "empty", text: regStdio + "allowed_hosts = []\n",
+			path: "tool_mcp_servers.ida_pro.allowed_hosts", want: "no destination",
+		},
 	})
 	f := newRegFixture(t)
 	servers, errs := f.parse(regStdio + "allowed_hosts = [\"api.example.com:443\"]\n")
@@ -1247,10 +1402,14 @@ func TestRegistryReadOnly(t *testing.T) {
 		t.Errorf("an unsandboxed server has read-only binds %q (%v)", servers[0].ReadOnly, errs)
 	}
 	runRegCases(t, []regCase{
-		{name: "an argument under /etc", text: regStdio + "args = [\"/etc/passwd\"]\n",
-			path: "tool_mcp_servers.ida_pro.args", want: "under /etc"},
-		{name: "the root", text: regStdio + "args = [\"/\"]\n",
-			path: "tool_mcp_servers.ida_pro.args", want: `"/" cannot be bound`},
+		{
+			name: "an argument under /etc", text: regStdio + "args = [\"/etc/passwd\"]\n",
+			path: "tool_mcp_servers.ida_pro.args", want: "under /etc",
+		},
+		{
+			name: "the root", text: regStdio + "args = [\"/\"]\n",
+			path: "tool_mcp_servers.ida_pro.args", want: `"/" cannot be bound`,
+		},
 	})
 }
 

@@ -84,17 +84,27 @@ func TestCheckDefinitionText(t *testing.T) {
 		want      string // "" accepted
 	}{
 		{"clean", `{"name":"echo","description":"Echo 😀\nback","inputSchema":{"type":"object","properties":{"message":{"type":"string","description":"Message à renvoyer"}}}}`, ""},
-		{"description", `{"name":"echo","description":"Echo\u202eback"}`,
-			"description: U+202E, " + whyBidi + ", at character offset 4"},
+		{
+			"description", `{"name":"echo","description":"Echo\u202eback"}`,
+			"description: U+202E, " + whyBidi + ", at character offset 4",
+		},
 		{"title", `{"name":"echo","title":"\u200bEcho"}`, "title: U+200B, " + whyZWSP + ", at character offset 0"},
-		{"nested schema description", `{"name":"e","inputSchema":{"properties":{"q":{"description":"ok\udb40\udc41"}}}}`,
-			"inputSchema.properties.q.description: U+E0041, " + whyTag + ", at character offset 2"},
-		{"enum value", `{"name":"e","inputSchema":{"properties":{"m":{"enum":["a","b\u0007"]}}}}`,
-			"inputSchema.properties.m.enum[1]: U+0007, " + whyControl + ", at character offset 1"},
-		{"property name", `{"name":"e","inputSchema":{"properties":{"q\udb40\udc41":{}}}}`,
-			`the key "q\U000e0041" of inputSchema.properties: U+E0041, ` + whyTag + ", at character offset 1"},
-		{"odd key in the path", `{"name":"e","inputSchema":{"properties":{"a b":{"description":"\u2066"}}}}`,
-			`inputSchema.properties["a b"].description: U+2066, ` + whyBidi + ", at character offset 0"},
+		{
+			"nested schema description", `{"name":"e","inputSchema":{"properties":{"q":{"description":"ok\udb40\udc41"}}}}`,
+			"inputSchema.properties.q.description: U+E0041, " + whyTag + ", at character offset 2",
+		},
+		{
+			"enum value", `{"name":"e","inputSchema":{"properties":{"m":{"enum":["a","b\u0007"]}}}}`,
+			"inputSchema.properties.m.enum[1]: U+0007, " + whyControl + ", at character offset 1",
+		},
+		{
+			"property name", `{"name":"e","inputSchema":{"properties":{"q\udb40\udc41":{}}}}`,
+			`the key "q\U000e0041" of inputSchema.properties: U+E0041, ` + whyTag + ", at character offset 1",
+		},
+		{
+			"odd key in the path", `{"name":"e","inputSchema":{"properties":{"a b":{"description":"\u2066"}}}}`,
+			`inputSchema.properties["a b"].description: U+2066, ` + whyBidi + ", at character offset 0",
+		},
 		{"annotation title", `{"name":"e","annotations":{"title":"x\u001by"}}`, "annotations.title: U+001B, " + whyControl + ", at character offset 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,8 +23,10 @@ func TestParseTokenFile(t *testing.T) {
 		literal bool
 		wantErr string
 	}{
-		{name: "literal and digest", text: "# comment\nci " + tok32 + " tools.read tools.test # trailing\n\nops " + digest + "\n",
-			want: []string{"ci:tools.read,tools.test", "ops:"}, literal: true},
+		{
+			name: "literal and digest", text: "# comment\nci " + tok32 + " tools.read tools.test # trailing\n\nops " + digest + "\n",
+			want: []string{"ci:tools.read,tools.test", "ops:"}, literal: true,
+		},
 		{name: "digests only", text: "ops " + digest + "\n", want: []string{"ops:"}},
 		{name: "short token", text: "ci 0123456789\n", wantErr: "1: token: 10 characters: a token needs at least 32"},
 		{name: "no token", text: "ci\n", wantErr: "want <name> <token>"},

@@ -386,8 +386,10 @@ func runSessionEnv(t *testing.T, c agentClient, ns *netns, exe, ws, entry string
 	t.Helper()
 	l := ns.listen(t)
 	m := startModel(t, l, c.wire, c.prefix, script, final)
-	s := &agentSession{exe: exe, home: t.TempDir(), ws: ws, baseURL: "http://" + l.Addr().String(),
-		prompt: "Call each toolgate tool the operator configured, then summarise."}
+	s := &agentSession{
+		exe: exe, home: t.TempDir(), ws: ws, baseURL: "http://" + l.Addr().String(),
+		prompt: "Call each toolgate tool the operator configured, then summarise.",
+	}
 	argv, env := c.command(t, s, entry)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -546,7 +548,8 @@ startup_timeout_sec = 60
 				longest := nameProbeID(nameProbes[0]) // the longest toolgate serves
 				script := []scriptCall{
 					{Tool: "slowtool"},
-					{Tool: longest + "__" + probeTool, Args: map[string]any{"duration": 1, "steps": 1},
+					{
+						Tool: longest + "__" + probeTool, Args: map[string]any{"duration": 1, "steps": 1},
 						Find: func(tools []offeredTool) (offeredTool, bool) {
 							for _, o := range tools {
 								if strings.Contains(o.Name, longest[:8]) {
@@ -554,7 +557,8 @@ startup_timeout_sec = 60
 								}
 							}
 							return offeredTool{}, false
-						}},
+						},
+					},
 				}
 				ns := newNetns(t)
 				m, _ := runSessionEnv(t, c, ns, exe, ws, entry, env, script, "FINAL")

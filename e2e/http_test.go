@@ -345,8 +345,10 @@ func (is *e2eIssuer) token(t *testing.T, aud string, exp time.Duration, scope st
 		t.Fatal(err)
 	}
 	now := time.Now()
-	tok, err := jwt.Signed(sig).Claims(map[string]any{"iss": is.srv.URL, "sub": "agent-42", "aud": aud, "scope": scope,
-		"iat": now.Unix(), "exp": now.Add(exp).Unix()}).Serialize()
+	tok, err := jwt.Signed(sig).Claims(map[string]any{
+		"iss": is.srv.URL, "sub": "agent-42", "aud": aud, "scope": scope,
+		"iat": now.Unix(), "exp": now.Add(exp).Unix(),
+	}).Serialize()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,8 +616,10 @@ func runConformance(t *testing.T, url, token string) {
 	preload, _ := filepath.Abs("testdata/conformance-auth.mjs")
 	for _, sc := range conformanceScenarios {
 		out := t.TempDir()
-		args := []string{filepath.Join(dir, "node_modules/@modelcontextprotocol/conformance/dist/index.js"),
-			"server", "--url", url, "--scenario", sc, "-o", out}
+		args := []string{
+			filepath.Join(dir, "node_modules/@modelcontextprotocol/conformance/dist/index.js"),
+			"server", "--url", url, "--scenario", sc, "-o", out,
+		}
 		if token != "" {
 			args = append([]string{"--import", "file://" + preload}, args...)
 		}

@@ -444,8 +444,10 @@ tool netdirect /usr/bin/git read 30 65536 off /workspace -- ls-remote %[1]s
 	var mb bytes.Buffer
 	mb.ReadFrom(mresp.Body)
 	mresp.Body.Close()
-	for _, want := range []string{`toolgate_calls_total{backend="bwrap",outcome="error",tool="net"} 2`,
-		`toolgate_sandbox_state{backend="bwrap",state="ready"} 1`, `toolgate_http_auth_failures_total{reason="invalid"} 1`} {
+	for _, want := range []string{
+		`toolgate_calls_total{backend="bwrap",outcome="error",tool="net"} 2`,
+		`toolgate_sandbox_state{backend="bwrap",state="ready"} 1`, `toolgate_http_auth_failures_total{reason="invalid"} 1`,
+	} {
 		if !strings.Contains(mb.String(), want+"\n") {
 			t.Errorf("/metrics of the pod lacks %q", want)
 		}

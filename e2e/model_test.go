@@ -360,8 +360,10 @@ func (s responsesStream) send(item map[string]any) {
 }
 
 func (s responsesStream) text(t string) {
-	s.send(map[string]any{"type": "message", "id": "msg_tg", "role": "assistant", "status": "completed",
-		"content": []any{map[string]any{"type": "output_text", "text": t, "annotations": []any{}}}})
+	s.send(map[string]any{
+		"type": "message", "id": "msg_tg", "role": "assistant", "status": "completed",
+		"content": []any{map[string]any{"type": "output_text", "text": t, "annotations": []any{}}},
+	})
 }
 
 func (s responsesStream) call(id string, tool offeredTool, args string) {
@@ -388,8 +390,10 @@ func (s messagesStream) send(block map[string]any, delta map[string]any, stop st
 	sse(s.w, "content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": block})
 	sse(s.w, "content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": delta})
 	sse(s.w, "content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
-	sse(s.w, "message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
-		"usage": map[string]any{"output_tokens": 10}})
+	sse(s.w, "message_delta", map[string]any{
+		"type": "message_delta", "delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
+		"usage": map[string]any{"output_tokens": 10},
+	})
 	sse(s.w, "message_stop", map[string]any{"type": "message_stop"})
 }
 
@@ -410,13 +414,17 @@ type chatStream struct {
 }
 
 func (s chatStream) chunk(delta map[string]any, finish any) {
-	sse(s.w, "", map[string]any{"id": "chatcmpl-tg", "object": "chat.completion.chunk", "created": 1, "model": s.model,
-		"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}})
+	sse(s.w, "", map[string]any{
+		"id": "chatcmpl-tg", "object": "chat.completion.chunk", "created": 1, "model": s.model,
+		"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}},
+	})
 }
 
 func (s chatStream) done() {
-	sse(s.w, "", map[string]any{"id": "chatcmpl-tg", "object": "chat.completion.chunk", "created": 1, "model": s.model, "choices": []any{},
-		"usage": map[string]any{"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}})
+	sse(s.w, "", map[string]any{
+		"id": "chatcmpl-tg", "object": "chat.completion.chunk", "created": 1, "model": s.model, "choices": []any{},
+		"usage": map[string]any{"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+	})
 	fmt.Fprint(s.w, "data: [DONE]\n\n")
 }
 

@@ -191,8 +191,10 @@ func auditText(s string) string {
 
 // summaryCost is the most a summary record is charged: the budget keeps
 // it free for the summary that may come.
-var summaryCost = Record{Decision: Summary, Reason: strings.Repeat("x", MaxReason),
-	Suppressed: math.MaxInt64, PastCap: math.MaxInt64, SuppressedBytes: math.MaxInt64}.Size() + RecordBase
+var summaryCost = Record{
+	Decision: Summary, Reason: strings.Repeat("x", MaxReason),
+	Suppressed: math.MaxInt64, PastCap: math.MaxInt64, SuppressedBytes: math.MaxInt64,
+}.Size() + RecordBase
 
 // auditor passes the proxy's records on within the audit budget: the
 // records of connections refused past a per-call cap, and those that do

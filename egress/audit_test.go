@@ -68,9 +68,11 @@ func TestAuditHost(t *testing.T) {
 // records and the summary fit DefaultAuditBytes.
 func TestRecordSize(t *testing.T) {
 	maxHost, _ := auditHost(strings.Repeat("\xff", 1<<20))
-	biggest := Record{Host: maxHost, HostBytes: math.MaxInt, Port: 65535,
+	biggest := Record{
+		Host: maxHost, HostBytes: math.MaxInt, Port: 65535,
 		Addr: "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535", Decision: Refused, Reason: strings.Repeat("r", MaxReason),
-		Up: math.MaxInt64, Down: math.MaxInt64, Elapsed: math.MaxInt64}
+		Up: math.MaxInt64, Down: math.MaxInt64, Elapsed: math.MaxInt64,
+	}
 	for _, r := range []Record{
 		{Host: "api.example.com", Port: 443, Addr: "192.0.2.7:443", Decision: Allowed, Up: 10, Down: 20, Elapsed: 1500 * time.Millisecond},
 		{Host: "a%22b", HostBytes: 70000, Port: 1, Decision: Refused, Reason: "not in the allowlist"},

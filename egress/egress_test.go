@@ -107,8 +107,10 @@ func (f *fixture) get(t *testing.T, u string) (int, string) {
 // record.
 func TestProxyDecisions(t *testing.T) {
 	f := newFixture(t, func(f *fixture) []string {
-		return []string{"api.test.example:" + f.port, "api.test.example:" + f.tlsPort, "127.0.0.1:" + f.port, "127.0.0.1:" + f.tlsPort,
-			"loopback.test.example:" + f.port, "meta.test.example:80"}
+		return []string{
+			"api.test.example:" + f.port, "api.test.example:" + f.tlsPort, "127.0.0.1:" + f.port, "127.0.0.1:" + f.tlsPort,
+			"loopback.test.example:" + f.port, "meta.test.example:80",
+		}
 	}, Limits{})
 	for _, tc := range []struct {
 		name, url  string

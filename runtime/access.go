@@ -30,7 +30,7 @@ func CheckSandboxTool(dir, exe string, ids IDRange) error {
 	if err := bundle.CheckExe(exe); err != nil {
 		return err
 	}
-	if err := ids.Access(dir, 05); err != nil {
+	if err := ids.Access(dir, 0o5); err != nil {
 		return fmt.Errorf("the sandbox runs as %s, which cannot use the dir: %w", ids, err)
 	}
 	return CanExecute(exe, ids)
@@ -55,7 +55,7 @@ func SelfTestDir() (string, error) {
 // (no supplementary groups), can reach and execute p; a zero range means
 // the server's own ids, which are not checked.
 func CanExecute(p string, ids IDRange) error {
-	if err := ids.Access(p, 05); err != nil {
+	if err := ids.Access(p, 0o5); err != nil {
 		return fmt.Errorf("the sandbox runs as %s, which cannot execute %q: %w", ids, p, err)
 	}
 	return nil
@@ -89,7 +89,7 @@ func canAccessBy(p string, want uint32, allow func(st *syscall.Stat_t, perm, nee
 	}
 	chain = append(chain, "/")
 	for i, c := range slices.Backward(chain) {
-		need := uint32(01)
+		need := uint32(0o1)
 		if i == 0 {
 			need = want
 		}

@@ -29,19 +29,29 @@ func TestRunHelperStreams(t *testing.T) {
 		wantOutN, wantErrN     int64
 		wantExit               int
 	}{
-		{name: "separate streams", script: "echo out; echo err >&2", maxOut: 100, maxErr: 100,
-			wantOut: "out\n", wantErr: "err\n", wantOutN: 4, wantErrN: 4},
-		{name: "stdout capped alone", script: "head -c 100000 /dev/zero | tr '\\0' o; echo err >&2", maxOut: 10, maxErr: 100,
-			wantOut: "oooooooooo", wantErr: "err\n", wantOutCut: true, wantOutN: 100000, wantErrN: 4},
-		{name: "stderr capped alone", script: "echo out; head -c 5000 /dev/zero | tr '\\0' e >&2; exit 3", maxOut: 100, maxErr: 3,
-			wantOut: "out\n", wantErr: "eee", wantErrCut: true, wantOutN: 4, wantErrN: 5000, wantExit: 3},
-		{name: "stdin is /dev/null", script: "cat; echo done", maxOut: 100, maxErr: 100,
-			wantOut: "done\n", wantOutN: 5},
+		{
+			name: "separate streams", script: "echo out; echo err >&2", maxOut: 100, maxErr: 100,
+			wantOut: "out\n", wantErr: "err\n", wantOutN: 4, wantErrN: 4,
+		},
+		{
+			name: "stdout capped alone", script: "head -c 100000 /dev/zero | tr '\\0' o; echo err >&2", maxOut: 10, maxErr: 100,
+			wantOut: "oooooooooo", wantErr: "err\n", wantOutCut: true, wantOutN: 100000, wantErrN: 4,
+		},
+		{
+			name: "stderr capped alone", script: "echo out; head -c 5000 /dev/zero | tr '\\0' e >&2; exit 3", maxOut: 100, maxErr: 3,
+			wantOut: "out\n", wantErr: "eee", wantErrCut: true, wantOutN: 4, wantErrN: 5000, wantExit: 3,
+		},
+		{
+			name: "stdin is /dev/null", script: "cat; echo done", maxOut: 100, maxErr: 100,
+			wantOut: "done\n", wantOutN: 5,
+		},
 		{name: "killed by a signal", script: "kill -9 $$", maxOut: 100, maxErr: 100, wantExit: 128 + 9},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := RunHelper(context.Background(), HelperCmd{Path: "/bin/sh", Args: []string{"-c", tc.script}, Dir: "/",
-				Timeout: 10 * time.Second, MaxStdout: tc.maxOut, MaxStderr: tc.maxErr})
+			res, err := RunHelper(context.Background(), HelperCmd{
+				Path: "/bin/sh", Args: []string{"-c", tc.script}, Dir: "/",
+				Timeout: 10 * time.Second, MaxStdout: tc.maxOut, MaxStderr: tc.maxErr,
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,8 +68,10 @@ func TestRunHelperStreams(t *testing.T) {
 func TestRunHelperEnvAndDir(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("TOOLGATE_SECRET_TEST", "leak")
-	res, err := RunHelper(context.Background(), HelperCmd{Path: "/usr/bin/env", Dir: dir, Timeout: 5 * time.Second,
-		MaxStdout: 4096, MaxStderr: 4096})
+	res, err := RunHelper(context.Background(), HelperCmd{
+		Path: "/usr/bin/env", Dir: dir, Timeout: 5 * time.Second,
+		MaxStdout: 4096, MaxStderr: 4096,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,8 +79,10 @@ func TestRunHelperEnvAndDir(t *testing.T) {
 	if !slices.Equal(got, testbin.ToolEnv) {
 		t.Fatalf("helper environment %q, want exactly %q", got, testbin.ToolEnv)
 	}
-	res, err = RunHelper(context.Background(), HelperCmd{Path: "/bin/pwd", Dir: dir, Timeout: 5 * time.Second,
-		MaxStdout: 4096, MaxStderr: 4096})
+	res, err = RunHelper(context.Background(), HelperCmd{
+		Path: "/bin/pwd", Dir: dir, Timeout: 5 * time.Second,
+		MaxStdout: 4096, MaxStderr: 4096,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,8 +105,10 @@ func TestRunHelperKillsTheGroup(t *testing.T) {
 	// The helper leaves a descendant holding stdout open and exits: the
 	// run returns at once and the descendant is killed.
 	start := time.Now()
-	res, err := RunHelper(context.Background(), HelperCmd{Path: "/bin/sh",
-		Args: []string{"-c", "sleep 30 & echo $!"}, Dir: "/", Timeout: 20 * time.Second, MaxStdout: 100, MaxStderr: 100})
+	res, err := RunHelper(context.Background(), HelperCmd{
+		Path: "/bin/sh",
+		Args: []string{"-c", "sleep 30 & echo $!"}, Dir: "/", Timeout: 20 * time.Second, MaxStdout: 100, MaxStderr: 100,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,8 +131,10 @@ func TestRunHelperKillsTheGroup(t *testing.T) {
 
 func TestRunHelperTimeoutAndCancel(t *testing.T) {
 	start := time.Now()
-	res, err := RunHelper(context.Background(), HelperCmd{Path: "/bin/sh", Args: []string{"-c", "sleep 30"}, Dir: "/",
-		Timeout: 200 * time.Millisecond, MaxStdout: 100, MaxStderr: 100})
+	res, err := RunHelper(context.Background(), HelperCmd{
+		Path: "/bin/sh", Args: []string{"-c", "sleep 30"}, Dir: "/",
+		Timeout: 200 * time.Millisecond, MaxStdout: 100, MaxStderr: 100,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,8 +143,10 @@ func TestRunHelperTimeoutAndCancel(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
-	res, err = RunHelper(ctx, HelperCmd{Path: "/bin/sleep", Args: []string{"30"}, Dir: "/",
-		Timeout: 20 * time.Second, MaxStdout: 100, MaxStderr: 100})
+	res, err = RunHelper(ctx, HelperCmd{
+		Path: "/bin/sleep", Args: []string{"30"}, Dir: "/",
+		Timeout: 20 * time.Second, MaxStdout: 100, MaxStderr: 100,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -169,13 +169,13 @@ func TestIDRangeAccess(t *testing.T) {
 			if err := os.Chmod(d, tc.mode); err != nil {
 				t.Fatal(err)
 			}
-			err := r.Access(d, 01)
+			err := r.Access(d, 0o1)
 			if (err == nil) != tc.ok {
 				t.Errorf("Access(%s, mode %04o, %d:%d) = %v, want ok %v", d, tc.mode, tc.uid, tc.gid, err, tc.ok)
 			}
 		})
 	}
-	if err := (IDRange{}).Access("/root", 05); err != nil {
+	if err := (IDRange{}).Access("/root", 0o5); err != nil {
 		t.Errorf("toolgate's own ids (zero range) are not checked: %v", err)
 	}
 }

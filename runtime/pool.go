@@ -631,11 +631,13 @@ type PoolEntryStatus struct {
 
 // Status reports what the pool holds now.
 func (p *Pool) Status() PoolStatus {
-	st := PoolStatus{Depth: p.cfg.Depth, Max: p.cfg.Max, MaxAge: p.cfg.MaxAge.String(),
+	st := PoolStatus{
+		Depth: p.cfg.Depth, Max: p.cfg.Max, MaxAge: p.cfg.MaxAge.String(),
 		Hits: p.counters.hits.Load(), Misses: p.counters.misses.Load(),
 		Prepared: p.counters.prepared.Load(), Failed: p.counters.failed.Load(),
 		Stale: p.counters.stale.Load(), Expired: p.counters.expired.Load(), Evicted: p.counters.evicted.Load(),
-		Entries: []PoolEntryStatus{}}
+		Entries: []PoolEntryStatus{},
+	}
 	p.mu.Lock()
 	for _, s := range p.slots {
 		e := PoolEntryStatus{Name: s.name, Kind: s.kind, Preparing: s.pending, LastError: s.lastErr}

@@ -178,8 +178,10 @@ func TestDirectService(t *testing.T) {
 			}
 			// sh itself adds PWD, SHLVL and _; nothing of the test's
 			// environment may be there.
-			allowed := map[string]bool{"GIT_CONFIG_NOSYSTEM=1": true, "GIT_PAGER=cat": true, "PAGER=cat": true,
-				"PATH=" + DefaultPath: true, "TOKEN=value-1": true}
+			allowed := map[string]bool{
+				"GIT_CONFIG_NOSYSTEM=1": true, "GIT_PAGER=cat": true, "PAGER=cat": true,
+				"PATH=" + DefaultPath: true, "TOKEN=value-1": true,
+			}
 			seen := 0
 			for l := range strings.SplitSeq(out, "\n") {
 				k, _, ok := strings.Cut(l, "=")

@@ -19,10 +19,11 @@ bench_build() {
 	while [ "$d" != "/" ]; do chmod o+rx "$d" 2>/dev/null || true; d=$(dirname "$d"); done
 	local version
 	version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
-	echo "bench: building toolgate $version, toolgate-shim, probe and the bench program into $bench_dir/bin" >&2
+	echo "bench: building toolgate $version, toolgate-shim, probe, minimal and the bench program into $bench_dir/bin" >&2
 	CGO_ENABLED=1 go build -tags seccomp -ldflags "-X main.version=$version" -o "$bench_dir/bin/toolgate" ./cmd/toolgate
 	CGO_ENABLED=0 go build -o "$bench_dir/bin/toolgate-shim" ./cmd/toolgate-shim
 	CGO_ENABLED=0 go build -o "$bench_dir/bin/probe" ./internal/probe
+	CGO_ENABLED=0 go build -o "$bench_dir/bin/minimal" ./e2e/bench/minimal
 	# cgo and the seccomp tag: the raw bwrap floors load the backend's own
 	# compiled filter.
 	CGO_ENABLED=1 go build -tags seccomp -o "$bench_dir/bin/bench" ./e2e/bench

@@ -118,8 +118,10 @@ func TestAuditRecordKinds(t *testing.T) {
 
 	t.Run("external", func(t *testing.T) {
 		alog, buf := jsonAudit()
-		direct := &fakeRunner{res: rt.Result{Output: []byte("out"), OutputBytes: 9, ExitCode: 3, Elapsed: 7 * time.Millisecond,
-			Truncated: true, Dropped: 1, Limit: rt.LimitPids}}
+		direct := &fakeRunner{res: rt.Result{
+			Output: []byte("out"), OutputBytes: 9, ExitCode: 3, Elapsed: 7 * time.Millisecond,
+			Truncated: true, Dropped: 1, Limit: rt.LimitPids,
+		}}
 		s := New(Options{Conf: loadConf(t, twoTools), Direct: direct, Audit: alog})
 		c := session(t, s)
 		ctx := context.Background()
@@ -172,8 +174,10 @@ func TestAuditRecordKinds(t *testing.T) {
 	t.Run("external queued and cancelled", func(t *testing.T) {
 		alog, buf := jsonAudit()
 		direct := &fakeRunner{block: make(chan struct{})}
-		s := New(Options{Conf: loadConf(t, "tool slow EXE read 1 100 off DIR --\ntool quick EXE read 1 100 off DIR --\n"),
-			Direct: direct, MaxConcurrent: 1, Audit: alog})
+		s := New(Options{
+			Conf:   loadConf(t, "tool slow EXE read 1 100 off DIR --\ntool quick EXE read 1 100 off DIR --\n"),
+			Direct: direct, MaxConcurrent: 1, Audit: alog,
+		})
 		c := session(t, s)
 		ctx := context.Background()
 		running := make(chan error, 1)

@@ -32,8 +32,10 @@ func TestHTTPOAuthSubjectsAreExact(t *testing.T) {
 		{"a control byte", "a\x01", "a\x02", "a%01", "a%02"},
 		{"a control byte and the old replacement", "a?", "a\x01", "a?", "a%01"},
 		{"the escape itself", "a%01", "a\x01", "a%2501", "a%01"},
-		{"past 256 bytes", long + "x", long + "y",
-			long[:183] + "%~sha256:" + digest(long+"x"), long[:183] + "%~sha256:" + digest(long+"y")},
+		{
+			"past 256 bytes", long + "x", long + "y",
+			long[:183] + "%~sha256:" + digest(long+"x"), long[:183] + "%~sha256:" + digest(long+"y"),
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			token := func(sub string) string {

@@ -95,8 +95,10 @@ func builtinServer(t *testing.T, root, tokei, confText string) *client.Client {
 	t.Helper()
 	// The helpers run on the host here: these tests are about the MCP
 	// surface; builtin's own tests prove them sandboxed with real bwrap.
-	tools, _, err := builtin.Tools(builtin.Config{Root: root, Tokei: tokei, SearchPath: "/usr/bin:/bin", Version: "test",
-		Sandbox: &direct.Runner{Shim: testbin.Shim(t)}})
+	tools, _, err := builtin.Tools(builtin.Config{
+		Root: root, Tokei: tokei, SearchPath: "/usr/bin:/bin", Version: "test",
+		Sandbox: &direct.Runner{Shim: testbin.Shim(t)},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,8 +152,10 @@ func TestBuiltinsList(t *testing.T) {
 			t.Errorf("%s: readOnlyHint %v, writes %v", tl.Name, ro, writes)
 		}
 	}
-	want := []string{"checkpoint_status", "repo_manifest", "repo_chunks", "git_diff_input", "sloc", "outline",
-		"render_audit_report", "render_review_report", "aa_external"}
+	want := []string{
+		"checkpoint_status", "repo_manifest", "repo_chunks", "git_diff_input", "sloc", "outline",
+		"render_audit_report", "render_review_report", "aa_external",
+	}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools/list %q, want %q", names, want)
 	}
@@ -202,10 +206,14 @@ func TestBuiltinsCall(t *testing.T) {
 			}
 			return false
 		}},
-		{"render_audit_report", `{"output_path":"out/AUDIT.md","findings":[{"title":"t","severity":"high","description":"d","file":"main.go","line":4}]}`,
-			func(m map[string]any) bool { return m["path"] == "out/AUDIT.md" && m["items"] == 1.0 }},
-		{"render_review_report", `{"comments":[{"title":"t","severity":"nit","body":"b"}]}`,
-			func(m map[string]any) bool { return m["path"] == "REVIEW.md" && m["replaced"] == false }},
+		{
+			"render_audit_report", `{"output_path":"out/AUDIT.md","findings":[{"title":"t","severity":"high","description":"d","file":"main.go","line":4}]}`,
+			func(m map[string]any) bool { return m["path"] == "out/AUDIT.md" && m["items"] == 1.0 },
+		},
+		{
+			"render_review_report", `{"comments":[{"title":"t","severity":"nit","body":"b"}]}`,
+			func(m map[string]any) bool { return m["path"] == "REVIEW.md" && m["replaced"] == false },
+		},
 	} {
 		t.Run(tc.tool, func(t *testing.T) {
 			req := mcp.CallToolRequest{}

@@ -40,8 +40,10 @@ func serveStamped(t *testing.T, confText string, max int) *stamped {
 		t.Fatalf("conf %s: %v", c.State, c.Errors)
 	}
 	audit := logrus.New()
-	st := &stamped{t: t, sent: map[string]time.Time{}, got: map[string]time.Time{}, lines: map[string]map[string]any{},
-		audit: &syncBuffer{}, done: make(chan error, 1)}
+	st := &stamped{
+		t: t, sent: map[string]time.Time{}, got: map[string]time.Time{}, lines: map[string]map[string]any{},
+		audit: &syncBuffer{}, done: make(chan error, 1),
+	}
 	audit.SetOutput(st.audit)
 	audit.SetFormatter(&logrus.JSONFormatter{})
 	s := New(Options{Conf: c, Direct: &direct.Runner{Shim: testbin.Shim(t)}, MaxConcurrent: max, Audit: audit})

@@ -128,8 +128,10 @@ tool_timeout_sec = 60
 	}
 	h := newHarness(t, Options{Sandbox: rt.ReadySandbox("bwrap", services)}, gateway.Options{Registry: r, Services: services}, nil)
 	got := resultText(h.call(t, "probe__limits", nil))
-	for _, want := range []string{"Max open files 77 77 files", "Max file size 12345678 12345678 bytes", "Max core file size 0 0 bytes",
-		fmt.Sprintf("Max processes %d %d processes", limits.NProc, limits.NProc)} {
+	for _, want := range []string{
+		"Max open files 77 77 files", "Max file size 12345678 12345678 bytes", "Max core file size 0 0 bytes",
+		fmt.Sprintf("Max processes %d %d processes", limits.NProc, limits.NProc),
+	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the sandboxed server's rlimits lack %q:\n%s", want, got)
 		}

@@ -81,8 +81,10 @@ func livePins(t testing.TB, r *conf.Registry) (*conf.Pins, []gateway.LiveServer)
 	defer cancel()
 	log := logrus.New()
 	log.SetOutput(&syncBuffer{})
-	live, err := gateway.ListLive(ctx, gateway.LiveOptions{Downstream: gateway.Options{Registry: r, DirectServices: &rt.DirectServices{Shim: testbin.Shim(t)}},
-		Sandbox: "bwrap", Version: "test", Log: log}, nil)
+	live, err := gateway.ListLive(ctx, gateway.LiveOptions{
+		Downstream: gateway.Options{Registry: r, DirectServices: &rt.DirectServices{Shim: testbin.Shim(t)}},
+		Sandbox:    "bwrap", Version: "test", Log: log,
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -146,8 +146,10 @@ func TestEverythingSandboxed(t *testing.T) {
 		map[string]string{"TOOLGATE_TEST_SECRET": secret})
 
 	tools := h.tools(t)
-	for _, name := range []string{"everything__echo", "everything__get-env", "everything__gzip-file-as-resource",
-		"everything_net__gzip-file-as-resource", "everything_direct__gzip-file-as-resource"} {
+	for _, name := range []string{
+		"everything__echo", "everything__get-env", "everything__gzip-file-as-resource",
+		"everything_net__gzip-file-as-resource", "everything_direct__gzip-file-as-resource",
+	} {
 		if _, ok := tools[name]; !ok {
 			t.Errorf("%s not served; tools: %v\nlog:\n%s", name, slices.Sorted(maps.Keys(tools)), h.logs.String())
 		}
@@ -180,8 +182,10 @@ func TestEverythingSandboxed(t *testing.T) {
 	if err := json.Unmarshal([]byte(resultText(res)), &env); err != nil {
 		t.Fatalf("get-env: %v: %q", err, resultText(res))
 	}
-	want := map[string]string{"PATH": rt.DefaultPath, "PAGER": "cat", "GIT_PAGER": "cat", "GIT_CONFIG_NOSYSTEM": "1",
-		"LITERAL_SETTING": "on", "TOOLGATE_TEST_SECRET": secret}
+	want := map[string]string{
+		"PATH": rt.DefaultPath, "PAGER": "cat", "GIT_PAGER": "cat", "GIT_CONFIG_NOSYSTEM": "1",
+		"LITERAL_SETTING": "on", "TOOLGATE_TEST_SECRET": secret,
+	}
 	if !maps.Equal(env, want) {
 		t.Errorf("the sandboxed server's environment = %v\nwant exactly %v", env, want)
 	}

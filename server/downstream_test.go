@@ -310,8 +310,10 @@ func fakeHarness(t *testing.T, eager bool, maxBytes int) *harness {
 // approval mode.
 func TestDownstreamListing(t *testing.T) {
 	h := fakeHarness(t, false, 0)
-	want := []string{"checkpoint_status", "zeta", "alpha", "fake__echo", "fake__readonly", "fake__writer", "fake__env", "fake__pid",
-		"fake__crash", "fake__sleep", "fake__big", "fake__spam"}
+	want := []string{
+		"checkpoint_status", "zeta", "alpha", "fake__echo", "fake__readonly", "fake__writer", "fake__env", "fake__pid",
+		"fake__crash", "fake__sleep", "fake__big", "fake__spam",
+	}
 	if got := listNames(t, h.sess); !slices.Equal(got, want) {
 		t.Errorf("tools/list = %v\nwant %v", got, want)
 	}
@@ -398,8 +400,10 @@ func TestDownstreamRefusedAtCallTime(t *testing.T) {
 func TestDownstreamEnvAndRedaction(t *testing.T) {
 	h := fakeHarness(t, true, 0)
 	res := h.call(t, "fake__env", nil)
-	want := []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_PAGER=cat", "LOG_LEVEL=debug", "PAGER=cat", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"TOOLGATE_FAKE_MCP=1", "TOOLGATE_FAKE_SECRET=fake-secret-value-1"}
+	want := []string{
+		"GIT_CONFIG_NOSYSTEM=1", "GIT_PAGER=cat", "LOG_LEVEL=debug", "PAGER=cat", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"TOOLGATE_FAKE_MCP=1", "TOOLGATE_FAKE_SECRET=fake-secret-value-1",
+	}
 	var got []string
 	for kv := range strings.SplitSeq(resultText(res), "\n") {
 		if !strings.HasPrefix(kv, "PWD=") { // the reap shim's tool is started in /

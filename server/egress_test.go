@@ -88,8 +88,10 @@ func TestEgressCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := resultText(res)
-	for _, want := range []string{"get http://" + addr + "/: 200 hello from the listed host\n",
-		"connects " + addr + ": 200=2 403=2\n", "[limit: egress-connections]\n", "[exit=0 "} {
+	for _, want := range []string{
+		"get http://" + addr + "/: 200 hello from the listed host\n",
+		"connects " + addr + ": 200=2 403=2\n", "[limit: egress-connections]\n", "[exit=0 ",
+	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("result lacks %q:\n%s", want, out)
 		}

@@ -34,8 +34,10 @@ func BenchmarkHTTPCall(b *testing.B) {
 	}
 	quiet := logrus.New()
 	quiet.SetOutput(discard{})
-	s := New(Options{Version: "bench", Conf: loadConf(b, httpConf), Direct: &fakeRunner{res: rt.Result{Output: []byte("hi\n")}},
-		Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{}), MaxConcurrent: 8, Log: quiet, Audit: quiet, Metrics: true})
+	s := New(Options{
+		Version: "bench", Conf: loadConf(b, httpConf), Direct: &fakeRunner{res: rt.Result{Output: []byte("hi\n")}},
+		Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{}), MaxConcurrent: 8, Log: quiet, Audit: quiet, Metrics: true,
+	})
 	h, err := NewHTTP(s, HTTPOptions{Auth: auth.NewStaticTokens(toks)})
 	if err != nil {
 		b.Fatal(err)

@@ -588,8 +588,10 @@ func TestHTTPProtectedResourceMetadata(t *testing.T) {
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
 		}
-		want := map[string]any{"resource": resource, "authorization_servers": []any{is.URL()},
-			"scopes_supported": []any{"tools.read"}, "bearer_methods_supported": []any{"header"}, "resource_name": "toolgate"}
+		want := map[string]any{
+			"resource": resource, "authorization_servers": []any{is.URL()},
+			"scopes_supported": []any{"tools.read"}, "bearer_methods_supported": []any{"header"}, "resource_name": "toolgate",
+		}
 		if fmt.Sprint(md) != fmt.Sprint(want) {
 			t.Errorf("GET %s = %v, want %v", path, md, want)
 		}

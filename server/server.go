@@ -281,8 +281,10 @@ func (s *Server) builtinHandler(b builtin.Tool) mcpserver.ToolHandlerFunc {
 		if res.IsError {
 			res.Text = jsonrpc.BoundText(res.Text, jsonrpc.MaxErrorText) // it may quote the arguments
 		}
-		rec := &audit.Call{RequestID: jsonrpc.CallInfoFrom(ctx).ID, Tool: b.Name, Kind: "builtin", Backend: s.builtinBackend(b),
-			IsError: res.IsError, ElapsedMS: audit.Some(time.Since(start).Milliseconds())}
+		rec := &audit.Call{
+			RequestID: jsonrpc.CallInfoFrom(ctx).ID, Tool: b.Name, Kind: "builtin", Backend: s.builtinBackend(b),
+			IsError: res.IsError, ElapsedMS: audit.Some(time.Since(start).Milliseconds()),
+		}
 		rec.Annotate(ctx, req)
 		s.audit(rec, "call")
 		return toolResult(res.Text, res.Structured, res.IsError), nil

@@ -144,8 +144,10 @@ const twoTools = "tool zeta EXE read 5 100 off DIR -- a b\ntool alpha EXE test 7
 
 func TestListOrderAndExpose(t *testing.T) {
 	c := loadConf(t, twoTools+"expose repo_chunks off\n")
-	s := New(Options{Conf: c, Builtins: []builtin.Tool{fakeBuiltin("repo_manifest"), fakeBuiltin("repo_chunks")},
-		Direct: &fakeRunner{}, Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{})})
+	s := New(Options{
+		Conf: c, Builtins: []builtin.Tool{fakeBuiltin("repo_manifest"), fakeBuiltin("repo_chunks")},
+		Direct: &fakeRunner{}, Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{}),
+	})
 	got := strings.Join(listNames(t, session(t, s)), ",")
 	// checkpoint_status first, built-ins in their order, externals in conf
 	// order (not sorted: zeta before alpha), the exposed-off one absent.
@@ -220,8 +222,10 @@ func TestCallRoutesByClass(t *testing.T) {
 // answers isError and the direct runner is never called.
 func TestTestToolNeverUnsandboxed(t *testing.T) {
 	direct := &fakeRunner{}
-	s := New(Options{Conf: loadConf(t, twoTools), Direct: direct,
-		Sandbox: rt.FailedSandbox("bwrap", errors.New("bwrap not found"))})
+	s := New(Options{
+		Conf: loadConf(t, twoTools), Direct: direct,
+		Sandbox: rt.FailedSandbox("bwrap", errors.New("bwrap not found")),
+	})
 	res, err := callTool(t, session(t, s), "alpha", nil)
 	if err != nil || !res.IsError {
 		t.Fatalf("%v %+v", err, res)
@@ -372,10 +376,16 @@ func TestRender(t *testing.T) {
 		{"no trailing newline", rt.Result{Output: []byte("ok"), ExitCode: 1}, "ok\n[exit=1 elapsed_ms=0]"},
 		{"empty", rt.Result{}, "[exit=0 elapsed_ms=0]"},
 		{"truncated", rt.Result{Output: []byte("abc"), Dropped: 97, Truncated: true}, "abc\n[truncated: 97 bytes dropped]\n[exit=0 elapsed_ms=0]"},
-		{"timeout", rt.Result{Output: []byte("x\n"), ExitCode: 137, TimedOut: true, Limit: rt.LimitTimeout, Elapsed: time.Second},
-			"x\n[timeout]\n[exit=137 elapsed_ms=1000]"},
-		{"truncated and timeout", rt.Result{Output: []byte("x"), Dropped: 1, Truncated: true, ExitCode: 137, TimedOut: true, Limit: rt.LimitTimeout},
-			"x\n[truncated: 1 bytes dropped]\n[timeout]\n[exit=137 elapsed_ms=0]"},
+		{
+			"timeout",
+			rt.Result{Output: []byte("x\n"), ExitCode: 137, TimedOut: true, Limit: rt.LimitTimeout, Elapsed: time.Second},
+			"x\n[timeout]\n[exit=137 elapsed_ms=1000]",
+		},
+		{
+			"truncated and timeout",
+			rt.Result{Output: []byte("x"), Dropped: 1, Truncated: true, ExitCode: 137, TimedOut: true, Limit: rt.LimitTimeout},
+			"x\n[truncated: 1 bytes dropped]\n[timeout]\n[exit=137 elapsed_ms=0]",
+		},
 		{"cancelled", rt.Result{ExitCode: 137, Limit: rt.LimitCancelled}, "[cancelled]\n[exit=137 elapsed_ms=0]"},
 		{"memory", rt.Result{ExitCode: 137, Limit: rt.LimitMemory}, "[limit: memory]\n[exit=137 elapsed_ms=0]"},
 	} {
@@ -393,8 +403,10 @@ func TestRender(t *testing.T) {
 func TestExternalStructuredComplete(t *testing.T) {
 	c := loadConf(t, twoTools)
 	direct := &fakeRunner{res: rt.Result{Output: []byte("marker-ok\n"), OutputBytes: 10, Elapsed: 3 * time.Millisecond}}
-	sandbox := &fakeRunner{res: rt.Result{ExitCode: 137, Output: []byte("marker-fail"), OutputBytes: 300, Dropped: 289,
-		Truncated: true, TimedOut: true, Limit: rt.LimitTimeout, Elapsed: 7 * time.Second}}
+	sandbox := &fakeRunner{res: rt.Result{
+		ExitCode: 137, Output: []byte("marker-fail"), OutputBytes: 300, Dropped: 289,
+		Truncated: true, TimedOut: true, Limit: rt.LimitTimeout, Elapsed: 7 * time.Second,
+	}}
 	s := New(Options{Conf: c, Direct: direct, Sandbox: rt.ReadySandbox("bwrap", sandbox)})
 	sess := session(t, s)
 	list, err := sess.ListTools(context.Background(), mcp.ListToolsRequest{})

@@ -365,8 +365,10 @@ func TestAuditRecord(t *testing.T) {
 	alog := logrus.New()
 	alog.SetFormatter(&logrus.JSONFormatter{})
 	alog.SetOutput(&lockedWriter{mu: &mu, w: &audit})
-	direct := &fakeRunner{res: rt.Result{Output: []byte("TOPSECRET"), OutputBytes: 9, ExitCode: 3, Elapsed: 7 * time.Millisecond,
-		Truncated: true, Dropped: 1, Limit: rt.LimitPids}}
+	direct := &fakeRunner{res: rt.Result{
+		Output: []byte("TOPSECRET"), OutputBytes: 9, ExitCode: 3, Elapsed: 7 * time.Millisecond,
+		Truncated: true, Dropped: 1, Limit: rt.LimitPids,
+	}}
 	s := New(Options{Conf: loadConf(t, twoTools), Direct: direct, Audit: alog})
 	w := serveWire(t, s)
 	w.send(initLine)
@@ -381,8 +383,10 @@ func TestAuditRecord(t *testing.T) {
 		t.Fatal("the audit log carries output content")
 	}
 	rec := auditOf(t, audit.String(), "zeta")
-	for k, v := range map[string]any{"request_id": `"q"`, "class": "read", "backend": "direct", "exit_code": 3.0,
-		"elapsed_ms": 7.0, "output_bytes": 9.0, "truncated": true, "timed_out": false, "limit": "pids", "is_error": true, "kind": "external"} {
+	for k, v := range map[string]any{
+		"request_id": `"q"`, "class": "read", "backend": "direct", "exit_code": 3.0,
+		"elapsed_ms": 7.0, "output_bytes": 9.0, "truncated": true, "timed_out": false, "limit": "pids", "is_error": true, "kind": "external",
+	} {
 		if rec[k] != v {
 			t.Errorf("audit %s = %v, want %v", k, rec[k], v)
 		}

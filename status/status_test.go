@@ -17,9 +17,11 @@ func TestReportJSON(t *testing.T) {
 		Conf:    Conf{Path: "/etc/tools.conf", State: "refused", Errors: []ConfError{{Line: 2, Text: "tool x", Field: "exe", Reason: "why"}}},
 		Sandbox: Sandbox{Backend: "bwrap", State: "ready", Available: true},
 		Tools:   []Tool{{Name: "t", Kind: "external", Class: "test", Backend: "bwrap", Egress: []string{"a:443"}}},
-		Registry: &Registry{Dir: "/etc/mcp", State: "loaded", Pins: "/etc/mcp/pins.json", RequirePins: true, Servers: []Downstream{{ID: "s", Transport: "stdio", Sandbox: "on, no network",
+		Registry: &Registry{Dir: "/etc/mcp", State: "loaded", Pins: "/etc/mcp/pins.json", RequirePins: true, Servers: []Downstream{{
+			ID: "s", Transport: "stdio", Sandbox: "on, no network",
 			State: DownstreamListed, Pinned: true, Served: []string{"s__a"}, NotServed: []string{"b", "c"}, Unpinned: []string{"a"},
-			Refused: []ToolRefusal{{Tool: "b", Reason: "big"}, {Tool: "c", Reason: "drifted", Diff: "--- pinned\n+++ listed\n"}}}}},
+			Refused: []ToolRefusal{{Tool: "b", Reason: "big"}, {Tool: "c", Reason: "drifted", Diff: "--- pinned\n+++ listed\n"}},
+		}}},
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -35,8 +37,10 @@ func TestReportJSON(t *testing.T) {
 		t.Errorf("json.Marshal(Report) =\n%s\nwant\n%s", b, want)
 	}
 	text := r.Text()
-	for _, line := range []string{"  pins: /etc/mcp/pins.json\n", "  --require-pins: a tool without a pin is not served\n",
-		"    served without a pin: a\n", "    not served: c: drifted\n      --- pinned\n      +++ listed\n"} {
+	for _, line := range []string{
+		"  pins: /etc/mcp/pins.json\n", "  --require-pins: a tool without a pin is not served\n",
+		"    served without a pin: a\n", "    not served: c: drifted\n      --- pinned\n      +++ listed\n",
+	} {
 		if !strings.Contains(text, line) {
 			t.Errorf("Text() lacks %q:\n%s", line, text)
 		}

@@ -158,10 +158,14 @@ func TestCheckSandboxDirs(t *testing.T) {
 		{"under /proc", "/proc/sys", exe, false, `dir "/proc/sys" is under /proc, which is never bound into a sandbox (the sandbox has its own)`},
 		{"under /sys", "/sys/kernel", exe, false, `dir "/sys/kernel" is under /sys, which is never bound into a sandbox`},
 		{"under /etc", "/etc/apt", exe, false, `dir "/etc/apt" is under /etc, which is never bound into a sandbox`},
-		{"a dir below a 0700 dir", filepath.Join(private, "project"), exe, true,
-			fmt.Sprintf(`the sandbox runs as uids 2147418112-2147483647, gids 2147418112-2147483647, which cannot use the dir: %q (mode 0700, owner 0:0) does not allow it`, private)},
-		{"an exe below a 0700 dir", root, hidden, true,
-			fmt.Sprintf(`the sandbox runs as uids 2147418112-2147483647, gids 2147418112-2147483647, which cannot execute %q: %q (mode 0700, owner 0:0) does not allow it`, hidden, private)},
+		{
+			"a dir below a 0700 dir", filepath.Join(private, "project"), exe, true,
+			fmt.Sprintf(`the sandbox runs as uids 2147418112-2147483647, gids 2147418112-2147483647, which cannot use the dir: %q (mode 0700, owner 0:0) does not allow it`, private),
+		},
+		{
+			"an exe below a 0700 dir", root, hidden, true,
+			fmt.Sprintf(`the sandbox runs as uids 2147418112-2147483647, gids 2147418112-2147483647, which cannot execute %q: %q (mode 0700, owner 0:0) does not allow it`, hidden, private),
+		},
 		{"a project dir", root, exe, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -76,8 +76,10 @@ func (f *httpFlags) register(fs *flag.FlagSet) {
 // check validates the HTTP flags on their own.
 func (f *httpFlags) check() error {
 	if f.listen == "" {
-		for name, v := range map[string]string{"--metrics-listen": f.metricsListen, "--tls-cert": f.tlsCert, "--tls-key": f.tlsKey,
-			"--auth-tokens": f.tokens, "--oauth-issuer": f.oauthIssuer, "--oauth-resource": f.oauthResource, "--oauth-jwks-url": f.oauthJWKS} {
+		for name, v := range map[string]string{
+			"--metrics-listen": f.metricsListen, "--tls-cert": f.tlsCert, "--tls-key": f.tlsKey,
+			"--auth-tokens": f.tokens, "--oauth-issuer": f.oauthIssuer, "--oauth-resource": f.oauthResource, "--oauth-jwks-url": f.oauthJWKS,
+		} {
 			if v != "" {
 				return fmt.Errorf("%s is a flag of the HTTP transport: give --listen too", name)
 			}

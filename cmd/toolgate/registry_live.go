@@ -42,8 +42,10 @@ func listLive(s *settings, dir string, r *conf.Registry, ids []string, requirePi
 	dopts.RequirePins = requirePins
 	ctx, cancel := signalContext()
 	defer cancel()
-	live, err := gateway.ListLive(ctx, gateway.LiveOptions{Downstream: dopts, Sandbox: a.opts.Sandbox.Name(), Version: version,
-		Log: a.log, Audit: a.opts.Audit}, ids)
+	live, err := gateway.ListLive(ctx, gateway.LiveOptions{
+		Downstream: dopts, Sandbox: a.opts.Sandbox.Name(), Version: version,
+		Log: a.log, Audit: a.opts.Audit,
+	}, ids)
 	if err != nil {
 		fmt.Fprintf(stderr, "toolgate registry %s: %v\n", cmd, err)
 		return nil

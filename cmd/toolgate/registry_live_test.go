@@ -47,9 +47,11 @@ func TestPinServer(t *testing.T) {
 	got := pinServer(pins, ls)
 	want := []pinned{
 		{tool: "same", action: "unchanged", detail: "sha256 " + same.SHA256},
-		{tool: "changed", action: "re-pinned", detail: "sha256 " + now.SHA256 + " (was " + was.SHA256 + ")",
+		{
+			tool: "changed", action: "re-pinned", detail: "sha256 " + now.SHA256 + " (was " + was.SHA256 + ")",
 			diff: "--- pinned changed (sha256 " + was.SHA256[:12] + ")\n+++ listed changed (sha256 " + now.SHA256[:12] + ")\n" +
-				"@@ -1,4 +1,4 @@\n {\n-  \"description\": \"Before.\",\n+  \"description\": \"After.\",\n   \"name\": \"changed\"\n }\n"},
+				"@@ -1,4 +1,4 @@\n {\n-  \"description\": \"Before.\",\n+  \"description\": \"After.\",\n   \"name\": \"changed\"\n }\n",
+		},
 		{tool: "fresh", action: "pinned", detail: "sha256 " + fresh.SHA256},
 		{tool: "hidden", action: "REFUSED", detail: "not pinned: its definition holds text a reviewer cannot see: description: U+200B, ...; its pin (sha256 " + hidden.SHA256[:12] + ") is kept", failed: true},
 		{tool: "absent", action: "absent", detail: "not offered by the downstream server: not pinned; its pin (sha256 " + gone.SHA256[:12] + ") is kept"},

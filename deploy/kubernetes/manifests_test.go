@@ -284,9 +284,11 @@ func TestNetworkPolicyPeers(t *testing.T) {
 	}
 	want := []networkingv1.NetworkPolicyIngressRule{
 		{Ports: port(8080), From: []networkingv1.NetworkPolicyPeer{{
-			PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"toolgate.io/client": "true"}}}}},
+			PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"toolgate.io/client": "true"}},
+		}}},
 		{Ports: port(9090), From: []networkingv1.NetworkPolicyPeer{{
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}}}}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}},
+		}}},
 	}
 	if !reflect.DeepEqual(np.Spec.Ingress, want) {
 		got, _ := yaml.Marshal(np.Spec.Ingress)

@@ -95,8 +95,10 @@ func (b *bench) runcPath() (*path, error) {
 	s := &specs.Spec{
 		Version: specs.Version,
 		Root:    &specs.Root{Path: root, Readonly: true},
-		Process: &specs.Process{Args: b.toolArgv(), Cwd: b.work, Env: rt.Env, NoNewPrivileges: true,
-			User: specs.User{UID: rt.SandboxUID, GID: rt.SandboxGID}},
+		Process: &specs.Process{
+			Args: b.toolArgv(), Cwd: b.work, Env: rt.Env, NoNewPrivileges: true,
+			User: specs.User{UID: rt.SandboxUID, GID: rt.SandboxGID},
+		},
 		Hostname: "sandbox",
 		Mounts: []specs.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc"},
@@ -299,8 +301,10 @@ func (b *bench) runcStartPath(conf string) (*path, error) {
 // rlimits, uid 65534, no_new_privs), with a fresh cgroup per call. It
 // separates what the policy costs per call from what toolgate adds.
 func (b *bench) enterPath(bwrapArgv []string, withGroup bool) (*path, error) {
-	p := &path{group: "floor", name: "bwrap through the enter shim, per-call cgroups (by hand)",
-		note: "the backend's exec chain without toolgate: cgroup.Manager.NewGroup (v1 pids 256, memory 512 MiB) joined by toolgate-shim enter (rlimits, uid 65534), bwrap"}
+	p := &path{
+		group: "floor", name: "bwrap through the enter shim, per-call cgroups (by hand)",
+		note: "the backend's exec chain without toolgate: cgroup.Manager.NewGroup (v1 pids 256, memory 512 MiB) joined by toolgate-shim enter (rlimits, uid 65534), bwrap",
+	}
 	if !withGroup {
 		p.name = "bwrap through the enter shim, no cgroup (by hand)"
 		p.note = "toolgate-shim enter (rlimits, uid 65534, no_new_privs), bwrap: what the extra exec costs"

@@ -68,8 +68,10 @@ func runProfile(args []string, stderr io.Writer) int {
 	audit := logrus.New()
 	audit.SetFormatter(&logrus.JSONFormatter{})
 	audit.SetOutput(io.Discard)
-	srv := server.New(server.Options{Version: "bench", Conf: cfg, Direct: &direct.Runner{Cgroups: cg, Shim: c.shim},
-		Sandbox: rt.ReadySandbox("bwrap", sb), Log: log, Audit: audit})
+	srv := server.New(server.Options{
+		Version: "bench", Conf: cfg, Direct: &direct.Runner{Cgroups: cg, Shim: c.shim},
+		Sandbox: rt.ReadySandbox("bwrap", sb), Log: log, Audit: audit,
+	})
 	cr, sw := io.Pipe()
 	sr, cw := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -252,6 +252,10 @@ func (b *bench) perCall(conf string) {
 	}
 	if want(b.sections, "floors") {
 		add(b.execPath("floor", "fork+exec from Go", "os/exec, one pipe for stdout+stderr", b.toolArgv(), b.work, nil, rtEnv()), nil)
+		add(b.startPath(minimalStartRow, "e2e/bench/minimal: a static Go binary whose main does nothing (exit 0)",
+			filepath.Join(filepath.Dir(b.toolgate), "minimal"), 0))
+		add(b.startPath(shimStartRow, "toolgate-shim with no shim argument: the Go runtime's start, the shim's init, its refusal (exit 2)",
+			b.shim, 2))
 		argv, err := b.bwrapArgv()
 		raw := b.execPath("floor", "raw bwrap", "runtime/bwrap.Args argv (init shim inside, seccomp filter) as uid 65534; no enter shim, no cgroup", argv, "/", sandboxAttr(), rtEnv())
 		raw.files = seccompFile
@@ -366,6 +370,35 @@ func (b *bench) execPath(group, name, note string, argv []string, dir string, at
 		return nil
 	}
 	return p
+}
+
+// The rows of a program's start, fork+exec+exit: the shim starts on
+// every sandboxed call that takes no prepared sandbox, so its start is held
+// to a small multiple of a Go program's that does nothing.
+const (
+	minimalStartRow = "start of a minimal static Go binary"
+	shimStartRow    = "start of toolgate-shim"
+)
+
+// startPath measures fork, exec and exit of bin run with no arguments,
+// which must exit with code.
+func (b *bench) startPath(name, note, bin string, code int) (*path, error) {
+	p := &path{group: "floor", name: name, note: note}
+	if _, err := os.Stat(bin); err != nil {
+		return p, err
+	}
+	p.call = func() error {
+		err := (&exec.Cmd{Path: bin, Args: []string{bin}, Env: rtEnv(), Dir: "/"}).Run()
+		var exit *exec.ExitError
+		switch {
+		case err == nil && code == 0:
+			return nil
+		case errors.As(err, &exit) && exit.ExitCode() == code:
+			return nil
+		}
+		return fmt.Errorf("%s: %v, want exit %d", filepath.Base(bin), err, code)
+	}
+	return p, nil
 }
 
 // egressConnsRow names the row of the egress tool that makes

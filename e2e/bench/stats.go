@@ -49,8 +49,10 @@ type Row struct {
 }
 
 func newRow(group, name, note string, s sample) Row {
-	return Row{Group: group, Name: name, Note: note, Calls: len(s),
-		MedianMS: ms(s.median()), P99MS: ms(s.p99()), median: s.median(), p99: s.p99()}
+	return Row{
+		Group: group, Name: name, Note: note, Calls: len(s),
+		MedianMS: ms(s.median()), P99MS: ms(s.p99()), median: s.median(), p99: s.p99(),
+	}
 }
 
 func skippedRow(group, name string, err error) Row {

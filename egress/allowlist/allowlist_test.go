@@ -65,10 +65,16 @@ func TestMatch(t *testing.T) {
 		port uint16
 		want bool
 	}{
-		{"api.example.com", 443, true}, {"API.example.com.", 443, true}, {"api.example.com", 80, false},
-		{"x.api.example.com", 443, false}, {"example.com", 443, false},
-		{"a.example.org", 443, true}, {"a.b.example.org", 443, true}, {"example.org", 443, false},
-		{"badexample.org", 443, false}, {"a.example.org", 8443, false},
+		{"api.example.com", 443, true},
+		{"API.example.com.", 443, true},
+		{"api.example.com", 80, false},
+		{"x.api.example.com", 443, false},
+		{"example.com", 443, false},
+		{"a.example.org", 443, true},
+		{"a.b.example.org", 443, true},
+		{"example.org", 443, false},
+		{"badexample.org", 443, false},
+		{"a.example.org", 8443, false},
 	} {
 		if _, ok := l.MatchName(tc.name, tc.port); ok != tc.want {
 			t.Errorf("MatchName(%s, %d) = %v, want %v", tc.name, tc.port, ok, tc.want)

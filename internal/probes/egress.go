@@ -158,8 +158,10 @@ func udpQuery(hostport string) string {
 	}
 	defer c.Close()
 	// id 0x1234, recursion desired, one question: example.com A IN.
-	q := []byte{0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0,
-		7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0, 0, 1, 0, 1}
+	q := []byte{
+		0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0,
+		7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0, 0, 1, 0, 1,
+	}
 	if _, err := c.Write(q); err != nil {
 		return "denied " + result(err)
 	}

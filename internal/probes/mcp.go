@@ -132,8 +132,10 @@ func mcpTools(n, schema, big int, dup bool) []json.RawMessage {
 		// The padding is a description: the schema stays valid.
 		return fmt.Sprintf(`{"type":"object","description":%q}`, strings.Repeat("p", size-32))
 	}
-	tools := []json.RawMessage{tool("echo", open), tool("pid", open), tool("escapes", open), tool("text", open),
-		tool("limits", open), tool("forks", open), tool("deaf", open), tool("big", padded(big)), tool("relist", open)}
+	tools := []json.RawMessage{
+		tool("echo", open), tool("pid", open), tool("escapes", open), tool("text", open),
+		tool("limits", open), tool("forks", open), tool("deaf", open), tool("big", padded(big)), tool("relist", open),
+	}
 	if dup {
 		tools = append(tools, tool("echo", `{"type":"object","description":"the second echo"}`))
 	}
@@ -223,8 +225,10 @@ func mcpAnswer(w io.Writer, line []byte, tools []json.RawMessage, page int) {
 	}
 	switch req.Method {
 	case "initialize":
-		result(map[string]any{"protocolVersion": req.Params.ProtocolVersion, "capabilities": map[string]any{"tools": map[string]any{}},
-			"serverInfo": map[string]string{"name": "probe", "version": "1"}})
+		result(map[string]any{
+			"protocolVersion": req.Params.ProtocolVersion, "capabilities": map[string]any{"tools": map[string]any{}},
+			"serverInfo": map[string]string{"name": "probe", "version": "1"},
+		})
 	case "tools/list":
 		from, _ := strconv.Atoi(req.Params.Cursor)
 		to := min(from+page, len(tools))

@@ -52,7 +52,6 @@ func self(args ...string) *exec.Cmd {
 		argv = append(argv, tag)
 	}
 	return exec.Command("/proc/self/exe", argv...) //nolint:gosec // re-executes this very program in another mode
-
 }
 
 // Main runs the probe mode args[0] and exits. pre is what must precede a

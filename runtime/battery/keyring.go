@@ -176,8 +176,10 @@ func caseKeyring(ctx context.Context, e *Env) error {
 	}
 	// Refused by the seccomp filter with EPERM, as moby's profile refuses
 	// them (gVisor's Sentry, which applies the filter, answers EPERM too).
-	for _, l := range []string{"keyctl session keyring", "keyctl read", "keyctl search", "request_key", "add_key keyring",
-		"keyctl process keyring", "keyctl link into the session keyring", "keyctl link into the server's keyring"} {
+	for _, l := range []string{
+		"keyctl session keyring", "keyctl read", "keyctl search", "request_key", "add_key keyring",
+		"keyctl process keyring", "keyctl link into the session keyring", "keyctl link into the server's keyring",
+	} {
 		if !strings.Contains(string(o.out), l+": denied EPERM\n") {
 			errs = append(errs, fmt.Errorf("%s was not refused with EPERM", l))
 		}

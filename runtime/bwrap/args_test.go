@@ -60,27 +60,37 @@ func goldenPlans() []goldenPlan {
 		{"symlink-outside", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/srv/real/lint", Argv: []string{"/srv/bin/lint"}, Dir: "/workspace"}}},
 		{"tool-in-dir", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/srv/repo/scripts/check", Argv: []string{"/srv/repo/scripts/check"}, Dir: "/srv/repo"}}},
 		{"with-rlimits", small, Plan{Template: rt.Template{Path: "/usr/bin/make-check", Argv: []string{"/usr/bin/make-check"}, Dir: "/srv/repo"}}},
-		{"unmerged-usr", testPolicy(bundle.Host{RootDirs: []string{"/bin", "/lib"}, Etc: binds("/etc/passwd")}, 64<<20),
-			Plan{Template: rt.Template{Path: "/bin/true", Argv: []string{"/bin/true"}, Dir: "/srv/repo"}}},
+		{
+			"unmerged-usr", testPolicy(bundle.Host{RootDirs: []string{"/bin", "/lib"}, Etc: binds("/etc/passwd")}, 64<<20),
+			Plan{Template: rt.Template{Path: "/bin/true", Argv: []string{"/bin/true"}, Dir: "/srv/repo"}},
+		},
 		{"multilib", testPolicy(multilib, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: "/opt/x"}}},
 		{"helper", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/ctags-universal", Argv: []string{"/usr/bin/ctags", "--options=NONE", "--_interactive"}, Dir: "/srv/x", SplitStderr: true}}},
 		// A tool with an egress allowlist: its proxy's directory bound,
 		// the init shim told where the socket is; still --unshare-net.
-		{"egress-tool", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/curl", Argv: []string{"/usr/bin/curl", "-sS", "https://api.example.com/"}, Dir: "/srv/repo"},
-			EgressDir: "/tmp/toolgate-egress-1/00112233445566778899aabbccddeeff"}},
+		{"egress-tool", testPolicy(debianHost, 64<<20), Plan{
+			Template:  rt.Template{Path: "/usr/bin/curl", Argv: []string{"/usr/bin/curl", "-sS", "https://api.example.com/"}, Dir: "/srv/repo"},
+			EgressDir: "/tmp/toolgate-egress-1/00112233445566778899aabbccddeeff",
+		}},
 		// Services (StartService): no --clearenv or --setenv, the service
 		// shim; ReadOnly binds, skipping what is visible already.
-		{"service-node", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/node", Argv: []string{"/usr/bin/node", "/opt/mcp/node_modules/srv/dist/index.js", "stdio"}, Dir: "/opt/mcp"},
-			Service: true, ReadOnly: []string{"/opt/mcp/node_modules/srv/dist/index.js", "/srv/data", "/usr/share/doc"}}},
+		{"service-node", testPolicy(debianHost, 64<<20), Plan{
+			Template: rt.Template{Path: "/usr/bin/node", Argv: []string{"/usr/bin/node", "/opt/mcp/node_modules/srv/dist/index.js", "stdio"}, Dir: "/opt/mcp"},
+			Service:  true, ReadOnly: []string{"/opt/mcp/node_modules/srv/dist/index.js", "/srv/data", "/usr/share/doc"},
+		}},
 		{"service-net-no-dir", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/opt/web/bin/mcp-web", Argv: []string{"/usr/local/bin/mcp-web", "--stdio"}}, Service: true, ShareNet: true}},
-		{"service-egress", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/node", Argv: []string{"/usr/bin/node", "/opt/mcp/fetch.js"}, Dir: "/opt/mcp"}, Service: true,
-			EgressDir: "/tmp/toolgate-egress-1/ffeeddccbbaa99887766554433221100"}},
+		{"service-egress", testPolicy(debianHost, 64<<20), Plan{
+			Template: rt.Template{Path: "/usr/bin/node", Argv: []string{"/usr/bin/node", "/opt/mcp/fetch.js"}, Dir: "/opt/mcp"}, Service: true,
+			EgressDir: "/tmp/toolgate-egress-1/ffeeddccbbaa99887766554433221100",
+		}},
 		// Prepared sandboxes (the pool): the same sandbox, the standby
 		// shim first.
 		{"standby-tool", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/git", Argv: []string{"/usr/bin/git", "--no-pager", "diff", "--check"}, Dir: "/srv/repo"}, Standby: true}},
 		{"standby-helper", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/ctags-universal", Argv: []string{"/usr/bin/ctags", "--options=NONE", "--_interactive"}, Dir: "/srv/x", SplitStderr: true}, Standby: true}},
-		{"standby-service", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/node", Argv: []string{"/usr/bin/node", "/opt/mcp/node_modules/srv/dist/index.js", "stdio"}, Dir: "/opt/mcp"},
-			Service: true, ReadOnly: []string{"/opt/mcp/node_modules/srv/dist/index.js"}, Standby: true}},
+		{"standby-service", testPolicy(debianHost, 64<<20), Plan{
+			Template: rt.Template{Path: "/usr/bin/node", Argv: []string{"/usr/bin/node", "/opt/mcp/node_modules/srv/dist/index.js", "stdio"}, Dir: "/opt/mcp"},
+			Service:  true, ReadOnly: []string{"/opt/mcp/node_modules/srv/dist/index.js"}, Standby: true,
+		}},
 	}
 }
 
@@ -152,8 +162,10 @@ func TestArgsGolden(t *testing.T) {
 // independently of the golden files.
 func TestArgsInvariants(t *testing.T) {
 	a := Args(testPolicy(debianHost, 42), Plan{Template: rt.Template{Path: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: "/srv/repo"}})
-	for _, flag := range []string{"--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-		"--unshare-cgroup", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv"} {
+	for _, flag := range []string{
+		"--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+		"--unshare-cgroup", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1", "--clearenv",
+	} {
 		if !slices.Contains(a, flag) {
 			t.Errorf("argv lacks %s", flag)
 		}
@@ -192,8 +204,10 @@ func TestServiceArgsInvariants(t *testing.T) {
 		p := base
 		p.ShareNet = shareNet
 		a := Args(testPolicy(debianHost, 42), p)
-		for _, flag := range []string{"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-			"--unshare-cgroup", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1"} {
+		for _, flag := range []string{
+			"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+			"--unshare-cgroup", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1",
+		} {
 			if !slices.Contains(a, flag) {
 				t.Errorf("ShareNet=%v: argv lacks %s", shareNet, flag)
 			}
@@ -210,8 +224,10 @@ func TestServiceArgsInvariants(t *testing.T) {
 			}
 		}
 		joined := " " + strings.Join(a, " ") + " "
-		for _, want := range []string{" --cap-drop ALL ", " --ro-bind /opt/mcp /opt/mcp ", " --chdir /opt/mcp ", " --remount-ro / ",
-			" -- /.toolgate/shim __toolgate_shim service --rlimit nofile=1024 --rlimit nproc=512 --rlimit core=0 --rlimit fsize=1073741824 -- /usr/bin/node /usr/bin/node /opt/mcp/index.js"} {
+		for _, want := range []string{
+			" --cap-drop ALL ", " --ro-bind /opt/mcp /opt/mcp ", " --chdir /opt/mcp ", " --remount-ro / ",
+			" -- /.toolgate/shim __toolgate_shim service --rlimit nofile=1024 --rlimit nproc=512 --rlimit core=0 --rlimit fsize=1073741824 -- /usr/bin/node /usr/bin/node /opt/mcp/index.js",
+		} {
 			if !strings.Contains(joined, want) {
 				t.Errorf("ShareNet=%v: argv lacks %q", shareNet, strings.TrimSpace(want))
 			}

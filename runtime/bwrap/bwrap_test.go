@@ -86,9 +86,11 @@ func TestRunHelperStreams(t *testing.T) {
 	r := newRunner(t)
 	dir := testbin.Dir(t)
 	cat := "/usr/bin/cat"
-	inv := rt.Invocation{ID: "helper-streams",
+	inv := rt.Invocation{
+		ID:       "helper-streams",
 		Template: rt.Template{Path: cat, Argv: []string{cat, "-", "/nonexistent"}, Dir: dir, SplitStderr: true, Stdin: true},
-		Call:     rt.Call{Timeout: 10 * time.Second, MaxBytes: 1 << 16, StderrMax: 4096, Input: []byte("from stdin\n")}}
+		Call:     rt.Call{Timeout: 10 * time.Second, MaxBytes: 1 << 16, StderrMax: 4096, Input: []byte("from stdin\n")},
+	}
 	res, err := r.Run(context.Background(), inv)
 	if err != nil {
 		t.Fatal(err)
@@ -188,8 +190,10 @@ func BenchmarkRun(b *testing.B) {
 			var took []time.Duration
 			for b.Loop() {
 				start := time.Now()
-				res, err := r.Run(context.Background(), rt.Invocation{ID: "bench-" + strconv.Itoa(len(took)),
-					Template: rt.Template{Path: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: dir}, Call: rt.Call{Timeout: 10 * time.Second, MaxBytes: 4096}})
+				res, err := r.Run(context.Background(), rt.Invocation{
+					ID:       "bench-" + strconv.Itoa(len(took)),
+					Template: rt.Template{Path: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: dir}, Call: rt.Call{Timeout: 10 * time.Second, MaxBytes: 4096},
+				})
 				if err != nil || res.ExitCode != 0 {
 					b.Fatalf("run: exit %d, %v: %s", res.ExitCode, err, res.Output)
 				}

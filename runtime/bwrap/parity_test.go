@@ -84,8 +84,10 @@ func bwrapView(t *testing.T, argv []string) sandboxView {
 		}
 		switch a {
 		case "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup":
-			ns[map[string]string{"--unshare-user": "user", "--unshare-ipc": "ipc", "--unshare-pid": "pid",
-				"--unshare-net": "network", "--unshare-uts": "uts", "--unshare-cgroup": "cgroup"}[a]] = true
+			ns[map[string]string{
+				"--unshare-user": "user", "--unshare-ipc": "ipc", "--unshare-pid": "pid",
+				"--unshare-net": "network", "--unshare-uts": "uts", "--unshare-cgroup": "cgroup",
+			}[a]] = true
 		case "--uid":
 			v.UID, _ = strconv.Atoi(next())
 		case "--gid":
@@ -200,9 +202,11 @@ func parseInit(t *testing.T, a []string) initSpec {
 // rootfs's symlinks (runtime/oci makes them from the same policy).
 func ociView(t *testing.T, s *specs.Spec, h bundle.Host) sandboxView {
 	t.Helper()
-	v := sandboxView{Mounts: map[string]string{}, Hostname: s.Hostname, Env: s.Process.Env, Cwd: s.Process.Cwd,
+	v := sandboxView{
+		Mounts: map[string]string{}, Hostname: s.Hostname, Env: s.Process.Env, Cwd: s.Process.Cwd,
 		UID: int(s.Process.User.UID), GID: int(s.Process.User.GID), NoNewPrivs: s.Process.NoNewPrivileges,
-		Seccomp: s.Linux.Seccomp != nil}
+		Seccomp: s.Linux.Seccomp != nil,
+	}
 	c := s.Process.Capabilities
 	if caps := slices.Concat(c.Bounding, c.Effective, c.Inheritable, c.Permitted, c.Ambient); len(caps) > 0 {
 		v.Caps = caps

@@ -480,8 +480,10 @@ func TestLoadRuleIsRenderRule(t *testing.T) {
 	needSeccomp(t)
 	pol := rt.DefaultSandboxLimits().Policy(bundle.Host{}, "/usr/libexec/toolgate/toolgate-shim")
 	pol.Rootfs, pol.CgroupsPath = "/run/toolgate/1/rootfs", "toolgate-1.oci/c1"
-	for _, dir := range []string{"/srv/x", "/opt/x", "/home/me/p", "/tmp/w", "/usr/share/x", "/var/lib/x",
-		"/etc/app", "/etc", "/srv", "/opt", "/", "/tmp", "/usr", "/proc/1", "/sys/x", "/dev/x", "/.toolgate"} {
+	for _, dir := range []string{
+		"/srv/x", "/opt/x", "/home/me/p", "/tmp/w", "/usr/share/x", "/var/lib/x",
+		"/etc/app", "/etc", "/srv", "/opt", "/", "/tmp", "/usr", "/proc/1", "/sys/x", "/dev/x", "/.toolgate",
+	} {
 		loadErr := rt.CheckSandboxTool(dir, "/usr/bin/true", rt.IDRange{})
 		_, renderErr := RenderSpec(pol, Runc, rt.Invocation{ID: "c1", Template: rt.Template{Name: "t", Path: "/usr/bin/true", Argv: []string{"/usr/bin/true"}, Dir: dir}}, "")
 		if (loadErr == nil) != (renderErr == nil) {

@@ -54,8 +54,10 @@ func TestTimings(t *testing.T) {
 		s := &specs.Spec{
 			Version: bundle.SpecVersion,
 			Root:    &specs.Root{Path: r.rootfs, Readonly: true},
-			Process: &specs.Process{Args: []string{"/usr/bin/true"}, Cwd: "/", User: specs.User{UID: 65534, GID: 65534},
-				Env: rt.Env, NoNewPrivileges: true},
+			Process: &specs.Process{
+				Args: []string{"/usr/bin/true"}, Cwd: "/", User: specs.User{UID: 65534, GID: 65534},
+				Env: rt.Env, NoNewPrivileges: true,
+			},
 			Mounts: []specs.Mount{
 				{Destination: "/proc", Type: "proc", Source: "proc"},
 				{Destination: "/usr", Type: "bind", Source: "/usr", Options: []string{"rbind", "ro"}},

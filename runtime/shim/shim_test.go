@@ -20,9 +20,11 @@ func TestWithProxyEnv(t *testing.T) {
 		t.Errorf("a tool's environment:\n got %q\nwant %q", tool, want)
 	}
 	svc := WithProxyEnv([]string{"PATH=/usr/bin", "https_proxy=http://evil:1", "All_Proxy=socks5://x:1", "NO_PROXY=", "TOKEN=t"})
-	want = []string{"PATH=/usr/bin", "NO_PROXY=", "TOKEN=t",
+	want = []string{
+		"PATH=/usr/bin", "NO_PROXY=", "TOKEN=t",
 		"HTTP_PROXY=http://127.0.0.1:3128", "HTTPS_PROXY=http://127.0.0.1:3128",
-		"http_proxy=http://127.0.0.1:3128", "https_proxy=http://127.0.0.1:3128"}
+		"http_proxy=http://127.0.0.1:3128", "https_proxy=http://127.0.0.1:3128",
+	}
 	if !slices.Equal(svc, want) {
 		t.Errorf("a service's environment:\n got %q\nwant %q", svc, want)
 	}

@@ -23,10 +23,14 @@ func TestServiceArgs(t *testing.T) {
 // back to what rendered them; a bad value is refused.
 func TestStandbyAndHoldArgs(t *testing.T) {
 	for _, spec := range []Spec{
-		{Mode: Standby, ReleaseFD: 4, KeepStderr: true, KeepEnv: true,
-			Rlimits: []Rlimit{{"nofile", 64}}, Path: "/usr/bin/env", Argv: []string{"env"}},
-		{Mode: Hold, ReleaseFD: 3, PidFile: "/run/b/pid", Mask: "/run/x=/sys/fs/cgroup/unified/cgroup.controllers",
-			Start: []string{"/usr/bin/runc", "start", "c1"}, Path: "/usr/bin/runc", Argv: []string{"/usr/bin/runc", "create", "c1"}},
+		{
+			Mode: Standby, ReleaseFD: 4, KeepStderr: true, KeepEnv: true,
+			Rlimits: []Rlimit{{"nofile", 64}}, Path: "/usr/bin/env", Argv: []string{"env"},
+		},
+		{
+			Mode: Hold, ReleaseFD: 3, PidFile: "/run/b/pid", Mask: "/run/x=/sys/fs/cgroup/unified/cgroup.controllers",
+			Start: []string{"/usr/bin/runc", "start", "c1"}, Path: "/usr/bin/runc", Argv: []string{"/usr/bin/runc", "create", "c1"},
+		},
 	} {
 		back, err := parse(spec.Args()[1:])
 		if err != nil {
@@ -56,12 +60,21 @@ func TestEnterDrop(t *testing.T) {
 		spec Spec
 		want string
 	}{
-		{"keep the caller's", Spec{Mode: Enter, Path: "/usr/bin/bwrap", Argv: []string{"bwrap"}},
-			"__toolgate_shim enter -- /usr/bin/bwrap bwrap"},
-		{"drop", Spec{Mode: Enter, Drop: &IDs{UID: 65534, GID: 65533}, Path: "/usr/bin/bwrap", Argv: []string{"bwrap"}},
-			"__toolgate_shim enter --uid 65534 --gid 65533 -- /usr/bin/bwrap bwrap"},
-		{"drop to root", Spec{Mode: Enter, Drop: &IDs{}, Path: "/usr/bin/bwrap", Argv: []string{"bwrap"}},
-			"__toolgate_shim enter --uid 0 --gid 0 -- /usr/bin/bwrap bwrap"},
+		{
+			"keep the caller's",
+			Spec{Mode: Enter, Path: "/usr/bin/bwrap", Argv: []string{"bwrap"}},
+			"__toolgate_shim enter -- /usr/bin/bwrap bwrap",
+		},
+		{
+			"drop",
+			Spec{Mode: Enter, Drop: &IDs{UID: 65534, GID: 65533}, Path: "/usr/bin/bwrap", Argv: []string{"bwrap"}},
+			"__toolgate_shim enter --uid 65534 --gid 65533 -- /usr/bin/bwrap bwrap",
+		},
+		{
+			"drop to root",
+			Spec{Mode: Enter, Drop: &IDs{}, Path: "/usr/bin/bwrap", Argv: []string{"bwrap"}},
+			"__toolgate_shim enter --uid 0 --gid 0 -- /usr/bin/bwrap bwrap",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.spec.Args()
