@@ -1,7 +1,7 @@
 // Package audit is toolgate's audit log: one typed record per kind (a
 // tool call's, Call; a connection through an egress proxy, Egress; a pin
-// check that changed what is served, Pin; a refused tools.conf line,
-// Conf), each written by this package alone (one writer) as one entry of the audit
+// check that changed what is served, Pin; a tool a policy hid from a
+// tools/list, Policy; a refused tools.conf line, Conf), each written by this package alone (one writer) as one entry of the audit
 // logger (serve's writes JSON lines) under the keys its fields name.
 // Never output content, arguments or environment values. Operators'
 // tooling, the e2e suites, docs/calls.md and docs/registry.md read these
@@ -45,6 +45,10 @@ type Call struct {
 	Cancelled bool        // cancelled: by notifications/cancelled or shutdown
 	Error     Opt[string] // error: why it could not run, or failed
 	RPCError  Opt[string] // rpc_error: a downstream server's JSON-RPC error
+	// Policies are the ids of the policies that denied the call (serve
+	// --policy), in file order, or ["no permit"] when none permitted it
+	// (policies; written when not empty).
+	Policies []string
 
 	ExitCode    Opt[int]    // exit_code
 	ElapsedMS   Opt[int64]  // elapsed_ms
@@ -149,6 +153,9 @@ func (r *Call) fields() logrus.Fields {
 		f["traceparent_invalid"] = true
 	}
 	str("refused", r.Refused)
+	if len(r.Policies) > 0 {
+		f["policies"] = r.Policies
+	}
 	if r.Cancelled {
 		f["cancelled"] = true
 	}
@@ -253,6 +260,37 @@ func (r Pin) Write(l *logrus.Logger) {
 		}
 	}
 	write(l, f, "pin")
+}
+
+// Policy is the audit record of a tool a policy hid from a principal's
+// tools/list (kind "policy", msg "policy denied"); a denied call is its
+// Call record (refused "policy"). Never arguments.
+type Policy struct {
+	Action    string          // action: "list"; always written
+	Tool      string          // tool: always written
+	Principal *auth.Principal // principal, auth, client (when not empty), peer_uid (a unix socket's); nil: principal "stdio"
+	Policies  []string        // policies: the deciding policies' ids, or ["no permit"]; always written
+	Reason    string          // reason: why, for a decision no policy made; "" not written
+}
+
+// Write writes the record to l.
+func (r Policy) Write(l *logrus.Logger) {
+	f := logrus.Fields{"kind": "policy", "action": r.Action, "tool": r.Tool, "policies": r.Policies}
+	if p := r.Principal; p != nil {
+		f["principal"], f["auth"] = p.Name, p.Method
+		if p.Client != "" {
+			f["client"] = p.Client
+		}
+		if uid, ok := p.PeerUID(); ok {
+			f["peer_uid"] = uid
+		}
+	} else {
+		f["principal"] = "stdio"
+	}
+	if r.Reason != "" {
+		f["reason"] = r.Reason
+	}
+	write(l, f, "policy denied")
 }
 
 // Conf is the audit record of one refused line of a tools.conf (kind

@@ -80,3 +80,23 @@ func TestPinRecordKeys(t *testing.T) {
 		`{"decision":"withheld","diff":"-a\n+b\n","kind":"pin","level":"info","msg":"pin","pin":"drift","pinned_sha256":"cd","reason":"drifted","server":"probe","sha256":"ab","start":2,"time":"*","tool":"probe__echo","transport":"stdio"}`,
 		`{"decision":"served","kind":"pin","level":"info","msg":"pin","reason":"no pin","server":"probe","time":"*","tool":"probe__echo","transport":"stdio"}`)
 }
+
+// TestPolicyRecordKeys pins the record of a tool a policy hid from a
+// tools/list, over HTTP and over stdio, and the policies key of a call a
+// policy refused.
+func TestPolicyRecordKeys(t *testing.T) {
+	alog, buf := jsonAudit()
+	bob := auth.Principal{Name: "bob", Method: auth.MethodOAuth, Client: "agent-1"}
+	Policy{Action: "list", Tool: "sbx", Principal: &bob, Policies: []string{"no-sbx", "f2"}}.Write(alog)
+	Policy{Action: "list", Tool: "hello", Policies: []string{"no permit"}, Reason: "the tool is not served"}.Write(alog)
+	local := auth.Local(1000)
+	Policy{Action: "list", Tool: "hello", Principal: &local, Policies: []string{"no permit"}}.Write(alog)
+	(&Call{RequestID: "3", Tool: "sbx", Kind: "external", Refused: "policy", Policies: []string{"no permit"}, IsError: true}).Write(alog, "call")
+	(&Call{RequestID: "4", Tool: "sbx", Kind: "external", IsError: false}).Write(alog, "call")
+	checkAudit(t, buf,
+		`{"action":"list","auth":"oauth","client":"agent-1","kind":"policy","level":"info","msg":"policy denied","policies":["no-sbx","f2"],"principal":"bob","time":"*","tool":"sbx"}`,
+		`{"action":"list","kind":"policy","level":"info","msg":"policy denied","policies":["no permit"],"principal":"stdio","reason":"the tool is not served","time":"*","tool":"hello"}`,
+		`{"action":"list","auth":"local","kind":"policy","level":"info","msg":"policy denied","peer_uid":1000,"policies":["no permit"],"principal":"local","time":"*","tool":"hello"}`,
+		`{"is_error":true,"kind":"external","level":"info","msg":"call","policies":["no permit"],"refused":"policy","request_id":"3","time":"*","tool":"sbx"}`,
+		`{"is_error":false,"kind":"external","level":"info","msg":"call","request_id":"4","time":"*","tool":"sbx"}`)
+}

@@ -274,3 +274,60 @@ func chown(t *testing.T, p string, uid int) {
 		t.Fatal(err)
 	}
 }
+
+// TestReadTrusted: a file read by ReadTrusted (the policy file) is held
+// to tools.conf's rules: refused when another user could change it, when
+// others may write it, when it is not a regular file, when it is too big.
+func TestReadTrusted(t *testing.T) {
+	requireRoot(t)
+	for _, tc := range []struct {
+		name    string
+		nodes   []node
+		path    string
+		wantErr string // "" for read
+	}{
+		{
+			name: "ours", path: "etc/policy.cedar",
+			nodes: []node{{"etc", "dir", "", 0o755, 0}, {"etc/policy.cedar", "file", "", 0o644, 0}},
+		},
+		{
+			name: "owned by 65534", path: "etc/policy.cedar",
+			nodes:   []node{{"etc", "dir", "", 0o755, 0}, {"etc/policy.cedar", "file", "", 0o644, nobody}},
+			wantErr: "policy.cedar is owned by uid 65534 (mode 0644), not by root",
+		},
+		{
+			name: "in a directory of 65534's", path: "home/policy.cedar",
+			nodes:   []node{{"home", "dir", "", 0o755, nobody}, {"home/policy.cedar", "file", "", 0o644, 0}},
+			wantErr: "home (mode 0755) is owned by uid 65534",
+		},
+		{
+			name: "group-writable", path: "etc/policy.cedar",
+			nodes:   []node{{"etc", "dir", "", 0o755, 0}, {"etc/policy.cedar", "file", "", 0o664, 0}},
+			wantErr: "group- or world-writable (mode 0664): anyone who can write the policy file decides what toolgate runs",
+		},
+		{
+			name: "a directory", path: "etc",
+			nodes:   []node{{"etc", "dir", "", 0o755, 0}},
+			wantErr: "not a regular file",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := trustTree(t, tc.nodes)
+			data, err := ReadTrusted(filepath.Join(base, tc.path), "policy file", 1<<10)
+			if tc.wantErr == "" {
+				if err != nil || string(data) != "# a tools.conf\n" {
+					t.Fatalf("ReadTrusted = %q, %v; want the file", data, err)
+				}
+				return
+			}
+			var ce *Error
+			if err == nil || !errors.As(err, &ce) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("ReadTrusted = %v, want a *Error with %q", err, tc.wantErr)
+			}
+		})
+	}
+	base := trustTree(t, []node{{"etc", "dir", "", 0o755, 0}, {"etc/big", "file", "", 0o644, 0}})
+	if _, err := ReadTrusted(filepath.Join(base, "etc/big"), "policy file", 4); err == nil || !strings.Contains(err.Error(), "over 4 bytes") {
+		t.Errorf("ReadTrusted(15 bytes, max 4) = %v, want refused", err)
+	}
+}

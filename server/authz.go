@@ -6,18 +6,19 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/policy"
 )
 
 // AllTools in a scope mapping stands for every tool served.
-const AllTools = "*"
+const AllTools = policy.AllTools
 
 // ToolScopes maps each scope to the tools it opens (serve --tool-scope
 // SCOPE=TOOL,...). Empty, every principal lists and calls every tool.
 // Otherwise a principal lists and calls exactly the tools of the scopes it
 // holds: a tool no scope names is served to no HTTP principal (fail
-// closed), and serve says so at start.
+// closed), and serve says so at start. NewHTTP compiles it to the policy
+// engine (policy.FromScopes), which decides.
 type ToolScopes map[string][]string
 
 // ParseToolScope parses one --tool-scope value, SCOPE=TOOL[,TOOL...].
@@ -46,19 +47,6 @@ func (m ToolScopes) Add(scope string, tools []string) {
 			m[scope] = append(m[scope], t)
 		}
 	}
-}
-
-// Allows reports whether p may list and call tool.
-func (m ToolScopes) Allows(p auth.Principal, tool string) bool {
-	if len(m) == 0 {
-		return true
-	}
-	for _, s := range p.Scopes {
-		if tools, ok := m[s]; ok && (slices.Contains(tools, tool) || slices.Contains(tools, AllTools)) {
-			return true
-		}
-	}
-	return false
 }
 
 // ScopesFor returns the scopes that open tool, sorted.

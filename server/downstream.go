@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/egress"
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/status"
 )
 
@@ -211,14 +212,16 @@ func (s *Server) Close() {
 
 // reserve gives every tool the server may serve its place in tools/list
 // (servers by id, tools in enabled_tools order), so that a tool withheld
-// and served again comes back where it was.
+// and served again comes back where it was, and its policy resource.
 func (s *Server) reserve(srv conf.ToolServer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, tool := range srv.EnabledTools {
-		if _, ok := s.order[srv.ServedName(tool)]; !ok {
-			s.order[srv.ServedName(tool)] = len(s.order)
+		name := srv.ServedName(tool)
+		if _, ok := s.order[name]; !ok {
+			s.order[name] = len(s.order)
 		}
+		s.resources[name] = policy.Downstream(name, srv)
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
+	"github.com/toolgate/toolgate/policy"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -109,6 +110,7 @@ type HTTP struct {
 	mcp      *mcpserver.StreamableHTTPServer
 	sessions *sessions
 	limits   *principalLimits
+	scopes   *policy.Engine // Scopes compiled (policy.FromScopes); nil without --tool-scope
 	prmPath  string
 	prmURL   string
 	mux      *http.ServeMux
@@ -154,12 +156,20 @@ func NewHTTP(s *Server, opts HTTPOptions) (*HTTP, error) {
 	if len(opts.Scopes) > 0 && opts.Auth == nil {
 		return nil, errors.New("--tool-scope needs authentication (--auth-tokens or --oauth-issuer): without it there are no scopes")
 	}
+	if len(opts.Scopes) > 0 && s.opts.Policy != nil {
+		return nil, errors.New("--tool-scope and --policy: give one; --tool-scope is a shorthand for policies (docs/policy.md), write its scopes in the policy file")
+	}
+	scopes, err := policy.FromScopes(opts.Scopes)
+	if err != nil {
+		return nil, fmt.Errorf("--tool-scope: %w", err)
+	}
 	h := &HTTP{
 		s:        s,
 		opts:     opts,
 		metrics:  s.metrics,
 		sessions: newSessions(maxSessionsPerPrincipal, DefaultSessionIdle),
 		limits:   newPrincipalLimits(opts.MaxPerPrincipal),
+		scopes:   scopes,
 		hosts:    hosts,
 		inflight: inflight{m: map[inflightKey][]*inflightCall{}},
 	}
@@ -456,7 +466,7 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 		_ = json.Unmarshal(body, &env) // mcp-go answers what does not decode
 		switch env.Method {
 		case string(mcp.MethodToolsCall):
-			if h.s.known(env.Params.Name) && !h.opts.Scopes.Allows(p, env.Params.Name) {
+			if h.s.known(env.Params.Name) && !h.scopeAllows(p, env.Params.Name) {
 				h.refuseScope(w, p, env)
 				return
 			}
@@ -506,29 +516,15 @@ func servedBy(ctx context.Context) (h *HTTP, ok bool) {
 	return h, ok
 }
 
-// gateTools is the tools/list (and call-time) filter New installs: over
-// HTTP, the tools the principal's scopes open (ToolScopes); over stdio
-// every tool.
-func gateTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
-	h, ok := servedBy(ctx)
-	if !ok || len(h.opts.Scopes) == 0 {
-		return tools
-	}
-	p, _ := auth.PrincipalFrom(ctx)
-	out := tools[:0:0]
-	for _, t := range tools {
-		if h.opts.Scopes.Allows(p, t.Name) {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
 // gateCall is the middleware New installs around every tool handler: a
-// call over HTTP goes through its transport's gate (HTTP.gate); one over
-// stdio is only timed, when metrics are on.
+// call the policy file does not permit is refused (authorizeCall); then
+// a call over HTTP goes through its transport's gate (HTTP.gate); one
+// over stdio is only timed, when metrics are on.
 func (s *Server) gateCall(next mcpserver.ToolHandlerFunc) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if res := s.authorizeCall(ctx, req); res != nil {
+			return res, nil
+		}
 		if h, ok := servedBy(ctx); ok {
 			return h.gate(ctx, req, next)
 		}
@@ -675,7 +671,7 @@ func (h *HTTP) gate(ctx context.Context, req mcp.CallToolRequest, next mcpserver
 		defer h.metrics.inFlight.Dec()
 	}
 	start := time.Now()
-	if !h.opts.Scopes.Allows(p, name) {
+	if !h.scopeAllows(p, name) {
 		return errorResult("toolgate: tool %q is not opened by the token's scopes", name), nil
 	}
 	release, waited, err := h.limits.acquire(ctx, p.Key(), h.s.callTimeout(name))

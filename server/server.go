@@ -27,6 +27,7 @@ import (
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/escapes"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
+	"github.com/toolgate/toolgate/policy"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
 )
@@ -64,6 +65,10 @@ type Options struct {
 	// Metrics counts every call in Prometheus metrics (Server.Metrics),
 	// served over HTTP at /metrics.
 	Metrics bool
+	// Policy decides what each principal lists and calls, over every
+	// transport (serve --policy; policy.go); nil serves every tool to
+	// everyone (but --tool-scope's, over HTTP).
+	Policy *policy.Engine
 }
 
 // Server is a configured toolgate MCP server.
@@ -83,6 +88,8 @@ type Server struct {
 	order  map[string]int
 	served []status.Tool
 	down   *downstreamSet // ConnectDownstream
+	// resources are the served tools as policies see them, by name.
+	resources map[string]policy.Tool
 
 	// metrics, when Options.Metrics, count every call.
 	metrics *Metrics
@@ -119,6 +126,7 @@ func New(opts Options) *Server {
 		log:         opts.Log,
 		auditLog:    opts.Audit,
 		order:       map[string]int{},
+		resources:   map[string]policy.Tool{},
 		sem:         make(chan struct{}, opts.MaxConcurrent),
 		keepEscapes: map[string]bool{},
 	}
@@ -130,7 +138,7 @@ func New(opts Options) *Server {
 		mcpserver.WithRecovery(),
 		mcpserver.WithToolHandlerMiddleware(s.gateCall),
 		mcpserver.WithToolFilter(s.sortTools),
-		mcpserver.WithToolFilter(gateTools),
+		mcpserver.WithToolFilter(s.gateTools),
 		mcpserver.WithHooks(s.hooks()),
 		mcpserver.WithInstructions("toolgate serves operator-configured, fixed-argv tools. "+
 			"External tools take no arguments: what the operator configured is what runs."),
@@ -199,6 +207,7 @@ func (s *Server) add(entries ...entry) {
 
 func (s *Server) register() {
 	var entries []entry
+	resources := map[string]policy.Tool{}
 	checkpoint := builtin.CheckpointStatus(s.report)
 	for _, b := range append([]builtin.Tool{checkpoint}, s.opts.Builtins...) {
 		if s.hidden(b.Name) {
@@ -208,6 +217,7 @@ func (s *Server) register() {
 			builtinTool(b), s.builtinHandler(b),
 			status.Tool{Name: b.Name, Kind: "builtin", Backend: s.builtinBackend(b)},
 		})
+		resources[b.Name] = policy.Builtin(b.Name)
 	}
 	if s.opts.Conf != nil && s.opts.Conf.State == conf.StateLoaded {
 		for _, t := range s.opts.Conf.Tools {
@@ -218,8 +228,10 @@ func (s *Server) register() {
 				externalTool(t), s.externalHandler(t),
 				status.Tool{Name: t.Name, Kind: "external", Class: string(t.Class), Backend: s.backendName(t), Egress: t.Egress.Strings()},
 			})
+			resources[t.Name] = policy.External(t)
 		}
 	}
+	s.setResources(resources)
 	s.add(entries...)
 }
 

@@ -32,6 +32,7 @@ var flagDocCommands = []struct {
 	{[]string{"registry", "show"}, "show one server's entry: `toolgate registry show [flags] ID`"},
 	{[]string{"registry", "validate"}, "check the registry and its pins; with `--live`, list every server and compare with the pins"},
 	{[]string{"registry", "pin"}, "list each downstream server and pin each enabled tool's definition: `toolgate registry pin [flags] [SERVER...]`"},
+	{[]string{"policy", "check"}, "explain what a `--policy` file decides for one principal and tool, without serving ([policy.md](policy.md)); exit 1 when an action asked is denied"},
 }
 
 // machineDefaults are the defaults computed from the machine, written in

@@ -8,6 +8,7 @@
 //	toolgate doctor [flags]         what backends and helpers work here, and how to fix what does not
 //	toolgate selftest [--all]       run the sandbox escape battery against the configured backends
 //	toolgate registry list|show|validate   inspect the tool-MCP registry without launching a server
+//	toolgate policy check [flags]   explain what a Cedar policy decides for a principal and a tool
 //	toolgate version                print the version
 package main
 
@@ -67,6 +68,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return specCmd(args, stdout, stderr)
 	case "registry":
 		return registryCmd(args, stdout, stderr)
+	case "policy":
+		return policyCmd(args, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "toolgate %s\n", version)
 		return 0
@@ -88,6 +91,7 @@ func usage(w io.Writer) {
   toolgate selftest [--all]       run the sandbox escape battery here; print each guarantee held or broken
   toolgate spec [flags] TOOL      print the OCI runtime spec a call of TOOL would use (--backend oci)
   toolgate registry list|show|validate   inspect the tool-MCP registry (run "toolgate registry help")
+  toolgate policy check [flags]   explain what a --policy file decides for a principal and a tool
   toolgate version                print the version
 run "toolgate serve -h" for the flags
 `)

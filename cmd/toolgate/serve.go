@@ -1,12 +1,16 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 
+	"github.com/sirupsen/logrus"
+
+	"github.com/toolgate/toolgate/policy"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/server"
 )
@@ -23,14 +27,12 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	hf.register(fs)
 	maxRequest := fs.Int("max-request-bytes", server.DefaultMaxRequestBytes,
 		"longest request line served; a longer one is discarded as it is read and answered -32600")
+	var pf policyFlag
+	pf.register(fs)
 	if !parse(fs, args, stderr) {
 		return 2
 	}
-	if err := hf.check(); err != nil {
-		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
-		return 2
-	}
-	if err := down.check(); err != nil {
+	if err := cmp.Or(hf.check(), down.check(), pf.load(len(hf.toolScopes) > 0)); err != nil {
 		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
 		return 2
 	}
@@ -64,6 +66,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	a.opts.MaxRequestBytes = *maxRequest
 	a.opts.KeepEscapes = keep
 	a.opts.Metrics = hf.listen != "" // served at /metrics
+	a.opts.Policy = pf.use(a.log)
 	srv := server.New(a.opts)
 	// Prepared sandboxes for every served test-class tool (and the
 	// built-ins' fixed helper runs), once the backend is ready.
@@ -92,4 +95,39 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		a.log.Info("signal: exiting")
 	}
 	return 0
+}
+
+// policyFlag is serve's --policy: the file, and its engine once loaded.
+type policyFlag struct {
+	path   string
+	engine *policy.Engine
+}
+
+func (f *policyFlag) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.path, "policy", "", "a Cedar policy file (docs/policy.md), trusted as tools.conf is: every principal, stdio's included, lists and calls only what it permits (checkpoint_status always); refused whole, and serve exits, when one policy does not parse or validate")
+}
+
+// load loads the policy file, if one is given; it is refused beside
+// --tool-scope (a shorthand of the same engine: one of them decides).
+func (f *policyFlag) load(toolScopes bool) error {
+	if f.path == "" {
+		return nil
+	}
+	if toolScopes {
+		return errors.New("--tool-scope and --policy: give one; --tool-scope is a shorthand for policies (docs/policy.md), write its scopes in the policy file")
+	}
+	e, err := policy.Load(f.path)
+	if err != nil {
+		return fmt.Errorf("--policy refused:\n%w", err)
+	}
+	f.engine = e
+	return nil
+}
+
+// use returns the engine loaded, saying so in log.
+func (f *policyFlag) use(log *logrus.Logger) *policy.Engine {
+	if f.engine != nil {
+		log.WithFields(logrus.Fields{"policy": f.engine.Name(), "policies": len(f.engine.IDs())}).Info("policy loaded: what it does not permit is denied")
+	}
+	return f.engine
 }

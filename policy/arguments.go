@@ -1,0 +1,202 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/cedar-policy/cedar-go/types"
+)
+
+// The bounds of what a call's arguments may be for a policy to judge
+// them. Over any, the call is denied (the arguments cannot be given to the
+// policy, so no policy can permit it).
+const (
+	// MaxArgumentDepth bounds how deeply objects and arrays nest (the
+	// arguments object itself is depth 1).
+	MaxArgumentDepth = 32
+	// MaxArgumentValues bounds the JSON values of all the arguments
+	// (objects, arrays and scalars, counted each).
+	MaxArgumentValues = 10000
+	// MaxArgumentBytes bounds the text of all the arguments (Argument's
+	// text, summed).
+	MaxArgumentBytes = 1 << 20
+)
+
+// The types of an Argument (its type attribute).
+const (
+	argString  = "string"
+	argInteger = "integer"
+	argNumber  = "number"
+	argBoolean = "boolean"
+	argNull    = "null"
+	argArray   = "array"
+	argObject  = "object"
+)
+
+// maxExactFloat is 2^53: a float64 at or above it in magnitude may not be
+// the integer the client sent.
+const maxExactFloat = 1 << 53
+
+// arguments converts a call's arguments (as encoding/json decodes them)
+// into the tags of the Arguments entity: one Argument record per
+// top-level argument, {type, text, long?}. A string's text is itself;
+// any other value's is its canonical JSON (object keys sorted, no HTML
+// escaping). An integer is "integer" with its value as long when it is
+// exact (a json.Number in int64, or a float64 below 2^53 in magnitude);
+// any other number is "number", text only, so a policy comparing longs
+// never sees a rounded one. null is "null". nil arguments have no tags.
+func arguments(v any) (types.Record, error) {
+	if v == nil {
+		return types.Record{}, nil
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return types.Record{}, fmt.Errorf("the arguments are %s, not an object", kindOf(v))
+	}
+	b := &bounds{values: 1}
+	if err := b.walk(v, 1); err != nil {
+		return types.Record{}, err
+	}
+	m := make(types.RecordMap, len(obj))
+	for k, val := range obj {
+		a, err := argument(val)
+		if err != nil {
+			return types.Record{}, fmt.Errorf("argument %q: %w", bounded(k), err)
+		}
+		if b.bytes += len(a.text); b.bytes > MaxArgumentBytes {
+			return types.Record{}, fmt.Errorf("over %d bytes", MaxArgumentBytes)
+		}
+		m[types.String(k)] = a.record()
+	}
+	return types.NewRecord(m), nil
+}
+
+// bounds counts what walk has seen.
+type bounds struct {
+	values, bytes int
+}
+
+// walk checks v's depth and count before anything renders it.
+func (b *bounds) walk(v any, depth int) error {
+	var children []any
+	switch x := v.(type) {
+	case map[string]any:
+		for _, c := range x {
+			children = append(children, c)
+		}
+	case []any:
+		children = x
+	default:
+		return nil
+	}
+	if depth > MaxArgumentDepth {
+		return fmt.Errorf("nested deeper than %d", MaxArgumentDepth)
+	}
+	for _, c := range children {
+		if b.values++; b.values > MaxArgumentValues {
+			return fmt.Errorf("over %d values", MaxArgumentValues)
+		}
+		if err := b.walk(c, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// arg is one Argument before it is a Cedar record.
+type arg struct {
+	typ   string
+	text  string
+	long  int64
+	exact bool // long is set
+}
+
+func (a arg) record() types.Record {
+	m := types.RecordMap{"type": types.String(a.typ), "text": types.String(a.text)}
+	if a.exact {
+		m["long"] = types.Long(a.long)
+	}
+	return types.NewRecord(m)
+}
+
+func argument(v any) (arg, error) {
+	switch x := v.(type) {
+	case nil:
+		return arg{typ: argNull, text: "null"}, nil
+	case string:
+		return arg{typ: argString, text: x}, nil
+	case bool:
+		return arg{typ: argBoolean, text: strconv.FormatBool(x)}, nil
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return arg{}, errors.New("not a JSON number")
+		}
+		text, err := canonical(x)
+		if err != nil {
+			return arg{}, err
+		}
+		if x == math.Trunc(x) && math.Abs(x) < maxExactFloat {
+			return arg{typ: argInteger, text: strconv.FormatInt(int64(x), 10), long: int64(x), exact: true}, nil
+		}
+		return arg{typ: argNumber, text: text}, nil
+	case json.Number:
+		if n, err := strconv.ParseInt(string(x), 10, 64); err == nil {
+			return arg{typ: argInteger, text: strconv.FormatInt(n, 10), long: n, exact: true}, nil
+		}
+		f, err := x.Float64()
+		if err != nil {
+			return arg{}, fmt.Errorf("not a JSON number: %w", err)
+		}
+		text, err := canonical(f)
+		if err != nil {
+			return arg{}, err
+		}
+		return arg{typ: argNumber, text: text}, nil
+	case []any:
+		text, err := canonical(x)
+		return arg{typ: argArray, text: text}, err
+	case map[string]any:
+		text, err := canonical(x)
+		return arg{typ: argObject, text: text}, err
+	}
+	return arg{}, fmt.Errorf("a %T is not a JSON value", v)
+}
+
+// canonical renders v as JSON with its object keys sorted and nothing
+// escaped for HTML.
+func canonical(v any) (string, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return "", err
+	}
+	return string(bytes.TrimSuffix(buf.Bytes(), []byte("\n"))), nil
+}
+
+func kindOf(v any) string {
+	switch v.(type) {
+	case []any:
+		return "an array"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case float64, json.Number:
+		return "a number"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+// bounded cuts a name quoted in an error.
+func bounded(s string) string {
+	if len(s) > 64 {
+		return strings.ToValidUTF8(s[:64], "") + "..."
+	}
+	return s
+}
