@@ -1,4 +1,4 @@
-package conf
+package registry
 
 // Pins: the downstream tool definitions the operator approved. `toolgate
 // registry pin` lists each server and writes, for each enabled tool, the

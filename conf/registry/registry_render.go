@@ -1,4 +1,4 @@
-package conf
+package registry
 
 // Rendering of a normalised tool-MCP registry entry, for `toolgate registry
 // show`: as a fragment that loads back to the same server, or as JSON.

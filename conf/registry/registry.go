@@ -1,4 +1,4 @@
-package conf
+package registry
 
 // The tool-MCP registry: the operator's list of downstream MCP servers
 // (seed 002), read from TOML fragments in a directory. This file holds the
@@ -36,6 +36,7 @@ import (
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
 
+	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/egress/allowlist"
 )
 
@@ -222,7 +223,7 @@ type ToolServer struct {
 	AllowedHosts allowlist.List
 	// Credentials are headers the proxy sets on the server's requests to
 	// destinations of AllowedHosts (egress_credentials): the server holds no key.
-	Credentials []Credential
+	Credentials []conf.Credential
 
 	// URL is the streamable HTTP endpoint.
 	URL string
@@ -399,7 +400,7 @@ type Registry struct {
 	Dir string
 	// State is absent (no directory: no downstream servers), loaded or
 	// refused (every downstream server disabled).
-	State State
+	State conf.State
 	// Reason says why the state is absent.
 	Reason string
 	// Fragments are the *.toml files read, in load (lexical) order.
@@ -446,7 +447,7 @@ type RegistryError struct {
 	Err error
 }
 
-func (e *RegistryError) Error() string { return positioned(e.File, e.Line, e.Path, e.Err) }
+func (e *RegistryError) Error() string { return conf.Positioned(e.File, e.Line, e.Path, e.Err) }
 
 func (e *RegistryError) Unwrap() error { return e.Err }
 
@@ -482,17 +483,17 @@ type RegistryOptions struct {
 	// Conf is the loaded tools.conf served beside the registry, if any:
 	// no secret file of either may lie where a sandbox of the other binds
 	// (a non-root toolgate's sandboxes run as its uid, which owns them).
-	Conf *Config
+	Conf *conf.Config
 }
 
 // TakenNames is RegistryOptions.Taken for the built-ins named and the
 // tools of c (when it is loaded: a refused conf serves none).
-func TakenNames(builtins []string, c *Config) map[string]string {
+func TakenNames(builtins []string, c *conf.Config) map[string]string {
 	taken := map[string]string{}
 	for _, b := range builtins {
 		taken[b] = "the built-in tool"
 	}
-	if c != nil && c.State == StateLoaded {
+	if c != nil && c.State == conf.StateLoaded {
 		for _, t := range c.Tools {
 			taken[t.Name] = fmt.Sprintf("the tools.conf tool at %s line %d", c.Path, t.Line)
 		}
@@ -525,12 +526,12 @@ func LoadRegistry(dir string, opts RegistryOptions) *Registry {
 	fi, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		r.State = StateAbsent
+		r.State = conf.StateAbsent
 		r.Reason = "no directory at " + dir
 		return r
 	case err != nil:
-		r.State = StateAbsent
-		r.Reason = "unreadable: " + unwrapPathErr(err).Error()
+		r.State = conf.StateAbsent
+		r.Reason = "unreadable: " + conf.UnwrapPathErr(err).Error()
 		return r
 	}
 	dirErr := func(format string, a ...any) *Registry {
@@ -543,14 +544,12 @@ func LoadRegistry(dir string, opts RegistryOptions) *Registry {
 	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
 		return dirErr("group- or world-writable (mode %04o): anyone who can add a fragment can run a server as toolgate; chmod go-w %s", perm, dir)
 	}
-	if checked, err := checkTrusted(dir, os.Geteuid()); err != nil {
-		return dirErr("%w", err)
-	} else if err := checkSame(dir, fi, checked); err != nil {
+	if err := conf.CheckTrusted(dir, fi); err != nil {
 		return dirErr("%w", err)
 	}
 	ents, err := os.ReadDir(dir) // sorted by filename
 	if err != nil {
-		return dirErr("unreadable: %v", unwrapPathErr(err))
+		return dirErr("unreadable: %v", conf.UnwrapPathErr(err))
 	}
 	var (
 		errs    []error
@@ -590,7 +589,7 @@ func LoadRegistry(dir string, opts RegistryOptions) *Registry {
 		r.refuse(errs)
 		return r
 	}
-	r.State = StateLoaded
+	r.State = conf.StateLoaded
 	r.Servers = servers
 	r.Pins = pins
 	return r
@@ -639,7 +638,7 @@ func readFragment(path string) ([]byte, error) {
 
 // readTrusted reads a file of the registry (a fragment, the pins file) of
 // at most limit bytes, refusing what is not a regular file, a file others
-// can write or that is on a path others could change (checkTrusted), and
+// can write or that is on a path others could change (conf.CheckTrusted), and
 // a larger file. risk says what whoever could write it could do.
 func readTrusted(path string, limit int, risk string) ([]byte, error) {
 	fileErr := func(format string, a ...any) error {
@@ -647,12 +646,12 @@ func readTrusted(path string, limit int, risk string) ([]byte, error) {
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fileErr("unreadable: %v", unwrapPathErr(err))
+		return nil, fileErr("unreadable: %v", conf.UnwrapPathErr(err))
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fileErr("unreadable: %v", unwrapPathErr(err))
+		return nil, fileErr("unreadable: %v", conf.UnwrapPathErr(err))
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, fileErr("not a regular file (mode %s)", fi.Mode().Type())
@@ -660,9 +659,7 @@ func readTrusted(path string, limit int, risk string) ([]byte, error) {
 	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
 		return nil, fileErr("group- or world-writable (mode %04o): anyone who can write it can %s; chmod go-w %s", perm, risk, path)
 	}
-	if checked, err := checkTrusted(path, os.Geteuid()); err != nil {
-		return nil, &RegistryError{File: path, Err: err}
-	} else if err := checkSame(path, fi, checked); err != nil {
+	if err := conf.CheckTrusted(path, fi); err != nil {
 		return nil, &RegistryError{File: path, Err: err}
 	}
 	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
@@ -715,7 +712,7 @@ func mergeEntries(entries []*registryEntry) []ToolServer {
 
 // refuse turns r into a refused Registry carrying errs and nothing else.
 func (r *Registry) refuse(errs []error) {
-	r.State = StateRefused
+	r.State = conf.StateRefused
 	r.Servers = nil
 	r.Pins = nil
 	r.Errors = errs

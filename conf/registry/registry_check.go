@@ -1,4 +1,4 @@
-package conf
+package registry
 
 // Validation and normalisation of one tool-MCP registry entry.
 
@@ -15,9 +15,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolgate/toolgate/egress/allowlist"
-
 	"github.com/toolgate/toolgate/bundle"
+	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/egress/allowlist"
 )
 
 var (
@@ -48,7 +48,7 @@ var reservedServerIDs = map[string]string{
 
 // reservedServerIDPrefixes are id prefixes no entry may take, and why.
 var reservedServerIDPrefixes = map[string]string{
-	"checkpoint": "served names starting " + ProtectedPrefix + " are toolgate's protected built-ins",
+	"checkpoint": "served names starting " + conf.ProtectedPrefix + " are toolgate's protected built-ins",
 }
 
 // ReservedServerIDs returns the reserved ids and id prefixes (ending in
@@ -206,15 +206,15 @@ func checkRegistryPath(p string) error {
 	switch {
 	case !filepath.IsAbs(p):
 		return fmt.Errorf("%s is not an absolute path (a relative path would depend on toolgate's working directory)", quoteValue(p))
-	case hasDotDot(p):
+	case slices.Contains(strings.Split(p, "/"), ".."):
 		return fmt.Errorf("%s contains a .. component", quoteValue(p))
 	case hasControl(p):
 		return fmt.Errorf("%s contains a control character", quoteValue(p))
 	case filepath.Clean(p) != p:
 		return fmt.Errorf("%s is not clean: write %s", quoteValue(p), quoteValue(filepath.Clean(p)))
 	}
-	if d, bad := DeniedSubstring(p); bad {
-		return fmt.Errorf("%s contains %q: %w (MCP-owned build and package state)", quoteValue(p), d, ErrDenied)
+	if d, bad := conf.DeniedSubstring(p); bad {
+		return fmt.Errorf("%s contains %q: %w (MCP-owned build and package state)", quoteValue(p), d, conf.ErrDenied)
 	}
 	return nil
 }
@@ -245,8 +245,8 @@ func checkArgs(e *registryEntry) []error {
 			errs = append(errs, e.errf(at, fmt.Errorf("%w: the argument looks like one (%s): pass it in an environment variable named in env_vars", ErrCredential, why)))
 			continue
 		}
-		if d, bad := DeniedSubstring(a); bad {
-			errs = append(errs, e.errf(at, fmt.Errorf("contains %q: %w (MCP-owned build and package state)", d, ErrDenied)))
+		if d, bad := conf.DeniedSubstring(a); bad {
+			errs = append(errs, e.errf(at, fmt.Errorf("contains %q: %w (MCP-owned build and package state)", d, conf.ErrDenied)))
 		}
 	}
 	return errs
@@ -654,7 +654,7 @@ func resolveCommand(cmd string, dirs []string) (string, string, error) {
 		if err == nil {
 			return p, resolved, nil
 		}
-		if errors.Is(err, ErrDenied) {
+		if errors.Is(err, conf.ErrDenied) {
 			return "", "", err
 		}
 		tried = append(tried, d)
@@ -667,14 +667,14 @@ func resolveCommand(cmd string, dirs []string) (string, string, error) {
 func checkExecutable(p string) (string, error) {
 	resolved, err := filepath.EvalSymlinks(p)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", quoteValue(p), unwrapPathErr(err))
+		return "", fmt.Errorf("%s: %w", quoteValue(p), conf.UnwrapPathErr(err))
 	}
-	if d, bad := DeniedSubstring(resolved); bad {
-		return "", fmt.Errorf("%s resolves to %s, which contains %q: %w", quoteValue(p), quoteValue(resolved), d, ErrDenied)
+	if d, bad := conf.DeniedSubstring(resolved); bad {
+		return "", fmt.Errorf("%s resolves to %s, which contains %q: %w", quoteValue(p), quoteValue(resolved), d, conf.ErrDenied)
 	}
 	fi, err := os.Stat(resolved)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", quoteValue(p), unwrapPathErr(err))
+		return "", fmt.Errorf("%s: %w", quoteValue(p), conf.UnwrapPathErr(err))
 	}
 	if !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("%s is not a regular file (mode %s)", quoteValue(p), fi.Mode().Type())

@@ -1,4 +1,4 @@
-package conf
+package registry
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/egress/allowlist"
 )
 
@@ -447,7 +448,7 @@ func TestRegistryCwd(t *testing.T) {
 		{name: "dot dot", text: regStdio + "cwd = \"/srv/../etc\"\n", path: "tool_mcp_servers.ida_pro.cwd", want: "contains a .. component"},
 		{name: "not clean", text: regStdio + "cwd = \"/srv//mcp/\"\n", path: "tool_mcp_servers.ida_pro.cwd", want: `is not clean: write "/srv/mcp"`},
 		{name: "tilde", text: regStdio + "cwd = \"~/mcp\"\n", path: "tool_mcp_servers.ida_pro.cwd", want: "is not an absolute path"},
-		{name: "state denylist", text: regStdio + "cwd = \"/srv/out/x\"\n", path: "tool_mcp_servers.ida_pro.cwd", want: `contains "/out/"`, is: ErrDenied},
+		{name: "state denylist", text: regStdio + "cwd = \"/srv/out/x\"\n", path: "tool_mcp_servers.ida_pro.cwd", want: `contains "/out/"`, is: conf.ErrDenied},
 	})
 }
 
@@ -466,7 +467,7 @@ func TestRegistryCommand(t *testing.T) {
 		{name: "with arguments", text: set("npx -y server-everything"), path: "tool_mcp_servers.ida_pro.command", want: "contains whitespace: command is one executable"},
 		{name: "metacharacter", text: set("mcp;rm"), path: "tool_mcp_servers.ida_pro.command", want: "want an absolute path or a bare executable name"},
 		{name: "empty", text: set(""), path: "tool_mcp_servers.ida_pro.command", want: "empty"},
-		{name: "state denylist", text: set("/srv/out/mcp"), path: "tool_mcp_servers.ida_pro.command", want: `contains "/out/"`, is: ErrDenied},
+		{name: "state denylist", text: set("/srv/out/mcp"), path: "tool_mcp_servers.ida_pro.command", want: `contains "/out/"`, is: conf.ErrDenied},
 	})
 }
 
@@ -538,7 +539,7 @@ func TestRegistryArgs(t *testing.T) {
 		},
 		{
 			name: "state denylist", text: regStdio + `args = ["--db=/var/lib/queue.db"]` + "\n",
-			path: "tool_mcp_servers.ida_pro.args[0]", want: `contains "queue.db"`, is: ErrDenied,
+			path: "tool_mcp_servers.ida_pro.args[0]", want: `contains "queue.db"`, is: conf.ErrDenied,
 		},
 	})
 }
@@ -872,11 +873,11 @@ approval_mode = 'prompt'
 	}
 }
 
-// loadSeedRegistry loads testdata/registry/seed (seed 002's example),
+// loadSeedRegistry loads testdata/seed (seed 002's example),
 // copied into a temp dir so that file modes do not depend on the umask.
 func loadSeedRegistry(t *testing.T, f regFixture) *Registry {
 	t.Helper()
-	src := filepath.Join("testdata", "registry", "seed")
+	src := filepath.Join("testdata", "seed")
 	ents, err := os.ReadDir(src)
 	if err != nil {
 		t.Fatal(err)
@@ -897,7 +898,7 @@ func loadSeedRegistry(t *testing.T, f regFixture) *Registry {
 func TestLoadRegistrySeedExample(t *testing.T) {
 	f := newRegFixture(t)
 	r := loadSeedRegistry(t, f)
-	if r.State != StateLoaded {
+	if r.State != conf.StateLoaded {
 		t.Fatalf("State = %s, want loaded: %v", r.State, r.Err())
 	}
 	dir := r.Dir
@@ -953,13 +954,13 @@ func TestLoadRegistryDirectory(t *testing.T) {
 
 	t.Run("absent", func(t *testing.T) {
 		r := LoadRegistry(filepath.Join(f.root, "nope"), f.opts)
-		if r.State != StateAbsent || !strings.Contains(r.Reason, "no directory at") || len(r.Servers) != 0 || len(r.Errors) != 0 {
+		if r.State != conf.StateAbsent || !strings.Contains(r.Reason, "no directory at") || len(r.Servers) != 0 || len(r.Errors) != 0 {
 			t.Errorf("LoadRegistry(missing) = %+v, want absent with no servers", r)
 		}
 	})
 	t.Run("not a directory", func(t *testing.T) {
 		r := LoadRegistry(filepath.Join(f.root, "plain"), f.opts)
-		if r.State != StateRefused || !strings.Contains(r.Err().Error(), "not a directory") {
+		if r.State != conf.StateRefused || !strings.Contains(r.Err().Error(), "not a directory") {
 			t.Errorf("LoadRegistry(file) = %s %v, want refused: not a directory", r.State, r.Err())
 		}
 	})
@@ -967,7 +968,7 @@ func TestLoadRegistryDirectory(t *testing.T) {
 		dir := filepath.Join(f.root, "empty")
 		regWrite(t, dir, nil)
 		r := LoadRegistry(dir, f.opts)
-		if r.State != StateLoaded || len(r.Servers) != 0 {
+		if r.State != conf.StateLoaded || len(r.Servers) != 0 {
 			t.Errorf("LoadRegistry(empty) = %s with %d servers, want loaded with none", r.State, len(r.Servers))
 		}
 	})
@@ -978,7 +979,7 @@ func TestLoadRegistryDirectory(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := LoadRegistry(dir, f.opts)
-		if r.State != StateRefused || len(r.Servers) != 0 || !strings.Contains(r.Err().Error(), "group- or world-writable (mode 0777)") {
+		if r.State != conf.StateRefused || len(r.Servers) != 0 || !strings.Contains(r.Err().Error(), "group- or world-writable (mode 0777)") {
 			t.Errorf("LoadRegistry(world-writable) = %s %v, want refused", r.State, r.Err())
 		}
 	})
@@ -989,7 +990,7 @@ func TestLoadRegistryDirectory(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := LoadRegistry(dir, f.opts)
-		if r.State != StateRefused || !strings.Contains(r.Err().Error(), "a.toml: group- or world-writable (mode 0664)") {
+		if r.State != conf.StateRefused || !strings.Contains(r.Err().Error(), "a.toml: group- or world-writable (mode 0664)") {
 			t.Errorf("LoadRegistry(group-writable fragment) = %s %v, want refused", r.State, r.Err())
 		}
 	})
@@ -997,7 +998,7 @@ func TestLoadRegistryDirectory(t *testing.T) {
 		dir := filepath.Join(f.root, "big")
 		regWrite(t, dir, map[string]string{"a.toml": good + "#" + strings.Repeat("x", MaxFragmentSize)})
 		r := LoadRegistry(dir, f.opts)
-		if r.State != StateRefused || !strings.Contains(r.Err().Error(), "larger than 1048576 bytes") {
+		if r.State != conf.StateRefused || !strings.Contains(r.Err().Error(), "larger than 1048576 bytes") {
 			t.Errorf("LoadRegistry(oversized) = %s %v, want refused", r.State, r.Err())
 		}
 	})
@@ -1017,7 +1018,7 @@ func TestLoadRegistryDirectory(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := LoadRegistry(dir, f.opts)
-		if r.State != StateLoaded || len(r.Servers) != 1 || len(r.Fragments) != 1 || filepath.Base(r.Fragments[0]) != "link.toml" {
+		if r.State != conf.StateLoaded || len(r.Servers) != 1 || len(r.Fragments) != 1 || filepath.Base(r.Fragments[0]) != "link.toml" {
 			t.Errorf("LoadRegistry(mixed) = %s %v, fragments %v; want loaded from link.toml only", r.State, r.Err(), r.Fragments)
 		}
 	})
@@ -1028,7 +1029,7 @@ func TestLoadRegistryDirectory(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := LoadRegistry(dir, f.opts)
-		if r.State != StateRefused || !strings.Contains(r.Err().Error(), "x.toml: not a regular file") {
+		if r.State != conf.StateRefused || !strings.Contains(r.Err().Error(), "x.toml: not a regular file") {
 			t.Errorf("LoadRegistry(symlink to dir) = %s %v, want refused", r.State, r.Err())
 		}
 	})
@@ -1044,7 +1045,7 @@ func TestLoadRegistryLaterFragmentReplacesWhole(t *testing.T) {
 		"9-c.toml": "schema_version = 8\n" + strings.Replace(regHTTP, `"writes"`, `"auto"`, 1),
 	})
 	r := LoadRegistry(dir, f.opts)
-	if r.State != StateLoaded {
+	if r.State != conf.StateLoaded {
 		t.Fatalf("State = %s: %v", r.State, r.Err())
 	}
 	if got := []string{filepath.Base(r.Fragments[0]), filepath.Base(r.Fragments[1]), filepath.Base(r.Fragments[2])}; !reflect.DeepEqual(got, []string{"10-a.toml", "20-b.toml", "9-c.toml"}) {
@@ -1077,7 +1078,7 @@ func TestLoadRegistryFailClosed(t *testing.T) {
 		"40-d.toml": "schema_version = 8\n" + strings.Replace(regHTTP, "firecrawl", "other", 1),
 	})
 	r := LoadRegistry(dir, f.opts)
-	if r.State != StateRefused || len(r.Servers) != 0 {
+	if r.State != conf.StateRefused || len(r.Servers) != 0 {
 		t.Fatalf("State = %s with %d servers, want refused with none", r.State, len(r.Servers))
 	}
 	var got []string
