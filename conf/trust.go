@@ -179,7 +179,7 @@ func stickyBits(fi fs.FileInfo) fs.FileMode {
 }
 
 // trustedFile checks the owner of the file itself; its mode is the
-// caller's check (Load, registry.LoadRegistry), which words it for what
+// caller's check (Load, registry.Load), which words it for what
 // the file is.
 func trustedFile(file string, fi fs.FileInfo, euid int, path string) error {
 	uid, ok := trustedOwner(fi, euid)

@@ -1,5 +1,5 @@
 // Package gateway serves the tools of the registry's downstream tool-MCP
-// servers (registry.LoadRegistry): the allowed tools of each, served as
+// servers (registry.Load): the allowed tools of each, served as
 // ID__TOOL after the externals by package server, which holds the
 // *Server of each and hands it what it needs of the MCP server (Deps).
 //

@@ -22,7 +22,7 @@ import (
 )
 
 // collisions applies registry.Collisions to the names this server serves
-// already (a registry loaded without RegistryOptions.Taken, as in tests,
+// already (a registry loaded without registry.Options.Taken, as in tests,
 // is held to the same rule).
 func (s *Server) collisions(r *registry.Registry) []error {
 	s.mu.RLock()

@@ -67,7 +67,7 @@ startup_timeout_sec = 60
 			t.Fatal(err)
 		}
 	}
-	r := registry.LoadRegistry(dir, registry.RegistryOptions{})
+	r := registry.Load(dir, registry.Options{})
 	if r.State != conf.StateLoaded {
 		t.Fatalf("registry %s: %v", r.State, r.Err())
 	}
@@ -430,12 +430,12 @@ func TestHTTPDownstreamPinDrift(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "10-web.toml"), []byte(frag), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pins, _ := livePins(t, registry.LoadRegistry(dir, registry.RegistryOptions{}))
+	pins, _ := livePins(t, registry.Load(dir, registry.Options{}))
 	b, _ := registry.RenderPins(pins)
 	if err := os.WriteFile(filepath.Join(dir, registry.PinsFile), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, Options{}, gateway.Options{Registry: registry.LoadRegistry(dir, registry.RegistryOptions{})}, nil)
+	h := newHarness(t, Options{}, gateway.Options{Registry: registry.Load(dir, registry.Options{})}, nil)
 	if res := h.call(t, "web__echo", nil); res.IsError {
 		t.Fatalf("web__echo = %q", resultText(res))
 	}

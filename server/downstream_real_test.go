@@ -447,7 +447,7 @@ tool_timeout_sec = 30
 	if err := os.WriteFile(filepath.Join(regDir, "10-everything.toml"), []byte(frag), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := registry.LoadRegistry(regDir, registry.RegistryOptions{})
+	r := registry.Load(regDir, registry.Options{})
 	if r.State != conf.StateLoaded {
 		t.Fatalf("registry %s: %v", r.State, r.Err())
 	}
@@ -470,7 +470,7 @@ tool_timeout_sec = 30
 	if err := os.WriteFile(filepath.Join(regDir, registry.PinsFile), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r = registry.LoadRegistry(regDir, registry.RegistryOptions{})
+	r = registry.Load(regDir, registry.Options{})
 	h := newHarness(t, Options{}, gateway.Options{Registry: r, Services: services}, nil)
 	if tools := h.tools(t); len(tools) != 3 {
 		t.Fatalf("served = %v, want checkpoint_status, echo and get-sum", slices.Sorted(maps.Keys(tools)))

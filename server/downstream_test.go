@@ -164,7 +164,7 @@ func loadRegistry(t *testing.T, fragments map[string]string) *registry.Registry 
 			t.Fatal(err)
 		}
 	}
-	return registry.LoadRegistry(dir, registry.RegistryOptions{})
+	return registry.Load(dir, registry.Options{})
 }
 
 // fakeRegistry is the fake server, unsandboxed, with every kind of tool

@@ -67,7 +67,7 @@ func TestKeepEscapesCheck(t *testing.T) {
 	loaded := conf.Load(p, conf.Options{Builtins: builtin.Names()})
 	refused := conf.Parse("tools.conf", []byte("tool x /bin/sh read 1 1 off / --\n"), conf.Options{})
 	reg := registryWith(t, "[tool_mcp_servers.web]\ntransport = \"streamable_http\"\nurl = \"https://mcp.example.invalid/\"\nenabled_tools = [\"search\"]\ndefault_tools_approval_mode = \"auto\"\n")
-	absent := registry.LoadRegistry(filepath.Join(t.TempDir(), "none"), registry.RegistryOptions{})
+	absent := registry.Load(filepath.Join(t.TempDir(), "none"), registry.Options{})
 	for _, tc := range []struct {
 		name    string
 		keep    keepEscapes
@@ -107,7 +107,7 @@ func registryWith(t *testing.T, servers string) *registry.Registry {
 	if err := os.WriteFile(filepath.Join(dir, "10-x.toml"), []byte("schema_version = 8\n\n"+servers), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := registry.LoadRegistry(dir, registry.RegistryOptions{})
+	r := registry.Load(dir, registry.Options{})
 	if r.State != conf.StateLoaded {
 		t.Fatalf("registry %s: %v", r.State, r.Err())
 	}

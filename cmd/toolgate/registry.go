@@ -23,7 +23,7 @@ const registryUsage = `usage:
   toolgate registry pin [--tool-mcp-dir DIR] [SERVER...]
 
 list, show and validate read the tool-MCP registry (every *.toml fragment
-of DIR, default ` + registry.DefaultRegistryDir + `) and its pins (DIR/` + registry.PinsFile + `)
+of DIR, default ` + registry.DefaultDir + `) and its pins (DIR/` + registry.PinsFile + `)
 without launching or connecting to any server, and print variable names,
 never their values. validate exits 1 when the registry is refused, or when
 ID is given and is not ready (command missing, cwd missing, a referenced
@@ -62,7 +62,7 @@ func registryCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fs := flag.NewFlagSet("registry "+sub, flag.ContinueOnError)
-	dir := fs.String("tool-mcp-dir", registry.DefaultRegistryDir, "directory of the registry's *.toml fragments")
+	dir := fs.String("tool-mcp-dir", registry.DefaultDir, "directory of the registry's *.toml fragments")
 	// validate --live and pin start the servers as serve does: with serve's
 	// sandbox settings (and its --conf).
 	var s settings
@@ -103,7 +103,7 @@ func registryCmd(args []string, stdout, stderr io.Writer) int {
 	// built-ins and tools.conf take. tools.conf's own refusal is check's
 	// to report; a refused conf takes no name.
 	c := conf.Load(*confPath, conf.Options{Builtins: builtin.Names()})
-	r := registry.LoadRegistry(*dir, registry.RegistryOptions{Taken: registry.TakenNames(builtin.Names(), c), Visible: sandboxVisible, Conf: c})
+	r := registry.Load(*dir, registry.Options{Taken: registry.TakenNames(builtin.Names(), c), Visible: sandboxVisible, Conf: c})
 	switch sub {
 	case "list":
 		return registryList(r, stdout)

@@ -1,7 +1,7 @@
 package registry
 
-// Validating one registry entry: the named checks of registryChecks, each
-// giving every reason it finds.
+// Validating one registry entry: the named checks of the list checks,
+// each giving every reason it finds.
 
 import (
 	"errors"
@@ -30,7 +30,7 @@ var (
 	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	// headerNameRE is an HTTP field name (RFC 9110 token).
 	headerNameRE = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
-	// bareCommandRE is a command name looked up in RegistrySearchPath.
+	// bareCommandRE is a command name looked up in SearchPath.
 	bareCommandRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]*$`)
 )
 
@@ -66,12 +66,12 @@ var managedHeaders = map[string]bool{
 	"mcp-session-id": true, "mcp-protocol-version": true, "last-event-id": true,
 }
 
-// registryCheck is one named validation rule. It returns every reason the
+// check is one named validation rule. It returns every reason the
 // entry breaks it.
-type registryCheck func(e *registryEntry) []error
+type check func(e *entry) []error
 
-// registryChecks are the rules every entry must pass, in reporting order.
-var registryChecks = []registryCheck{
+// checks are the rules every entry must pass, in reporting order.
+var checks = []check{
 	checkServerID,
 	checkTransport,
 	checkCommand,
@@ -91,9 +91,9 @@ var registryChecks = []registryCheck{
 }
 
 // validateEntry runs every check and returns all reasons.
-func validateEntry(e *registryEntry) []error {
+func validateEntry(e *entry) []error {
 	var errs []error
-	for _, c := range registryChecks {
+	for _, c := range checks {
 		errs = append(errs, c(e)...)
 	}
 	return errs
@@ -102,7 +102,7 @@ func validateEntry(e *registryEntry) []error {
 // foreign reports whether field belongs to a transport other than the
 // entry's (valid) one: checkTransport refuses it, and the field's own
 // checks skip it.
-func (e *registryEntry) foreign(field string) bool {
+func (e *entry) foreign(field string) bool {
 	t, ok := e.transport()
 	if !ok {
 		return false
@@ -116,7 +116,7 @@ func (e *registryEntry) foreign(field string) bool {
 }
 
 // transport returns the entry's transport when it is valid.
-func (e *registryEntry) transport() (Transport, bool) {
+func (e *entry) transport() (Transport, bool) {
 	if e.raw.Transport == nil {
 		return "", false
 	}
@@ -124,7 +124,7 @@ func (e *registryEntry) transport() (Transport, bool) {
 	return t, err == nil
 }
 
-func checkServerID(e *registryEntry) []error {
+func checkServerID(e *entry) []error {
 	id := e.id
 	var err error
 	switch {
@@ -145,7 +145,7 @@ func checkServerID(e *registryEntry) []error {
 	return nil
 }
 
-func checkTransport(e *registryEntry) []error {
+func checkTransport(e *entry) []error {
 	if e.raw.Transport == nil {
 		return []error{e.errf([]string{"transport"}, fmt.Errorf("required: want %s", joinQuoted(KnownTransports())))}
 	}
@@ -171,7 +171,7 @@ func checkTransport(e *registryEntry) []error {
 	return errs
 }
 
-func checkCommand(e *registryEntry) []error {
+func checkCommand(e *entry) []error {
 	if e.foreign("command") {
 		return nil
 	}
@@ -186,7 +186,7 @@ func checkCommand(e *registryEntry) []error {
 	case strings.ContainsAny(c, " \t") && !strings.HasPrefix(c, "/"):
 		err = fmt.Errorf("%s contains whitespace: command is one executable, put its arguments in args", quoteValue(c))
 	case strings.Contains(c, "/"):
-		err = checkRegistryPath(c)
+		err = checkPath(c)
 	case !bareCommandRE.MatchString(c):
 		err = fmt.Errorf("%s: want an absolute path or a bare executable name ([A-Za-z0-9._+-])", quoteValue(c))
 	}
@@ -196,10 +196,10 @@ func checkCommand(e *registryEntry) []error {
 	return nil
 }
 
-// checkRegistryPath applies the lexical rules of absolute paths (command,
+// checkPath applies the lexical rules of absolute paths (command,
 // cwd): absolute, clean, no "..", no control character, and none of the
 // MCP-owned state of the state denylist.
-func checkRegistryPath(p string) error {
+func checkPath(p string) error {
 	switch {
 	case !filepath.IsAbs(p):
 		return fmt.Errorf("%s is not an absolute path (a relative path would depend on toolgate's working directory)", quoteValue(p))
@@ -220,7 +220,7 @@ func hasControl(s string) bool {
 	return strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
 }
 
-func checkArgs(e *registryEntry) []error {
+func checkArgs(e *entry) []error {
 	if e.foreign("args") {
 		return nil
 	}
@@ -249,20 +249,20 @@ func checkArgs(e *registryEntry) []error {
 	return errs
 }
 
-func checkCwd(e *registryEntry) []error {
+func checkCwd(e *entry) []error {
 	if e.foreign("cwd") {
 		return nil
 	}
 	if e.raw.Cwd == nil {
 		return nil
 	}
-	if err := checkRegistryPath(*e.raw.Cwd); err != nil {
+	if err := checkPath(*e.raw.Cwd); err != nil {
 		return []error{e.errf([]string{"cwd"}, err)}
 	}
 	return nil
 }
 
-func checkEnv(e *registryEntry) []error {
+func checkEnv(e *entry) []error {
 	if e.foreign("env") {
 		return nil
 	}
@@ -298,7 +298,7 @@ func checkEnv(e *registryEntry) []error {
 	return errs
 }
 
-func checkEnvVars(e *registryEntry) []error {
+func checkEnvVars(e *entry) []error {
 	if e.foreign("env_vars") {
 		return nil
 	}
@@ -322,7 +322,7 @@ func checkEnvVars(e *registryEntry) []error {
 	return errs
 }
 
-func checkSandboxNetwork(e *registryEntry) []error {
+func checkSandboxNetwork(e *entry) []error {
 	if e.foreign("network") {
 		return nil
 	}
@@ -335,7 +335,7 @@ func checkSandboxNetwork(e *registryEntry) []error {
 // checkAllowedHosts: a stdio server in the sandbox may list destinations;
 // beside network = true (the host's whole network) or sandbox = false (no
 // sandbox to enforce it in) the list would mean nothing, and is refused.
-func checkAllowedHosts(e *registryEntry) []error {
+func checkAllowedHosts(e *entry) []error {
 	if e.foreign("allowed_hosts") || e.raw.AllowedHosts == nil {
 		return nil
 	}
@@ -352,7 +352,7 @@ func checkAllowedHosts(e *registryEntry) []error {
 	return nil
 }
 
-func checkURL(e *registryEntry) []error {
+func checkURL(e *entry) []error {
 	if e.foreign("url") {
 		return nil
 	}
@@ -393,7 +393,7 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func checkBearerTokenEnvVar(e *registryEntry) []error {
+func checkBearerTokenEnvVar(e *entry) []error {
 	if e.foreign("bearer_token_env_var") {
 		return nil
 	}
@@ -410,7 +410,7 @@ func checkBearerTokenEnvVar(e *registryEntry) []error {
 	return nil
 }
 
-func checkHeaders(e *registryEntry) []error {
+func checkHeaders(e *entry) []error {
 	if e.foreign("http_headers") {
 		return nil
 	}
@@ -483,7 +483,7 @@ func bearerHint(header string) string {
 	return ""
 }
 
-func checkEnabledTools(e *registryEntry) []error {
+func checkEnabledTools(e *entry) []error {
 	if e.raw.EnabledTools == nil {
 		return []error{e.errf([]string{"enabled_tools"}, errors.New("required: list the downstream tools to serve (the operator's maximum); a server with no allowlist serves nothing"))}
 	}
@@ -506,7 +506,7 @@ func checkEnabledTools(e *registryEntry) []error {
 	return errs
 }
 
-func checkApprovalModes(e *registryEntry) []error {
+func checkApprovalModes(e *entry) []error {
 	var errs []error
 	if e.raw.DefaultToolsApprovalMode == nil {
 		errs = append(errs, e.errf([]string{"default_tools_approval_mode"}, fmt.Errorf("required: state it explicitly, one of %s", joinQuoted(KnownApprovalModes()))))
@@ -535,7 +535,7 @@ func checkApprovalModes(e *registryEntry) []error {
 	return errs
 }
 
-func checkTimeouts(e *registryEntry) []error {
+func checkTimeouts(e *entry) []error {
 	var errs []error
 	check := func(field string, v *int64, lo, hi int64) {
 		if v != nil && (*v < lo || *v > hi) {

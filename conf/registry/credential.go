@@ -17,7 +17,7 @@ import (
 // credential for a listed destination (never a wildcard), with a header
 // that is not the connection's or the proxy's own and an absolute secret
 // file; the file itself is read at normalise (entryCredentials).
-func checkCredentials(e *registryEntry) []error {
+func checkCredentials(e *entry) []error {
 	if e.foreign("egress_credentials") || e.raw.Credentials == nil {
 		return nil
 	}
@@ -57,7 +57,7 @@ func checkCredentials(e *registryEntry) []error {
 // entryCredentials reads the secret files of a checked entry: each is
 // refused where the server's own sandbox binds it (its cwd, its read-only
 // paths) or every sandbox sees it, as a tools.conf credential is.
-func entryCredentials(e *registryEntry, s ToolServer, opts RegistryOptions) ([]conf.Credential, []error) {
+func entryCredentials(e *entry, s ToolServer, opts Options) ([]conf.Credential, []error) {
 	if len(e.raw.Credentials) == 0 {
 		return nil, nil
 	}
@@ -123,7 +123,7 @@ func secretsBound(servers []ToolServer, c *conf.Config) []error {
 		}
 		for _, d := range slices.Sorted(maps.Keys(bound)) {
 			if bundle.Within(real, filepath.Clean(d)) {
-				errs = append(errs, &RegistryError{File: sc.file, Err: fmt.Errorf("the secret file of %s is inside %s, which %s binds: keep secret files where no sandbox sees them", sc.whose, d, bound[d])})
+				errs = append(errs, &Error{File: sc.file, Err: fmt.Errorf("the secret file of %s is inside %s, which %s binds: keep secret files where no sandbox sees them", sc.whose, d, bound[d])})
 			}
 		}
 	}

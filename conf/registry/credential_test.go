@@ -36,7 +36,7 @@ func TestRegistryCredentials(t *testing.T) {
 	}
 	dir := filepath.Join(f.root, "ok.d")
 	regWrite(t, dir, map[string]string{"10-api.toml": entry("allowed_hosts = [\"api.example.com:443\"]\n[tool_mcp_servers.api.egress_credentials.\"api.example.com:443\"]\nheader = \"authorization\"\nsecret_file = \"" + key + "\"\n")})
-	r := LoadRegistry(dir, f.opts)
+	r := Load(dir, f.opts)
 	if r.State != conf.StateLoaded {
 		t.Fatalf("refused: %v", r.Err())
 	}
@@ -63,7 +63,7 @@ func TestRegistryCredentials(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := filepath.Join(f.root, fmt.Sprintf("bad%d.d", i))
 			regWrite(t, d, map[string]string{"10-api.toml": entry(tc.extra)})
-			r := LoadRegistry(d, f.opts)
+			r := Load(d, f.opts)
 			if r.State != conf.StateRefused || !strings.Contains(fmt.Sprint(r.Err()), tc.want) || strings.Contains(fmt.Sprint(r.Err()), "sk-registry") {
 				t.Errorf("%s: %s %v, want refused with %q", tc.name, r.State, r.Err(), tc.want)
 			}
@@ -126,7 +126,7 @@ func TestSecretsAcrossSandboxes(t *testing.T) {
 			regWrite(t, d, map[string]string{"10-api.toml": server(tc.server)})
 			opts := f.opts
 			opts.Conf = toolsConf(tc.secret)
-			r := LoadRegistry(d, opts)
+			r := Load(d, opts)
 			if tc.want == "" {
 				if r.State != conf.StateLoaded {
 					t.Errorf("apart: %s %v, want loaded", r.State, r.Err())

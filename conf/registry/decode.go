@@ -80,8 +80,8 @@ type fragment struct {
 	lines map[string]int // key path → line of its first definition
 }
 
-// registryEntry carries one server entry through validate and normalise.
-type registryEntry struct {
+// entry carries one server entry through validate and normalise.
+type entry struct {
 	id     string
 	frag   *fragment
 	raw    rawServer
@@ -89,21 +89,21 @@ type registryEntry struct {
 }
 
 // path returns the key path of a field of the entry.
-func (e *registryEntry) path(parts ...string) string {
+func (e *entry) path(parts ...string) string {
 	return keyPath(append([]string{"tool_mcp_servers", e.id}, parts...)...)
 }
 
 // has reports whether the fragment defines the field.
-func (e *registryEntry) has(field string) bool {
+func (e *entry) has(field string) bool {
 	_, ok := e.frag.lines[e.path(field)]
 	return ok
 }
 
 // errf builds the refusal of a field of the entry. parts name the key below
 // the entry; an element "[i]" indexes the previous key's array.
-func (e *registryEntry) errf(parts []string, err error) error {
+func (e *entry) errf(parts []string, err error) error {
 	p := e.path(parts...)
-	return &RegistryError{File: e.frag.path, Line: e.frag.line(p), Path: p, Err: err}
+	return &Error{File: e.frag.path, Line: e.frag.line(p), Path: p, Err: err}
 }
 
 // line returns the line of the key path p, or of its nearest defined
@@ -176,25 +176,25 @@ func decodeFragment(path string, data []byte) (*fragment, []error) {
 			}
 			if p := keyPath(parts...); !seen[p] {
 				seen[p] = true
-				errs = append(errs, &RegistryError{File: path, Line: line, Path: p, Err: unknownFieldReason(parts)})
+				errs = append(errs, &Error{File: path, Line: line, Path: p, Err: unknownFieldReason(parts)})
 			}
 		}
 	case errors.As(err, &derr):
 		line, _ := derr.Position()
-		return nil, []error{&RegistryError{File: path, Line: line, Path: keyPath(derr.Key()...), Err: decodeReason(derr)}}
+		return nil, []error{&Error{File: path, Line: line, Path: keyPath(derr.Key()...), Err: decodeReason(derr)}}
 	default:
-		return nil, []error{&RegistryError{File: path, Err: fmt.Errorf("decode: %s", redactMessage(err.Error()))}}
+		return nil, []error{&Error{File: path, Err: fmt.Errorf("decode: %s", redactMessage(err.Error()))}}
 	}
 	f.lines = keyLines(data)
 	if f.doc.SchemaVersion == nil {
-		errs = append(errs, &RegistryError{
+		errs = append(errs, &Error{
 			File: path, Path: "schema_version",
-			Err: fmt.Errorf("required: write schema_version = %d at the top of the fragment", RegistrySchemaVersion),
+			Err: fmt.Errorf("required: write schema_version = %d at the top of the fragment", SchemaVersion),
 		})
-	} else if v := *f.doc.SchemaVersion; v != RegistrySchemaVersion {
-		errs = append(errs, &RegistryError{
+	} else if v := *f.doc.SchemaVersion; v != SchemaVersion {
+		errs = append(errs, &Error{
 			File: path, Line: f.lines["schema_version"], Path: "schema_version",
-			Err: fmt.Errorf("%d is not supported: want %d", v, RegistrySchemaVersion),
+			Err: fmt.Errorf("%d is not supported: want %d", v, SchemaVersion),
 		})
 	}
 	return f, errs
@@ -261,7 +261,7 @@ func unknownFieldReason(key []string) error {
 	case len(key) == 3 && isPlaintextCredentialField(last):
 		return fmt.Errorf("%w in field %s: never write a credential into the registry; put it in an environment variable and name the variable with bearer_token_env_var or env_http_headers (streamable_http) or env_vars (stdio)", ErrCredential, quoteValue(last))
 	case len(key) == 3 && isOAuthField(last):
-		return fmt.Errorf("%w (field %s): schema %d takes credentials by environment variable name only (bearer_token_env_var, env_http_headers, env_vars), or, for a sandboxed stdio server, as egress_credentials the proxy sets", ErrOAuth, quoteValue(last), RegistrySchemaVersion)
+		return fmt.Errorf("%w (field %s): schema %d takes credentials by environment variable name only (bearer_token_env_var, env_http_headers, env_vars), or, for a sandboxed stdio server, as egress_credentials the proxy sets", ErrOAuth, quoteValue(last), SchemaVersion)
 	case len(key) == 3:
 		return fmt.Errorf("%w %s: want one of %s", ErrUnknownField, quoteValue(last), strings.Join(serverFields, ", "))
 	case len(key) == 5 && key[2] == "tools":

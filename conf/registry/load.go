@@ -5,8 +5,8 @@ package registry
 //
 //   - decodeFragment (decode.go) decodes one file strictly (unknown keys are
 //     errors) and records the line of every key it defines;
-//   - validateEntry (check.go) runs the named checks of registryChecks on
-//     each server entry and collects every reason;
+//   - validateEntry (check.go) runs the named checks of the list checks
+//     on each server entry and collects every reason;
 //   - normaliseEntry (normalise.go) fills the defaults and resolves the
 //     command, giving a ToolServer.
 //
@@ -28,10 +28,10 @@ import (
 	"github.com/toolgate/toolgate/conf"
 )
 
-// RegistryOptions are what LoadRegistry needs beyond the directory.
-type RegistryOptions struct {
+// Options are what Load needs beyond the directory.
+type Options struct {
 	// SearchPath are the directories a bare command name is looked up in,
-	// in order. Empty means RegistrySearchPath. Entries that are not
+	// in order. Empty means SearchPath. Entries that are not
 	// absolute are skipped: a relative entry is never searched.
 	SearchPath []string
 	// Taken are the tool names served before the registry's (built-ins
@@ -40,7 +40,7 @@ type RegistryOptions struct {
 	// registry. TakenNames builds it.
 	Taken map[string]string
 	// Visible reports whether a canonical host path is one every sandbox
-	// sees (Options.Visible): a credential's secret file there is refused.
+	// sees (conf.Options.Visible): a credential's secret file there is refused.
 	Visible func(path string) bool
 	// Conf is the loaded tools.conf served beside the registry, if any:
 	// no secret file of either may lie where a sandbox of the other binds
@@ -48,7 +48,7 @@ type RegistryOptions struct {
 	Conf *conf.Config
 }
 
-// TakenNames is RegistryOptions.Taken for the built-ins named and the
+// TakenNames is Options.Taken for the built-ins named and the
 // tools of c (when it is loaded: a refused conf serves none).
 func TakenNames(builtins []string, c *conf.Config) map[string]string {
 	taken := map[string]string{}
@@ -63,10 +63,10 @@ func TakenNames(builtins []string, c *conf.Config) map[string]string {
 	return taken
 }
 
-func (o RegistryOptions) searchPath() []string {
+func (o Options) searchPath() []string {
 	dirs := o.SearchPath
 	if len(dirs) == 0 {
-		dirs = filepath.SplitList(RegistrySearchPath)
+		dirs = filepath.SplitList(SearchPath)
 	}
 	out := make([]string, 0, len(dirs))
 	for _, d := range dirs {
@@ -77,13 +77,13 @@ func (o RegistryOptions) searchPath() []string {
 	return out
 }
 
-// LoadRegistry reads every *.toml fragment of dir in lexical filename order
+// Load reads every *.toml fragment of dir in lexical filename order
 // (names starting with "." are skipped, as are subdirectories), validates
 // each entry, and merges them. It never returns a half-loaded Registry:
 // either every fragment is accepted (StateLoaded), or the Registry is
 // refused and carries no servers, or dir does not exist (StateAbsent, no
 // downstream servers).
-func LoadRegistry(dir string, opts RegistryOptions) *Registry {
+func Load(dir string, opts Options) *Registry {
 	r := &Registry{Dir: dir}
 	fi, err := os.Stat(dir)
 	switch {
@@ -97,7 +97,7 @@ func LoadRegistry(dir string, opts RegistryOptions) *Registry {
 		return r
 	}
 	dirErr := func(format string, a ...any) *Registry {
-		r.refuse([]error{&RegistryError{File: dir, Err: fmt.Errorf(format, a...)}})
+		r.refuse([]error{&Error{File: dir, Err: fmt.Errorf(format, a...)}})
 		return r
 	}
 	if !fi.IsDir() {
@@ -115,7 +115,7 @@ func LoadRegistry(dir string, opts RegistryOptions) *Registry {
 	}
 	var (
 		errs    []error
-		entries []*registryEntry
+		entries []*entry
 	)
 	for _, de := range ents {
 		name := de.Name()
@@ -160,7 +160,7 @@ func LoadRegistry(dir string, opts RegistryOptions) *Registry {
 // Collisions returns an error for every served name (ID__TOOL of an
 // enabled tool) that taken has (a tools.conf name may contain "__"). The
 // check uses enabled_tools, not what servers offer, so that the outcome
-// does not depend on a server; LoadRegistry applies it (so registry
+// does not depend on a server; Load applies it (so registry
 // validate sees what serve does), and the server applies it again to what
 // it serves.
 func Collisions(servers []ToolServer, taken map[string]string) []error {
@@ -169,7 +169,7 @@ func Collisions(servers []ToolServer, taken map[string]string) []error {
 		for _, tool := range srv.EnabledTools {
 			name := srv.ServedName(tool)
 			if what, ok := taken[name]; ok {
-				errs = append(errs, &RegistryError{
+				errs = append(errs, &Error{
 					File: srv.Fragment, Line: srv.Line,
 					Path: "tool_mcp_servers." + srv.ID + ".enabled_tools",
 					Err: fmt.Errorf("served name %q collides with %s of the same name: rename the tools.conf tool or remove %q from enabled_tools",
@@ -182,9 +182,9 @@ func Collisions(servers []ToolServer, taken map[string]string) []error {
 }
 
 // ParseFragment validates the bytes of one fragment named path: it is
-// LoadRegistry for a single file without the file checks, for tests and
+// Load for a single file without the file checks, for tests and
 // fuzzing. It still stats the command and resolves it.
-func ParseFragment(path string, data []byte, opts RegistryOptions) ([]ToolServer, error) {
+func ParseFragment(path string, data []byte, opts Options) ([]ToolServer, error) {
 	es, errs := parseFragment(path, data, opts)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -204,7 +204,7 @@ func readFragment(path string) ([]byte, error) {
 // a larger file. risk says what whoever could write it could do.
 func readTrusted(path string, limit int, risk string) ([]byte, error) {
 	fileErr := func(format string, a ...any) error {
-		return &RegistryError{File: path, Err: fmt.Errorf(format, a...)}
+		return &Error{File: path, Err: fmt.Errorf(format, a...)}
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -222,7 +222,7 @@ func readTrusted(path string, limit int, risk string) ([]byte, error) {
 		return nil, fileErr("group- or world-writable (mode %04o): anyone who can write it can %s; chmod go-w %s", perm, risk, path)
 	}
 	if err := conf.CheckTrusted(path, fi); err != nil {
-		return nil, &RegistryError{File: path, Err: err}
+		return nil, &Error{File: path, Err: err}
 	}
 	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
 	if err != nil {
@@ -235,14 +235,14 @@ func readTrusted(path string, limit int, risk string) ([]byte, error) {
 }
 
 // parseFragment runs decode → validate → normalise on one fragment.
-func parseFragment(path string, data []byte, opts RegistryOptions) ([]*registryEntry, []error) {
+func parseFragment(path string, data []byte, opts Options) ([]*entry, []error) {
 	frag, errs := decodeFragment(path, data)
 	if frag == nil {
 		return nil, errs
 	}
-	var entries []*registryEntry
+	var entries []*entry
 	for _, id := range sortedKeys(frag.doc.Servers) {
-		e := &registryEntry{id: id, frag: frag, raw: frag.doc.Servers[id]}
+		e := &entry{id: id, frag: frag, raw: frag.doc.Servers[id]}
 		verrs := validateEntry(e)
 		if len(verrs) == 0 {
 			verrs = normaliseEntry(e, opts)
@@ -250,13 +250,13 @@ func parseFragment(path string, data []byte, opts RegistryOptions) ([]*registryE
 		errs = append(errs, verrs...)
 		entries = append(entries, e)
 	}
-	sortRegistryErrors(errs)
+	sortErrors(errs)
 	return entries, errs
 }
 
 // mergeEntries applies the fragments in order: a later definition of an id
 // replaces the earlier one whole. The result is in id order.
-func mergeEntries(entries []*registryEntry) []ToolServer {
+func mergeEntries(entries []*entry) []ToolServer {
 	byID := map[string]ToolServer{}
 	for _, e := range entries {
 		s := e.server
@@ -280,10 +280,10 @@ func (r *Registry) refuse(errs []error) {
 	r.Errors = errs
 }
 
-// sortRegistryErrors orders refusals by file, then line.
-func sortRegistryErrors(errs []error) {
+// sortErrors orders refusals by file, then line.
+func sortErrors(errs []error) {
 	slices.SortStableFunc(errs, func(a, b error) int {
-		var ea, eb *RegistryError
+		var ea, eb *Error
 		if !errors.As(a, &ea) || !errors.As(b, &eb) {
 			return 0
 		}

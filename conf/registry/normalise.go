@@ -21,7 +21,7 @@ import (
 
 // normaliseEntry fills the defaults and resolves the command of a valid
 // entry into e.server. Resolution failures are refusals.
-func normaliseEntry(e *registryEntry, opts RegistryOptions) []error {
+func normaliseEntry(e *entry, opts Options) []error {
 	r := e.raw
 	t, _ := e.transport()
 	s := ToolServer{

@@ -2,7 +2,7 @@ package registry
 
 // The registry's model: what a loaded registry is (Registry, ToolServer and
 // the closed sets Transport and ApprovalMode), the names toolgate serves a
-// downstream tool under, and the refusals (*RegistryError and the
+// downstream tool under, and the refusals (*Error and the
 // sentinels). load.go reads a directory into it; decode.go, check.go and
 // normalise.go are the steps of one fragment; render.go the normalised
 // rendering used by `toolgate registry show`; pins.go the approved
@@ -20,20 +20,20 @@ import (
 	"github.com/toolgate/toolgate/egress/allowlist"
 )
 
-// DefaultRegistryDir is where the registry fragments are read from unless
+// DefaultDir is where the registry fragments are read from unless
 // --tool-mcp-dir says otherwise.
-const DefaultRegistryDir = "/etc/saphira/mcp/tool-mcp.d"
+const DefaultDir = "/etc/saphira/mcp/tool-mcp.d"
 
-// RegistrySchemaVersion is the only schema_version a fragment may declare.
+// SchemaVersion is the only schema_version a fragment may declare.
 // It is seed 002's version: the same field set and the same refusals
 // (OAuth, plaintext credentials, transport-incompatible and unknown fields).
-const RegistrySchemaVersion = 8
+const SchemaVersion = 8
 
-// RegistrySearchPath is the fixed PATH a bare command name is resolved
+// SearchPath is the fixed PATH a bare command name is resolved
 // through, once, at load. toolgate's own $PATH is never consulted, so a
 // relative or writable entry in the caller's environment cannot redirect a
 // server's executable. It is the PATH every tool runs with.
-const RegistrySearchPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+const SearchPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Defaults and bounds of the per-server timeouts, in seconds.
 const (
@@ -160,7 +160,7 @@ func joinQuoted[T ~string](vs []T) string {
 // ToolServer is one validated, normalised registry entry: everything phase
 // 2 needs to launch or connect to the server, with every default filled in.
 // It holds variable names, never credential values. It is immutable after
-// LoadRegistry.
+// Load.
 type ToolServer struct {
 	// ID is the server id: the prefix of every tool it serves (ID__TOOL).
 	ID string
@@ -171,7 +171,7 @@ type ToolServer struct {
 	// absolute path or a bare name.
 	CommandAsWritten string
 	// Command is the absolute path to execve: CommandAsWritten when it is
-	// absolute, else the first match in RegistrySearchPath.
+	// absolute, else the first match in SearchPath.
 	Command string
 	// CommandResolved is Command with every symlink resolved: what a
 	// sandbox must make visible.
@@ -387,7 +387,7 @@ type Registry struct {
 	Fragments []string
 	// Servers are the servers after merging, in id order.
 	Servers []ToolServer
-	// Errors are the refusals, each a *RegistryError, in fragment and line
+	// Errors are the refusals, each an *Error, in fragment and line
 	// order. Non-empty exactly when State is StateRefused.
 	Errors []error
 	// Pins are the approved tool definitions of PinsFile in Dir; nil when
@@ -411,11 +411,11 @@ func (r *Registry) Server(id string) (ToolServer, bool) {
 	return ToolServer{}, false
 }
 
-// RegistryError is one refusal: a fragment (or the directory), the line
+// Error is one refusal: a fragment (or the directory), the line
 // when the TOML decoder or the key's position gives one, the key path
 // (tool_mcp_servers.firecrawl.bearer_token), and the reason. It never holds
 // a credential value: reasons name keys and variables only.
-type RegistryError struct {
+type Error struct {
 	// File is the fragment, or the directory for a refusal of the whole
 	// directory.
 	File string
@@ -427,9 +427,9 @@ type RegistryError struct {
 	Err error
 }
 
-func (e *RegistryError) Error() string { return conf.Positioned(e.File, e.Line, e.Path, e.Err) }
+func (e *Error) Error() string { return conf.Positioned(e.File, e.Line, e.Path, e.Err) }
 
-func (e *RegistryError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
 // Sentinels of the registry refusals a caller (or a test) branches on.
 var (

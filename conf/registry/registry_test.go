@@ -23,7 +23,7 @@ type regFixture struct {
 	bin  string // the only search-path dir
 	exe  string // bin/mcp-srv
 	work string
-	opts RegistryOptions
+	opts Options
 }
 
 func newRegFixture(t *testing.T) regFixture {
@@ -47,7 +47,7 @@ func newRegFixture(t *testing.T) regFixture {
 	if err := os.Symlink(f.exe, filepath.Join(f.bin, "alias")); err != nil {
 		t.Fatal(err)
 	}
-	f.opts = RegistryOptions{SearchPath: []string{f.bin}}
+	f.opts = Options{SearchPath: []string{f.bin}}
 	return f
 }
 
@@ -58,7 +58,7 @@ func (f regFixture) expand(s string) string {
 
 // parse validates one fragment; "schema_version = 8" is prepended (as line
 // 1) unless the text declares a schema_version itself.
-func (f regFixture) parse(text string) ([]ToolServer, []*RegistryError) {
+func (f regFixture) parse(text string) ([]ToolServer, []*Error) {
 	text = f.expand(text)
 	if !strings.Contains(text, "schema_version") {
 		text = "schema_version = 8\n" + text
@@ -67,9 +67,9 @@ func (f regFixture) parse(text string) ([]ToolServer, []*RegistryError) {
 	return servers, regErrs(err)
 }
 
-// regErrs flattens a joined error into its *RegistryError values; any
-// other error becomes a RegistryError with Path "<not a RegistryError>".
-func regErrs(err error) []*RegistryError {
+// regErrs flattens a joined error into its *Error values; any
+// other error becomes an Error with Path "<not an *Error>".
+func regErrs(err error) []*Error {
 	if err == nil {
 		return nil
 	}
@@ -79,11 +79,11 @@ func regErrs(err error) []*RegistryError {
 	} else {
 		list = []error{err}
 	}
-	var out []*RegistryError
+	var out []*Error
 	for _, e := range list {
-		var re *RegistryError
+		var re *Error
 		if !errors.As(e, &re) {
-			re = &RegistryError{Path: "<not a RegistryError>", Err: e}
+			re = &Error{Path: "<not an *Error>", Err: e}
 		}
 		out = append(out, re)
 	}
@@ -175,7 +175,7 @@ func runRegCases(t *testing.T, cases []regCase) {
 			if servers != nil {
 				t.Errorf("ParseFragment returned servers with errors: %v", servers)
 			}
-			var hit *RegistryError
+			var hit *Error
 			for _, e := range errs {
 				if e.Path == tc.path && strings.Contains(e.Err.Error(), tc.want) {
 					hit = e
@@ -197,7 +197,7 @@ func runRegCases(t *testing.T, cases []regCase) {
 	}
 }
 
-func joinRegErrs(errs []*RegistryError) string {
+func joinRegErrs(errs []*Error) string {
 	var b strings.Builder
 	for _, e := range errs {
 		fmt.Fprintf(&b, "  %s [path %s]\n", e, e.Path)
@@ -502,14 +502,14 @@ func TestRegistrySearchPathSkipsRelativeEntries(t *testing.T) {
 	if err := os.WriteFile(filepath.Join("relbin", "rel-mcp"), []byte("#!/bin/true\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f.opts = RegistryOptions{SearchPath: []string{"relbin", "", f.bin}}
+	f.opts = Options{SearchPath: []string{"relbin", "", f.bin}}
 	_, errs := f.parse(strings.Replace(regStdio, "@EXE@", "rel-mcp", 1))
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), `"rel-mcp" not found as an executable file in `+f.bin+" ") {
 		t.Fatalf("errors = %v, want rel-mcp not found in %s only", joinRegErrs(errs), f.bin)
 	}
 	// The default search path is the fixed system one.
-	if got := (RegistryOptions{}).searchPath(); strings.Join(got, ":") != RegistrySearchPath {
-		t.Errorf("default search path = %v, want %s", got, RegistrySearchPath)
+	if got := (Options{}).searchPath(); strings.Join(got, ":") != SearchPath {
+		t.Errorf("default search path = %v, want %s", got, SearchPath)
 	}
 }
 
@@ -892,7 +892,7 @@ func loadSeedRegistry(t *testing.T, f regFixture) *Registry {
 	}
 	dir := filepath.Join(f.root, "tool-mcp.d")
 	regWrite(t, dir, files)
-	return LoadRegistry(dir, f.opts)
+	return Load(dir, f.opts)
 }
 
 func TestLoadRegistrySeedExample(t *testing.T) {
@@ -953,23 +953,23 @@ func TestLoadRegistryDirectory(t *testing.T) {
 	good := "schema_version = 8\n" + f.expand(regStdio)
 
 	t.Run("absent", func(t *testing.T) {
-		r := LoadRegistry(filepath.Join(f.root, "nope"), f.opts)
+		r := Load(filepath.Join(f.root, "nope"), f.opts)
 		if r.State != conf.StateAbsent || !strings.Contains(r.Reason, "no directory at") || len(r.Servers) != 0 || len(r.Errors) != 0 {
-			t.Errorf("LoadRegistry(missing) = %+v, want absent with no servers", r)
+			t.Errorf("Load(missing) = %+v, want absent with no servers", r)
 		}
 	})
 	t.Run("not a directory", func(t *testing.T) {
-		r := LoadRegistry(filepath.Join(f.root, "plain"), f.opts)
+		r := Load(filepath.Join(f.root, "plain"), f.opts)
 		if r.State != conf.StateRefused || !strings.Contains(r.Err().Error(), "not a directory") {
-			t.Errorf("LoadRegistry(file) = %s %v, want refused: not a directory", r.State, r.Err())
+			t.Errorf("Load(file) = %s %v, want refused: not a directory", r.State, r.Err())
 		}
 	})
 	t.Run("empty directory", func(t *testing.T) {
 		dir := filepath.Join(f.root, "empty")
 		regWrite(t, dir, nil)
-		r := LoadRegistry(dir, f.opts)
+		r := Load(dir, f.opts)
 		if r.State != conf.StateLoaded || len(r.Servers) != 0 {
-			t.Errorf("LoadRegistry(empty) = %s with %d servers, want loaded with none", r.State, len(r.Servers))
+			t.Errorf("Load(empty) = %s with %d servers, want loaded with none", r.State, len(r.Servers))
 		}
 	})
 	t.Run("world-writable directory", func(t *testing.T) {
@@ -978,9 +978,9 @@ func TestLoadRegistryDirectory(t *testing.T) {
 		if err := os.Chmod(dir, 0o1777); err != nil {
 			t.Fatal(err)
 		}
-		r := LoadRegistry(dir, f.opts)
+		r := Load(dir, f.opts)
 		if r.State != conf.StateRefused || len(r.Servers) != 0 || !strings.Contains(r.Err().Error(), "group- or world-writable (mode 0777)") {
-			t.Errorf("LoadRegistry(world-writable) = %s %v, want refused", r.State, r.Err())
+			t.Errorf("Load(world-writable) = %s %v, want refused", r.State, r.Err())
 		}
 	})
 	t.Run("group-writable fragment", func(t *testing.T) {
@@ -989,17 +989,17 @@ func TestLoadRegistryDirectory(t *testing.T) {
 		if err := os.Chmod(filepath.Join(dir, "a.toml"), 0o664); err != nil {
 			t.Fatal(err)
 		}
-		r := LoadRegistry(dir, f.opts)
+		r := Load(dir, f.opts)
 		if r.State != conf.StateRefused || !strings.Contains(r.Err().Error(), "a.toml: group- or world-writable (mode 0664)") {
-			t.Errorf("LoadRegistry(group-writable fragment) = %s %v, want refused", r.State, r.Err())
+			t.Errorf("Load(group-writable fragment) = %s %v, want refused", r.State, r.Err())
 		}
 	})
 	t.Run("oversized fragment", func(t *testing.T) {
 		dir := filepath.Join(f.root, "big")
 		regWrite(t, dir, map[string]string{"a.toml": good + "#" + strings.Repeat("x", MaxFragmentSize)})
-		r := LoadRegistry(dir, f.opts)
+		r := Load(dir, f.opts)
 		if r.State != conf.StateRefused || !strings.Contains(r.Err().Error(), "larger than 1048576 bytes") {
-			t.Errorf("LoadRegistry(oversized) = %s %v, want refused", r.State, r.Err())
+			t.Errorf("Load(oversized) = %s %v, want refused", r.State, r.Err())
 		}
 	})
 	t.Run("skips dotfiles, other names and directories; follows symlinks", func(t *testing.T) {
@@ -1017,9 +1017,9 @@ func TestLoadRegistryDirectory(t *testing.T) {
 		if err := os.Symlink(filepath.Join(dir, "target.conf"), filepath.Join(dir, "link.toml")); err != nil {
 			t.Fatal(err)
 		}
-		r := LoadRegistry(dir, f.opts)
+		r := Load(dir, f.opts)
 		if r.State != conf.StateLoaded || len(r.Servers) != 1 || len(r.Fragments) != 1 || filepath.Base(r.Fragments[0]) != "link.toml" {
-			t.Errorf("LoadRegistry(mixed) = %s %v, fragments %v; want loaded from link.toml only", r.State, r.Err(), r.Fragments)
+			t.Errorf("Load(mixed) = %s %v, fragments %v; want loaded from link.toml only", r.State, r.Err(), r.Fragments)
 		}
 	})
 	t.Run("symlink to a directory", func(t *testing.T) {
@@ -1028,9 +1028,9 @@ func TestLoadRegistryDirectory(t *testing.T) {
 		if err := os.Symlink(f.work, filepath.Join(dir, "x.toml")); err != nil {
 			t.Fatal(err)
 		}
-		r := LoadRegistry(dir, f.opts)
+		r := Load(dir, f.opts)
 		if r.State != conf.StateRefused || !strings.Contains(r.Err().Error(), "x.toml: not a regular file") {
-			t.Errorf("LoadRegistry(symlink to dir) = %s %v, want refused", r.State, r.Err())
+			t.Errorf("Load(symlink to dir) = %s %v, want refused", r.State, r.Err())
 		}
 	})
 }
@@ -1044,7 +1044,7 @@ func TestLoadRegistryLaterFragmentReplacesWhole(t *testing.T) {
 		// "9" sorts after "2": lexical, not numeric, order.
 		"9-c.toml": "schema_version = 8\n" + strings.Replace(regHTTP, `"writes"`, `"auto"`, 1),
 	})
-	r := LoadRegistry(dir, f.opts)
+	r := Load(dir, f.opts)
 	if r.State != conf.StateLoaded {
 		t.Fatalf("State = %s: %v", r.State, r.Err())
 	}
@@ -1077,7 +1077,7 @@ func TestLoadRegistryFailClosed(t *testing.T) {
 		"30-c.toml": "schema_version = 8\n" + regHTTP + "bearer_token = \"x\"\ntool_timeout_sec = 0\n",
 		"40-d.toml": "schema_version = 8\n" + strings.Replace(regHTTP, "firecrawl", "other", 1),
 	})
-	r := LoadRegistry(dir, f.opts)
+	r := Load(dir, f.opts)
 	if r.State != conf.StateRefused || len(r.Servers) != 0 {
 		t.Fatalf("State = %s with %d servers, want refused with none", r.State, len(r.Servers))
 	}
@@ -1192,7 +1192,7 @@ default_tools_approval_mode = "writes"
 [tool_mcp_servers.firecrawl.tools.scrape]
 approval_mode = "prompt"
 `
-	servers, err := ParseFragment("10-firecrawl.toml", []byte(fragment), RegistryOptions{})
+	servers, err := ParseFragment("10-firecrawl.toml", []byte(fragment), Options{})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -1213,7 +1213,7 @@ url = "https://mcp.example.invalid/"
 bearer_token = "not here"
 enabled_tools = []
 default_tools_approval_mode = "writes"
-`), RegistryOptions{})
+`), Options{})
 	fmt.Println(err)
 	// Output:
 	// firecrawl__search: writes, timeout 1m0s

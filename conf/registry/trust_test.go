@@ -79,15 +79,15 @@ func TestLoadRegistryTrust(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			base := t.TempDir()
 			dir := tc.setup(t, base)
-			r := LoadRegistry(dir, f.opts)
+			r := Load(dir, f.opts)
 			if tc.wantErr == "" {
 				if r.State != conf.StateLoaded {
-					t.Errorf("LoadRegistry = %s %v, want loaded", r.State, r.Err())
+					t.Errorf("Load = %s %v, want loaded", r.State, r.Err())
 				}
 				return
 			}
 			if r.State != conf.StateRefused || len(r.Servers) != 0 || !errors.Is(r.Err(), conf.ErrUntrusted) || !strings.Contains(r.Err().Error(), tc.wantErr) {
-				t.Errorf("LoadRegistry = %s %v\nwant refused with ErrUntrusted and %q", r.State, r.Err(), tc.wantErr)
+				t.Errorf("Load = %s %v\nwant refused with ErrUntrusted and %q", r.State, r.Err(), tc.wantErr)
 			}
 		})
 	}
