@@ -245,7 +245,7 @@ type Pin struct {
 	Reason    string // reason: why; always written
 	SHA256    string // sha256: the listed definition's digest
 	Pinned    string // pinned_sha256: the pin's
-	Diff      string // diff: a drift's unified diff (at most conf.MaxPinDiff bytes)
+	Diff      string // diff: a drift's unified diff (at most registry.MaxPinDiff bytes)
 }
 
 // Write writes the record to l.

@@ -190,11 +190,11 @@ type Error struct {
 	Err error
 }
 
-func (e *Error) Error() string { return positioned(e.File, e.Line, e.Field, e.Err) }
+func (e *Error) Error() string { return Positioned(e.File, e.Line, e.Field, e.Err) }
 
-// positioned renders "file:line: where: reason", leaving out a zero line
+// Positioned renders "file:line: where: reason", leaving out a zero line
 // and an empty where: the form of every refusal in this package.
-func positioned(file string, line int, where string, err error) string {
+func Positioned(file string, line int, where string, err error) string {
 	var b strings.Builder
 	b.WriteString(file)
 	if line > 0 {

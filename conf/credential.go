@@ -1,7 +1,6 @@
 package conf
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -75,26 +74,26 @@ func decodeCredential(l line) (credentialLine, []error) {
 	}
 	c := credentialLine{name: l.tokens[1], line: l.num}
 	var errs []error
-	dest, err := credentialDest(l.tokens[2])
+	dest, err := CredentialDest(l.tokens[2])
 	if err != nil {
 		errs = append(errs, fieldErr("destination", err))
 	}
 	c.dest = dest
-	if err := checkCredentialHeader(l.tokens[3]); err != nil {
+	if err := CheckCredentialHeader(l.tokens[3]); err != nil {
 		errs = append(errs, fieldErr("header", err))
 	}
 	c.header = textproto.CanonicalMIMEHeaderKey(l.tokens[3])
-	if err := checkSecretPath(l.tokens[4]); err != nil {
+	if err := CheckSecretPath(l.tokens[4]); err != nil {
 		errs = append(errs, fieldErr("secret-file", err))
 	}
 	c.file = l.tokens[4]
 	return c, errs
 }
 
-// credentialDest parses a credential's destination: one host:port, never
+// CredentialDest parses a credential's destination: one host:port, never
 // a wildcard (tools.conf's credential line and the registry's
 // egress_credentials alike).
-func credentialDest(s string) (allowlist.Rule, error) {
+func CredentialDest(s string) (allowlist.Rule, error) {
 	r, err := allowlist.ParseRule(s)
 	if err != nil {
 		return r, err
@@ -105,9 +104,9 @@ func credentialDest(s string) (allowlist.Rule, error) {
 	return r, nil
 }
 
-// checkCredentialHeader refuses a header name that is no token, or is the
+// CheckCredentialHeader refuses a header name that is no token, or is the
 // connection's or the proxy's own.
-func checkCredentialHeader(h string) error {
+func CheckCredentialHeader(h string) error {
 	switch {
 	case !validToken(h):
 		return fmt.Errorf("%q: want a header name (letters, digits and !#$%%&'*+-.^_`|~)", h)
@@ -117,9 +116,9 @@ func checkCredentialHeader(h string) error {
 	return nil
 }
 
-// checkSecretPath refuses a secret file's path that is not absolute and
-// clean (the file itself is judged by readSecret).
-func checkSecretPath(f string) error {
+// CheckSecretPath refuses a secret file's path that is not absolute and
+// clean (the file itself is judged by ReadSecret).
+func CheckSecretPath(f string) error {
 	if !filepath.IsAbs(f) || filepath.Clean(f) != f {
 		return fmt.Errorf("%q: want an absolute, clean path", f)
 	}
@@ -155,13 +154,13 @@ func attachCredentials(path string, lines []line, creds []credentialLine, tools 
 			err = fieldErrf("credential", "unknown tool %q: credential names a tool that a tool line defines", c.name)
 		case tools[i].Class != ClassTest:
 			err = fieldErrf("credential", "%q is a %s-class tool: a credential is for a test-class tool, which uses it through toolgate's proxy and never holds it", c.name, tools[i].Class)
-		case !listed(tools[i].Egress, c.dest):
+		case !Listed(tools[i].Egress, c.dest):
 			err = fieldErrf("destination", "%s is not on %q's egress line: a credential goes to a listed destination", c.dest, c.name)
 		case hasCredential(tools[i], c.dest):
 			err = fieldErrf("credential", "%q has a credential for %s already: one per destination", c.name, c.dest)
 		default:
 			var v Secret
-			v, err = readSecret(c.file, sandboxDirs(tools), opts.Visible)
+			v, err = ReadSecret(c.file, SandboxDirs(tools), opts.Visible)
 			if err == nil {
 				tools[i].Credentials = append(tools[i].Credentials, Credential{Dest: c.dest, Header: c.header, File: c.file, Value: v, Line: c.line})
 			} else {
@@ -175,7 +174,7 @@ func attachCredentials(path string, lines []line, creds []credentialLine, tools 
 	return errs
 }
 
-func listed(l allowlist.List, r allowlist.Rule) bool {
+func Listed(l allowlist.List, r allowlist.Rule) bool {
 	for _, x := range l {
 		if x.String() == r.String() {
 			return true
@@ -193,8 +192,8 @@ func hasCredential(t Tool, r allowlist.Rule) bool {
 	return false
 }
 
-// sandboxDirs are the dirs the sandboxes of tools bind, each with whose.
-func sandboxDirs(tools []Tool) map[string]string {
+// SandboxDirs are the dirs the sandboxes of tools bind, each with whose.
+func SandboxDirs(tools []Tool) map[string]string {
 	m := map[string]string{}
 	for _, t := range tools {
 		if t.Class != ClassTest {
@@ -209,12 +208,12 @@ func sandboxDirs(tools []Tool) map[string]string {
 	return m
 }
 
-// readSecret reads a secret file that is trusted as tools.conf is (owned by
+// ReadSecret reads a secret file that is trusted as tools.conf is (owned by
 // root or toolgate's user, in directories no one else can write), mode
 // 0600 or 0400, a regular file that no sandbox binds (none of bound, a
 // path → whose sandbox binds it, nothing visible says every sandbox sees),
 // holding one line of printable characters.
-func readSecret(p string, bound map[string]string, visible func(string) bool) (Secret, error) {
+func ReadSecret(p string, bound map[string]string, visible func(string) bool) (Secret, error) {
 	fi, err := checkTrusted(p, os.Geteuid())
 	if err != nil {
 		return Secret{}, err
@@ -383,121 +382,4 @@ func toolIndex(tools []Tool) map[string]int {
 		}
 	}
 	return m
-}
-
-// checkCredentials: a sandboxed stdio server with allowed_hosts may name a
-// credential for a listed destination (never a wildcard), with a header
-// that is not the connection's or the proxy's own and an absolute secret
-// file; the file itself is read at normalise (entryCredentials).
-func checkCredentials(e *registryEntry) []error {
-	if e.foreign("egress_credentials") || e.raw.Credentials == nil {
-		return nil
-	}
-	if e.raw.AllowedHosts == nil {
-		return []error{e.errf([]string{"egress_credentials"}, errors.New("needs allowed_hosts: a credential goes to a listed destination, through toolgate's proxy"))}
-	}
-	listedHosts, err := allowlist.ParseList(*e.raw.AllowedHosts)
-	if err != nil {
-		return nil // checkAllowedHosts says why
-	}
-	var errs []error
-	for _, dest := range slices.Sorted(maps.Keys(e.raw.Credentials)) {
-		c := e.raw.Credentials[dest]
-		at := []string{"egress_credentials", dest}
-		r, err := credentialDest(dest)
-		if err != nil {
-			errs = append(errs, e.errf(at, err))
-			continue
-		}
-		if !listed(listedHosts, r) {
-			errs = append(errs, e.errf(at, fmt.Errorf("%s is not in allowed_hosts: a credential goes to a listed destination", r)))
-		}
-		if c.Header == nil {
-			errs = append(errs, e.errf(append(at, "header"), errors.New("missing: the header the proxy sets (Authorization, X-Api-Key)")))
-		} else if err := checkCredentialHeader(*c.Header); err != nil {
-			errs = append(errs, e.errf(append(at, "header"), err))
-		}
-		if c.SecretFile == nil {
-			errs = append(errs, e.errf(append(at, "secret_file"), errors.New("missing: the file toolgate reads the header's value from")))
-		} else if err := checkSecretPath(*c.SecretFile); err != nil {
-			errs = append(errs, e.errf(append(at, "secret_file"), err))
-		}
-	}
-	return errs
-}
-
-// entryCredentials reads the secret files of a checked entry: each is
-// refused where the server's own sandbox binds it (its cwd, its read-only
-// paths) or every sandbox sees it, as a tools.conf credential is.
-func entryCredentials(e *registryEntry, s ToolServer, opts RegistryOptions) ([]Credential, []error) {
-	if len(e.raw.Credentials) == 0 {
-		return nil, nil
-	}
-	bound := map[string]string{}
-	who := fmt.Sprintf("server %q's sandbox", s.ID)
-	for _, d := range append([]string{s.Cwd}, s.ReadOnly...) {
-		if d != "" {
-			bound[d] = who
-		}
-	}
-	var out []Credential
-	var errs []error
-	for _, dest := range slices.Sorted(maps.Keys(e.raw.Credentials)) {
-		c := e.raw.Credentials[dest]
-		r, _ := allowlist.ParseRule(dest) // checked by checkCredentials
-		v, err := readSecret(*c.SecretFile, bound, opts.Visible)
-		if err != nil {
-			errs = append(errs, e.errf([]string{"egress_credentials", dest, "secret_file"}, err))
-			continue
-		}
-		out = append(out, Credential{Dest: r, Header: textproto.CanonicalMIMEHeaderKey(*c.Header), File: *c.SecretFile, Value: v})
-	}
-	return out, errs
-}
-
-// secretsBound returns an error for every secret file (of a server's
-// egress_credentials, or of a tools.conf credential line) that lies where
-// another sandbox binds: another server's cwd or read-only paths, a
-// tools.conf test-class tool's dir. (Each file was checked against its own
-// sandbox at load.) A toolgate that is not root runs every sandbox as its
-// own uid, which owns the file: mode 0600 does not keep it from a sandbox
-// that binds it.
-func secretsBound(servers []ToolServer, c *Config) []error {
-	type secret struct{ file, whose string }
-	var secrets []secret
-	bound := map[string]string{}
-	if c != nil && c.State == StateLoaded {
-		maps.Copy(bound, sandboxDirs(c.Tools))
-		for _, t := range c.Tools {
-			for _, cr := range t.Credentials {
-				secrets = append(secrets, secret{cr.File, fmt.Sprintf("tools.conf line %d", cr.Line)})
-			}
-		}
-	}
-	for _, s := range servers {
-		if s.Transport != TransportStdio || !s.Sandbox {
-			continue
-		}
-		for _, d := range append([]string{s.Cwd}, s.ReadOnly...) {
-			if d != "" {
-				bound[d] = fmt.Sprintf("server %q's sandbox", s.ID)
-			}
-		}
-		for _, cr := range s.Credentials {
-			secrets = append(secrets, secret{cr.File, fmt.Sprintf("server %q's egress_credentials", s.ID)})
-		}
-	}
-	var errs []error
-	for _, sc := range secrets {
-		real, err := filepath.EvalSymlinks(sc.file)
-		if err != nil {
-			real = sc.file
-		}
-		for _, d := range slices.Sorted(maps.Keys(bound)) {
-			if bundle.Within(real, filepath.Clean(d)) {
-				errs = append(errs, &RegistryError{File: sc.file, Err: fmt.Errorf("the secret file of %s is inside %s, which %s binds: keep secret files where no sandbox sees them", sc.whose, d, bound[d])})
-			}
-		}
-	}
-	return errs
 }

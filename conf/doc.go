@@ -1,7 +1,9 @@
 // Package conf reads and validates the operator's files: tools.conf
-// (Load, Parse), the tool-MCP registry of downstream servers and its pins
-// (LoadRegistry, ParsePins), and the bearer-token file of serve --listen
-// (LoadTokens). It never executes anything.
+// (Load, Parse) and the bearer-token file of serve --listen (LoadTokens).
+// It never executes anything. The tool-MCP registry of downstream servers
+// is package conf/registry, which uses the rules exported here that both
+// share (CheckTrusted, DeniedSubstring, ReadSecret, Positioned); conf
+// never imports it.
 //
 // tools.conf is seed 000's grammar plus the lines a sandboxed tool may
 // carry: tool, expose, egress (the tool's network allowlist), env

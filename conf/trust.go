@@ -179,8 +179,8 @@ func stickyBits(fi fs.FileInfo) fs.FileMode {
 }
 
 // trustedFile checks the owner of the file itself; its mode is the
-// caller's check (Load, LoadRegistry), which words it for what the file
-// is.
+// caller's check (Load, registry.Load), which words it for what
+// the file is.
 func trustedFile(file string, fi fs.FileInfo, euid int, path string) error {
 	uid, ok := trustedOwner(fi, euid)
 	if ok {
@@ -192,6 +192,18 @@ func trustedFile(file string, fi fs.FileInfo, euid int, path string) error {
 	}
 	return untrusted("%s is owned by uid %d (mode %04o), not by %s: its owner can change it and run code as toolgate; chown root %s",
 		name, uid, fi.Mode().Perm(), owners(euid), file)
+}
+
+// CheckTrusted refuses the file or directory a caller opened at path
+// (opened is its Stat) unless path is trusted (checkTrusted, for toolgate's
+// euid) and still resolves to that file: the check of every file toolgate
+// reads its configuration from, for the loaders outside this package.
+func CheckTrusted(path string, opened fs.FileInfo) error {
+	checked, err := checkTrusted(path, os.Geteuid())
+	if err != nil {
+		return err
+	}
+	return checkSame(path, opened, checked)
 }
 
 // checkSame refuses a file that is not the one checkTrusted resolved: the

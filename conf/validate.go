@@ -148,7 +148,7 @@ func checkExe(exe string, fs *fsCache) (string, error) {
 	}
 	resolved, err := fs.evalSymlinks(exe)
 	if err != nil {
-		return "", fieldErrf("exe", "%q: %v", exe, unwrapPathErr(err))
+		return "", fieldErrf("exe", "%q: %v", exe, UnwrapPathErr(err))
 	}
 	if resolved != exe {
 		if err := checkDeniedExe(resolved, exe); err != nil {
@@ -163,7 +163,7 @@ func checkExe(exe string, fs *fsCache) (string, error) {
 	}
 	fi, err := fs.stat(resolved)
 	if err != nil {
-		return "", fieldErrf("exe", "%q: %v", exe, unwrapPathErr(err))
+		return "", fieldErrf("exe", "%q: %v", exe, UnwrapPathErr(err))
 	}
 	if !fi.Mode().IsRegular() {
 		return "", fieldErrf("exe", "%q is not a regular file (mode %s)", exe, fi.Mode().Type())
@@ -239,7 +239,7 @@ func checkDir(dir string, fs *fsCache) (string, error) {
 	}
 	resolved, err := fs.evalSymlinks(dir)
 	if err != nil {
-		return "", fieldErrf("dir", "%q: %v", dir, unwrapPathErr(err))
+		return "", fieldErrf("dir", "%q: %v", dir, UnwrapPathErr(err))
 	}
 	if strings.ContainsAny(resolved, metachars) {
 		return "", fieldErrf("dir", "%q resolves to %q, which contains a shell metacharacter", dir, resolved)
@@ -249,7 +249,7 @@ func checkDir(dir string, fs *fsCache) (string, error) {
 	}
 	fi, err := fs.stat(resolved)
 	if err != nil {
-		return "", fieldErrf("dir", "%q: %v", dir, unwrapPathErr(err))
+		return "", fieldErrf("dir", "%q: %v", dir, UnwrapPathErr(err))
 	}
 	if !fi.IsDir() {
 		return "", fieldErrf("dir", "%q is not a directory", dir)
@@ -257,9 +257,9 @@ func checkDir(dir string, fs *fsCache) (string, error) {
 	return resolved, nil
 }
 
-// unwrapPathErr drops the op and path of an *os.PathError: the message
+// UnwrapPathErr drops the op and path of an *os.PathError: the message
 // already names the path.
-func unwrapPathErr(err error) error {
+func UnwrapPathErr(err error) error {
 	if pe, ok := err.(*os.PathError); ok { //nolint:errorlint // only the top-level PathError carries the redundant path
 		return pe.Err
 	}

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/internal/testbin"
 )
 
@@ -486,7 +486,7 @@ func clip(s string, n int) string {
 // clients' model-visible names at 64 characters and past it: Codex and
 // Claude Code add "mcp__toolgate__" (15), OpenCode "toolgate_" (9), and the
 // model APIs take 64 at most, so toolgate serves none past 49
-// (conf.ClientNameIssue).
+// (registry.ClientNameIssue).
 var nameProbes = []int{17, 18, 32}
 
 func nameProbeID(n int) string {
@@ -580,16 +580,16 @@ startup_timeout_sec = 60
 				rule := clientRules[c.name]
 				for _, n := range nameProbes {
 					served := nameProbeID(n) + "__" + probeTool
-					if _, refused := conf.ClientNameIssue(served); refused {
+					if _, refused := registry.ClientNameIssue(served); refused {
 						if offered[n] != "" {
 							t.Errorf("%q (%d characters) is past the cap, yet the model was offered %q", served, len(served), offered[n])
 						}
 						continue
 					}
 					t.Logf("served %q (%d): model-visible %q (%d)", served, len(served), offered[n], len(offered[n]))
-					if want := rule.name(served); offered[n] != want || len(want) > conf.ClientNameMax {
+					if want := rule.name(served); offered[n] != want || len(want) > registry.ClientNameMax {
 						t.Errorf("served %q: model-visible %q, want %q of at most %d characters (the client's naming rule changed: update docs/clients.md and the name validation)",
-							served, offered[n], want, conf.ClientNameMax)
+							served, offered[n], want, registry.ClientNameMax)
 					}
 				}
 				if r, ok := results[0]; !ok {

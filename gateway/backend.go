@@ -11,7 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -21,7 +21,7 @@ var ErrNeedsBwrap = errors.New("downstream servers need the bwrap backend")
 
 // New is the server srv of the registry, run by the backend its
 // entry and deps.Options choose (sandbox names the sandbox backend).
-func New(srv conf.ToolServer, deps Deps, sandbox string) *Server {
+func New(srv registry.ToolServer, deps Deps, sandbox string) *Server {
 	d := &Server{deps: deps, srv: srv, backend: "http", starting: make(chan struct{}, 1), tools: map[string]*toolState{}}
 	for _, tool := range srv.EnabledTools {
 		d.tools[tool] = &toolState{}
@@ -30,7 +30,7 @@ func New(srv conf.ToolServer, deps Deps, sandbox string) *Server {
 	if !srv.SupportsParallelToolCalls {
 		d.slot = make(chan struct{}, 1)
 	}
-	if srv.Transport == conf.TransportStdio {
+	if srv.Transport == registry.TransportStdio {
 		switch {
 		case !srv.Sandbox:
 			d.backend, d.starter = string(rt.BackendDirect), opts.DirectServices

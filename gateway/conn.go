@@ -24,7 +24,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/audit"
-	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
 )
@@ -226,7 +226,7 @@ func (d *Server) connect(ctx context.Context) (*dconn, error) {
 	c := &dconn{n: d.starts, dead: make(chan struct{}), changed: make(chan struct{}, 1)}
 	start := time.Now()
 	var err error
-	if d.srv.Transport == conf.TransportStdio {
+	if d.srv.Transport == registry.TransportStdio {
 		err = d.startStdio(ctx, c)
 	} else {
 		err = d.startHTTP(ctx, c)

@@ -1,5 +1,5 @@
 // Package gateway serves the tools of the registry's downstream tool-MCP
-// servers (conf.LoadRegistry): the allowed tools of each, served as
+// servers (registry.Load): the allowed tools of each, served as
 // ID__TOOL after the externals by package server, which holds the
 // *Server of each and hands it what it needs of the MCP server (Deps).
 //
@@ -43,7 +43,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/audit"
-	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/egress"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
@@ -53,7 +53,7 @@ import (
 // ListLive).
 type Options struct {
 	// Registry is the tool-MCP registry (any state).
-	Registry *conf.Registry
+	Registry *registry.Registry
 	// Services runs sandboxed stdio servers: the sandbox backend when it
 	// can run services, else nil with ServicesErr saying why. A sandboxed
 	// server never falls back to DirectServices.
@@ -116,7 +116,7 @@ type Entry struct {
 // started or connected on demand, and what it offered when listed.
 type Server struct {
 	deps    Deps
-	srv     conf.ToolServer
+	srv     registry.ToolServer
 	starter rt.ServiceStarter // stdio: the backend that runs it
 	backend string            // bwrap, oci, direct or http, for status and logs
 	log     *logrus.Entry

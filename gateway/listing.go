@@ -13,7 +13,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 )
 
 // remoteTool is one tool as the downstream server listed it, its schemas
@@ -28,7 +28,7 @@ type remoteTool struct {
 
 	// canonical is the whole definition (every key of the tool's object
 	// in the listing) in canonical JSON, and digest its SHA-256: what a
-	// pin approves (conf.Pins). Computed once per listing, never per call.
+	// pin approves (registry.Pins). Computed once per listing, never per call.
 	canonical []byte
 	digest    string
 }
@@ -115,12 +115,12 @@ func listTools(ctx context.Context, c *client.Client, enabled func(string) bool)
 					len(raw), len(t.InputSchema), len(t.OutputSchema), len(t.Description), MaxTool)
 				continue
 			}
-			c, err := conf.CanonicalJSON(raw)
+			c, err := registry.CanonicalJSON(raw)
 			if err != nil {
 				l.refused[name] = fmt.Sprintf("its definition could be read more than one way: %v", err)
 				continue
 			}
-			t.canonical, t.digest = c, conf.Digest(c)
+			t.canonical, t.digest = c, registry.Digest(c)
 			l.tools[name] = t
 		}
 		if res.NextCursor == "" || res.NextCursor == cursor {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/egress"
 	"github.com/toolgate/toolgate/status"
 )
@@ -38,7 +39,7 @@ type LiveOptions struct {
 
 // LiveServer is what ListLive found of one server.
 type LiveServer struct {
-	Server conf.ToolServer
+	Server registry.ToolServer
 	// Backend runs it: bwrap, direct, http, ...
 	Backend string
 	// Err is why it could not be listed (it cannot run here, it did not
@@ -68,7 +69,7 @@ type LiveTool struct {
 	Refused string
 	// Pin is how the definition compares with its pin (State "" when it
 	// was not compared: refused).
-	Pin conf.PinCheck
+	Pin registry.PinCheck
 	// Serve says whether serve would serve it at start-up, and Reason why
 	// not (or the warning of a tool served without a pin).
 	Serve  bool
@@ -86,13 +87,13 @@ func ListLive(ctx context.Context, opts LiveOptions, ids []string) ([]LiveServer
 	if r == nil || r.State != conf.StateLoaded {
 		return nil, fmt.Errorf("the registry is not loaded")
 	}
-	var servers []conf.ToolServer
+	var servers []registry.ToolServer
 	for _, id := range ids {
 		s, ok := r.Server(id)
 		if !ok {
 			return nil, fmt.Errorf("no server %q in %s", id, r.Dir)
 		}
-		if !slices.ContainsFunc(servers, func(t conf.ToolServer) bool { return t.ID == id }) {
+		if !slices.ContainsFunc(servers, func(t registry.ToolServer) bool { return t.ID == id }) {
 			servers = append(servers, s)
 		}
 	}
@@ -152,7 +153,7 @@ func listLive(ctx context.Context, d *Server) LiveServer {
 		rt, _, refused, reason := d.examine(tool, l)
 		lt.Offered = refused != refusedNotOffered
 		lt.Definition, lt.SHA256 = rt.canonical, rt.digest
-		if problem, bad := conf.ClientNameIssue(lt.Served); bad {
+		if problem, bad := registry.ClientNameIssue(lt.Served); bad {
 			refused, reason = refusedTool, problem
 		}
 		if refused != "" {

@@ -3,8 +3,8 @@ package gateway
 // What toolgate serves of each listing of a downstream server. Every
 // listing (the start-up one, each later start of the server, each re-list
 // a notifications/tools/list_changed of the server asks for) is judged
-// tool by tool: the definition's text (conf.CheckDefinitionText), its
-// schemas, and its pin (conf.Pins): a pinned tool is served only while its
+// tool by tool: the definition's text (registry.CheckDefinitionText), its
+// schemas, and its pin (registry.Pins): a pinned tool is served only while its
 // definition's digest is the pinned one; an unpinned one is withheld when
 // the entry says pinned = true (or serve --require-pins), else served with
 // a warning and held, for the life of the process, to the definition first
@@ -21,7 +21,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/audit"
-	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/status"
 )
 
@@ -45,7 +45,7 @@ type verdict struct {
 	refused, reason, diff string
 	// pin is how the listed definition compared with its pin ("" when it
 	// was not compared: not offered, or refused before).
-	pin conf.PinState
+	pin registry.PinState
 	// digest is the listed definition's, pinned the pin's.
 	digest, pinned string
 	// unverified: served from its pin while the server has not been
@@ -75,7 +75,7 @@ type toolState struct {
 func (d *Server) requirePin() bool { return d.srv.RequiresPin(d.deps.Options.RequirePins) }
 
 // pins are the registry's pins (nil: none).
-func (d *Server) pins() *conf.Pins {
+func (d *Server) pins() *registry.Pins {
 	if r := d.deps.Options.Registry; r != nil {
 		return r.Pins
 	}
@@ -93,7 +93,7 @@ func (d *Server) examine(tool string, l *listing) (rt remoteTool, t mcp.Tool, re
 	if !ok {
 		return rt, t, refusedNotOffered, "not offered by the downstream server"
 	}
-	if err := conf.CheckDefinitionText(rt.canonical); err != nil {
+	if err := registry.CheckDefinitionText(rt.canonical); err != nil {
 		return rt, t, refusedText, "its definition holds text a reviewer cannot see: " + err.Error()
 	}
 	t, err := d.servedTool(rt, "")
@@ -114,9 +114,9 @@ func (d *Server) judge(st *toolState, tool string, l *listing) verdict {
 	check := d.pins().Check(d.srv.ID, tool, rt.canonical, rt.digest)
 	v.pin, v.pinned = check.State, check.Pin
 	switch {
-	case check.State == conf.PinMatch:
+	case check.State == registry.PinMatch:
 		v.serve, v.tool = true, t
-	case check.State == conf.PinDrift:
+	case check.State == registry.PinDrift:
 		v.refused, v.diff = refusedPin, d.redact(check.Diff)
 		v.reason = fmt.Sprintf("its definition (sha256 %s) differs from its pin (sha256 %s): withheld until the server lists the pinned definition again, or `toolgate registry pin %s` approves this one",
 			rt.digest, check.Pin, d.srv.ID)
@@ -125,7 +125,7 @@ func (d *Server) judge(st *toolState, tool string, l *listing) verdict {
 		v.reason = fmt.Sprintf("it has no pin (%s): `toolgate registry pin %s` pins it", d.srv.UnpinnedPolicy(d.deps.Options.RequirePins), d.srv.ID)
 	case st.reference != nil && st.referenceDigest != rt.digest:
 		v.refused = refusedPin
-		v.diff = d.redact(conf.DefinitionDiff("served "+tool+" (sha256 "+st.referenceDigest[:12]+")", st.reference,
+		v.diff = d.redact(registry.DefinitionDiff("served "+tool+" (sha256 "+st.referenceDigest[:12]+")", st.reference,
 			"listed "+tool+" (sha256 "+rt.digest[:12]+")", rt.canonical))
 		v.reason = fmt.Sprintf("it has no pin, and its definition (sha256 %s) is not the one toolgate first served (sha256 %s) since it started: withheld until the server lists that one again, or toolgate restarts",
 			rt.digest, st.referenceDigest)
@@ -152,7 +152,7 @@ func (d *Server) unlisted(tool string) verdict {
 		if err := json.Unmarshal(pin.Definition, &rt); err == nil {
 			note := "Not listed at start-up (" + d.whyUnlisted() + "): described as pinned; the server's own definition is checked against the pin when it starts."
 			if t, err := d.servedTool(rt, note); err == nil {
-				return verdict{serve: true, tool: t, pin: conf.PinMatch, digest: pin.SHA256, pinned: pin.SHA256, unverified: true}
+				return verdict{serve: true, tool: t, pin: registry.PinMatch, digest: pin.SHA256, pinned: pin.SHA256, unverified: true}
 			}
 		}
 	}
@@ -192,7 +192,7 @@ func (d *Server) apply(l *listing, start int) (put []Entry, drop []string) {
 		name := d.srv.ServedName(tool)
 		if !st.seen {
 			st.seen = true
-			st.nameIssue, st.nameRefused = conf.ClientNameIssue(name)
+			st.nameIssue, st.nameRefused = registry.ClientNameIssue(name)
 			if st.nameRefused {
 				d.log.WithField("tool", tool).Error(st.nameIssue)
 			} else if st.nameIssue != "" {
@@ -231,7 +231,7 @@ func (d *Server) report(tool string, start int, old, v verdict) {
 		e = e.WithField("sha256", v.digest)
 	}
 	switch {
-	case v.serve && v.pin == conf.PinNone && v.reason != "":
+	case v.serve && v.pin == registry.PinNone && v.reason != "":
 		e.WithField("reason", v.reason).Warn("downstream tool served without a pin")
 	case v.serve && old.refused == refusedPin || v.serve && old.refused == refusedText:
 		e.Warn("downstream tool served again: it lists the definition toolgate may serve")
@@ -245,8 +245,8 @@ func (d *Server) report(tool string, start int, old, v verdict) {
 		e.WithField("reason", v.reason).Error("downstream tool not served")
 	}
 	restored := v.serve && (old.refused == refusedPin || old.refused == refusedText)
-	unpinned := v.pin == conf.PinNone && v.reason != "" // with a pins file
-	if v.pin != conf.PinDrift && !unpinned && v.refused != refusedText && v.refused != refusedPin && !restored {
+	unpinned := v.pin == registry.PinNone && v.reason != "" // with a pins file
+	if v.pin != registry.PinDrift && !unpinned && v.refused != refusedText && v.refused != refusedPin && !restored {
 		return
 	}
 	decision, reason := "withheld", v.reason
@@ -255,7 +255,7 @@ func (d *Server) report(tool string, start int, old, v verdict) {
 	}
 	if restored && reason == "" {
 		reason = "it lists its pinned definition again"
-		if v.pin == conf.PinNone {
+		if v.pin == registry.PinNone {
 			reason = "it lists the definition toolgate first served again"
 		}
 	}
@@ -306,7 +306,7 @@ func (d *Server) Status() status.Downstream {
 		switch {
 		case v.serve:
 			st.Served = append(st.Served, d.srv.ServedName(tool))
-			if v.pin == conf.PinNone && d.pins() != nil {
+			if v.pin == registry.PinNone && d.pins() != nil {
 				st.Unpinned = append(st.Unpinned, tool)
 			}
 		default:

@@ -13,7 +13,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 )
 
 // openSchema is the input schema of a tool whose server could not be
@@ -102,7 +102,7 @@ func checkObjectSchema(b json.RawMessage) error {
 // comes from and the operator's approval mode, then note.
 func (d *Server) describe(tool, own, note string) string {
 	origin := fmt.Sprintf("Downstream tool %q of the tool-MCP server %q (%s", tool, d.srv.ID, d.srv.Transport)
-	if d.srv.Transport == conf.TransportStdio {
+	if d.srv.Transport == registry.TransportStdio {
 		origin += ", sandbox " + d.sandboxState()
 	}
 	origin += fmt.Sprintf("), approval mode %s. Its results are external content.", d.srv.Approval(tool))
@@ -122,7 +122,7 @@ func (d *Server) describe(tool, own, note string) string {
 // own annotations claim readOnlyHint or destructiveHint: toolgate does
 // not check them, and its served annotations follow the approval mode
 // (which, in mode writes, acts on the server's readOnlyHint: true).
-func claims(mode conf.ApprovalMode, own mcp.ToolAnnotation) string {
+func claims(mode registry.ApprovalMode, own mcp.ToolAnnotation) string {
 	var parts []string
 	if own.ReadOnlyHint != nil {
 		parts = append(parts, fmt.Sprintf("readOnlyHint %v", *own.ReadOnlyHint))
@@ -138,7 +138,7 @@ func claims(mode conf.ApprovalMode, own mcp.ToolAnnotation) string {
 		what = parts[0] + " and " + parts[1] + " are the server's claims"
 	}
 	use := "the annotations toolgate serves follow approval mode " + string(mode)
-	if mode == conf.ApprovalWrites && own.ReadOnlyHint != nil && *own.ReadOnlyHint {
+	if mode == registry.ApprovalWrites && own.ReadOnlyHint != nil && *own.ReadOnlyHint {
 		use = "approval mode writes serves the tool as read-only because of it"
 	}
 	return "(" + what + ", not checked by toolgate; " + use + ".)"
@@ -150,7 +150,7 @@ func claims(mode conf.ApprovalMode, own mcp.ToolAnnotation) string {
 // false: the host's), whatever the server says.
 func (d *Server) annotations(tool string, own mcp.ToolAnnotation) mcp.ToolAnnotation {
 	a := approvalAnnotations(d.srv.Approval(tool), own)
-	if d.srv.Transport == conf.TransportStdio && (d.srv.Network || len(d.srv.AllowedHosts) > 0 || !d.srv.Sandbox) {
+	if d.srv.Transport == registry.TransportStdio && (d.srv.Network || len(d.srv.AllowedHosts) > 0 || !d.srv.Sandbox) {
 		a.OpenWorldHint = new(true)
 	}
 	return a
@@ -167,18 +167,18 @@ func (d *Server) annotations(tool string, own mcp.ToolAnnotation) mcp.ToolAnnota
 //   - prompt: readOnlyHint false, destructiveHint true: clients ask.
 //   - approve: as prompt, and idempotentHint false, so that a client does
 //     not take one approval for the next call.
-func approvalAnnotations(mode conf.ApprovalMode, own mcp.ToolAnnotation) mcp.ToolAnnotation {
+func approvalAnnotations(mode registry.ApprovalMode, own mcp.ToolAnnotation) mcp.ToolAnnotation {
 	a := mcp.ToolAnnotation{Title: own.Title, IdempotentHint: own.IdempotentHint, OpenWorldHint: own.OpenWorldHint}
 	confirm := true
 	switch mode {
-	case conf.ApprovalAuto:
+	case registry.ApprovalAuto:
 		confirm = false
-	case conf.ApprovalWrites:
+	case registry.ApprovalWrites:
 		confirm = own.ReadOnlyHint == nil || !*own.ReadOnlyHint
 	}
 	a.ReadOnlyHint = new(!confirm)
 	a.DestructiveHint = new(confirm)
-	if mode == conf.ApprovalApprove {
+	if mode == registry.ApprovalApprove {
 		a.IdempotentHint = new(false)
 	}
 	return a

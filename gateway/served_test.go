@@ -8,23 +8,23 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/sirupsen/logrus"
 
-	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/egress/allowlist"
 )
 
 func TestApprovalAnnotations(t *testing.T) {
 	yes, no := new(true), new(false)
 	for _, tc := range []struct {
-		mode           conf.ApprovalMode
+		mode           registry.ApprovalMode
 		own            mcp.ToolAnnotation
 		ro, destr, idm any
 	}{
-		{conf.ApprovalAuto, mcp.ToolAnnotation{ReadOnlyHint: no, DestructiveHint: yes}, true, false, nil},
-		{conf.ApprovalWrites, mcp.ToolAnnotation{ReadOnlyHint: yes}, true, false, nil},
-		{conf.ApprovalWrites, mcp.ToolAnnotation{}, false, true, nil},
-		{conf.ApprovalWrites, mcp.ToolAnnotation{ReadOnlyHint: no}, false, true, nil},
-		{conf.ApprovalPrompt, mcp.ToolAnnotation{ReadOnlyHint: yes, IdempotentHint: yes}, false, true, true},
-		{conf.ApprovalApprove, mcp.ToolAnnotation{ReadOnlyHint: yes, IdempotentHint: yes}, false, true, false},
+		{registry.ApprovalAuto, mcp.ToolAnnotation{ReadOnlyHint: no, DestructiveHint: yes}, true, false, nil},
+		{registry.ApprovalWrites, mcp.ToolAnnotation{ReadOnlyHint: yes}, true, false, nil},
+		{registry.ApprovalWrites, mcp.ToolAnnotation{}, false, true, nil},
+		{registry.ApprovalWrites, mcp.ToolAnnotation{ReadOnlyHint: no}, false, true, nil},
+		{registry.ApprovalPrompt, mcp.ToolAnnotation{ReadOnlyHint: yes, IdempotentHint: yes}, false, true, true},
+		{registry.ApprovalApprove, mcp.ToolAnnotation{ReadOnlyHint: yes, IdempotentHint: yes}, false, true, false},
 	} {
 		a := approvalAnnotations(tc.mode, tc.own)
 		if deref(a.ReadOnlyHint) != tc.ro || deref(a.DestructiveHint) != tc.destr || deref(a.IdempotentHint) != tc.idm {
@@ -46,19 +46,19 @@ func TestDownstreamAnnotationsTruth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdio := conf.ToolServer{ID: "s", Transport: conf.TransportStdio, Sandbox: true, EnabledTools: []string{"t"}, DefaultApproval: conf.ApprovalAuto}
+	stdio := registry.ToolServer{ID: "s", Transport: registry.TransportStdio, Sandbox: true, EnabledTools: []string{"t"}, DefaultApproval: registry.ApprovalAuto}
 	for _, tc := range []struct {
 		name      string
-		srv       func(s *conf.ToolServer)
+		srv       func(s *registry.ToolServer)
 		own       *bool
 		openWorld any
 	}{
-		{"sandboxed, no network, claims closed", func(*conf.ToolServer) {}, no, false},
-		{"sandboxed, no network, no claim", func(*conf.ToolServer) {}, nil, nil},
-		{"network = true, claims closed", func(s *conf.ToolServer) { s.Network = true }, no, true},
-		{"allowed_hosts, no claim", func(s *conf.ToolServer) { s.AllowedHosts = hosts }, nil, true},
-		{"sandbox = false, claims closed", func(s *conf.ToolServer) { s.Sandbox = false }, no, true},
-		{"http, claims closed", func(s *conf.ToolServer) { s.Transport, s.Sandbox = conf.TransportStreamableHTTP, false }, no, false},
+		{"sandboxed, no network, claims closed", func(*registry.ToolServer) {}, no, false},
+		{"sandboxed, no network, no claim", func(*registry.ToolServer) {}, nil, nil},
+		{"network = true, claims closed", func(s *registry.ToolServer) { s.Network = true }, no, true},
+		{"allowed_hosts, no claim", func(s *registry.ToolServer) { s.AllowedHosts = hosts }, nil, true},
+		{"sandbox = false, claims closed", func(s *registry.ToolServer) { s.Sandbox = false }, no, true},
+		{"http, claims closed", func(s *registry.ToolServer) { s.Transport, s.Sandbox = registry.TransportStreamableHTTP, false }, no, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := stdio
@@ -76,23 +76,23 @@ func TestDownstreamAnnotationsTruth(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		mode conf.ApprovalMode
+		mode registry.ApprovalMode
 		own  mcp.ToolAnnotation
 		want string // the description's last line; "" none
 	}{
-		{"no claim", conf.ApprovalAuto, mcp.ToolAnnotation{OpenWorldHint: no}, ""},
+		{"no claim", registry.ApprovalAuto, mcp.ToolAnnotation{OpenWorldHint: no}, ""},
 		{
-			"read-only claim, mode writes", conf.ApprovalWrites,
+			"read-only claim, mode writes", registry.ApprovalWrites,
 			mcp.ToolAnnotation{ReadOnlyHint: yes},
 			"(readOnlyHint true is the server's claim, not checked by toolgate; approval mode writes serves the tool as read-only because of it.)",
 		},
 		{
-			"both claims, mode auto", conf.ApprovalAuto,
+			"both claims, mode auto", registry.ApprovalAuto,
 			mcp.ToolAnnotation{ReadOnlyHint: no, DestructiveHint: yes},
 			"(readOnlyHint false and destructiveHint true are the server's claims, not checked by toolgate; the annotations toolgate serves follow approval mode auto.)",
 		},
 		{
-			"destructive claim, mode prompt", conf.ApprovalPrompt,
+			"destructive claim, mode prompt", registry.ApprovalPrompt,
 			mcp.ToolAnnotation{DestructiveHint: no},
 			"(destructiveHint false is the server's claim, not checked by toolgate; the annotations toolgate serves follow approval mode prompt.)",
 		},

@@ -1,6 +1,9 @@
 package policy
 
-import "github.com/toolgate/toolgate/conf"
+import (
+	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
+)
 
 // The kinds of tool (Tool's kind attribute).
 const (
@@ -26,9 +29,9 @@ func External(t conf.Tool) Tool {
 // its server's id, and network when the server can reach one: network =
 // true, allowed_hosts, no sandbox (it runs on the host), or a server
 // reached over HTTP (it runs elsewhere).
-func Downstream(name string, s conf.ToolServer) Tool {
+func Downstream(name string, s registry.ToolServer) Tool {
 	return Tool{
 		Name: name, Kind: KindDownstream, Server: s.ID,
-		Network: s.Transport != conf.TransportStdio || !s.Sandbox || s.Network || len(s.AllowedHosts) > 0,
+		Network: s.Transport != registry.TransportStdio || !s.Sandbox || s.Network || len(s.AllowedHosts) > 0,
 	}
 }

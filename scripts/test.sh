@@ -43,7 +43,7 @@ echo "== unit and integration tests" >&2
 go test -race -tags seccomp -count=1 -timeout 20m ./...
 
 echo "== fuzzing, ${FUZZ_TIME:=30s} per target" >&2
-for target in ./conf/:FuzzParse ./conf/:FuzzParseFragment ./server/:FuzzServeLine; do
+for target in ./conf/:FuzzParse ./conf/registry/:FuzzParseFragment ./server/:FuzzServeLine; do
 	go test -tags seccomp -run '^$' -fuzz "^${target#*:}\$" -fuzztime "$FUZZ_TIME" -fuzzminimizetime 5s "${target%%:*}"
 done
 

@@ -15,25 +15,26 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/egress"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/status"
 )
 
-// collisions applies conf.Collisions to the names this server serves
-// already (a registry loaded without RegistryOptions.Taken, as in tests,
+// collisions applies registry.Collisions to the names this server serves
+// already (a registry loaded without registry.Options.Taken, as in tests,
 // is held to the same rule).
-func (s *Server) collisions(r *conf.Registry) []error {
+func (s *Server) collisions(r *registry.Registry) []error {
 	s.mu.RLock()
-	taken := conf.TakenNames(nil, s.opts.Conf)
+	taken := registry.TakenNames(nil, s.opts.Conf)
 	for name := range s.order {
 		if _, ok := taken[name]; !ok {
 			taken[name] = "the built-in tool"
 		}
 	}
 	s.mu.RUnlock()
-	return conf.Collisions(r.Servers, taken)
+	return registry.Collisions(r.Servers, taken)
 }
 
 // downstreamSet is the Server's part for downstream servers. servers and
@@ -213,7 +214,7 @@ func (s *Server) Close() {
 // reserve gives every tool the server may serve its place in tools/list
 // (servers by id, tools in enabled_tools order), so that a tool withheld
 // and served again comes back where it was, and its policy resource.
-func (s *Server) reserve(srv conf.ToolServer) {
+func (s *Server) reserve(srv registry.ToolServer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, tool := range srv.EnabledTools {

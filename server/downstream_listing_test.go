@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/testbin"
 	"github.com/toolgate/toolgate/status"
@@ -17,7 +18,7 @@ import (
 
 // probeRegistry is the probe's MCP server (mode mcp) with the given
 // options and enabled tools, unsandboxed.
-func probeRegistry(t *testing.T, opts, enabled string) *conf.Registry {
+func probeRegistry(t *testing.T, opts, enabled string) *registry.Registry {
 	t.Helper()
 	r := loadRegistry(t, map[string]string{"10-probe.toml": fmt.Sprintf(`schema_version = 8
 

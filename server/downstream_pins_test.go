@@ -19,6 +19,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
@@ -40,7 +41,7 @@ func writeChanges(t *testing.T, path, changes string) {
 // pinRegistry is a registry of the probe (unsandboxed), reading its
 // definition changes from changes, with the entry's extra lines, and pins
 // when not nil.
-func pinRegistry(t testing.TB, changes, extra string, pins *conf.Pins) *conf.Registry {
+func pinRegistry(t testing.TB, changes, extra string, pins *registry.Pins) *registry.Registry {
 	t.Helper()
 	dir := t.TempDir()
 	frag := fmt.Sprintf(`schema_version = 8
@@ -58,15 +59,15 @@ startup_timeout_sec = 60
 		t.Fatal(err)
 	}
 	if pins != nil {
-		b, err := conf.RenderPins(pins)
+		b, err := registry.RenderPins(pins)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, conf.PinsFile), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, registry.PinsFile), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r := conf.LoadRegistry(dir, conf.RegistryOptions{})
+	r := registry.Load(dir, registry.Options{})
 	if r.State != conf.StateLoaded {
 		t.Fatalf("registry %s: %v", r.State, r.Err())
 	}
@@ -75,7 +76,7 @@ startup_timeout_sec = 60
 
 // livePins lists the registry's servers as `registry pin` does and pins
 // every definition it may.
-func livePins(t testing.TB, r *conf.Registry) (*conf.Pins, []gateway.LiveServer) {
+func livePins(t testing.TB, r *registry.Registry) (*registry.Pins, []gateway.LiveServer) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -88,15 +89,15 @@ func livePins(t testing.TB, r *conf.Registry) (*conf.Pins, []gateway.LiveServer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &conf.Pins{Servers: map[string]map[string]conf.Pin{}}
+	p := &registry.Pins{Servers: map[string]map[string]registry.Pin{}}
 	for _, s := range live {
 		if s.Err != nil {
 			t.Fatalf("ListLive %s: %v", s.Server.ID, s.Err)
 		}
-		p.Servers[s.Server.ID] = map[string]conf.Pin{}
+		p.Servers[s.Server.ID] = map[string]registry.Pin{}
 		for _, lt := range s.Tools {
 			if lt.Refused == "" {
-				p.Servers[s.Server.ID][lt.Name] = conf.Pin{SHA256: lt.SHA256, Definition: lt.Definition}
+				p.Servers[s.Server.ID][lt.Name] = registry.Pin{SHA256: lt.SHA256, Definition: lt.Definition}
 			}
 		}
 	}
@@ -257,7 +258,7 @@ func TestDownstreamPinnedUnchanged(t *testing.T) {
 	writeChanges(t, changes, `{"echo":{"description":"Echo 😀 — 回显\nback","annotations":{"readOnlyHint":true}}}`)
 	unpinned := pinRegistry(t, changes, "", nil)
 	pins, _ := livePins(t, unpinned)
-	raw := func(r *conf.Registry) string {
+	raw := func(r *registry.Registry) string {
 		h := newHarness(t, Options{}, gateway.Options{Registry: r}, nil)
 		ctx := context.Background()
 		h.s.MCP().HandleMessage(ctx, []byte(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
@@ -287,7 +288,7 @@ func TestDownstreamUnpinned(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		extra    string
-		pins     *conf.Pins
+		pins     *registry.Pins
 		require  bool
 		served   bool
 		warning  bool
@@ -429,12 +430,12 @@ func TestHTTPDownstreamPinDrift(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "10-web.toml"), []byte(frag), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pins, _ := livePins(t, conf.LoadRegistry(dir, conf.RegistryOptions{}))
-	b, _ := conf.RenderPins(pins)
-	if err := os.WriteFile(filepath.Join(dir, conf.PinsFile), b, 0o644); err != nil {
+	pins, _ := livePins(t, registry.Load(dir, registry.Options{}))
+	b, _ := registry.RenderPins(pins)
+	if err := os.WriteFile(filepath.Join(dir, registry.PinsFile), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, Options{}, gateway.Options{Registry: conf.LoadRegistry(dir, conf.RegistryOptions{})}, nil)
+	h := newHarness(t, Options{}, gateway.Options{Registry: registry.Load(dir, registry.Options{})}, nil)
 	if res := h.call(t, "web__echo", nil); res.IsError {
 		t.Fatalf("web__echo = %q", resultText(res))
 	}

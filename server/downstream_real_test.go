@@ -27,6 +27,7 @@ import (
 
 	"github.com/toolgate/toolgate/bundle"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
@@ -446,7 +447,7 @@ tool_timeout_sec = 30
 	if err := os.WriteFile(filepath.Join(regDir, "10-everything.toml"), []byte(frag), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := conf.LoadRegistry(regDir, conf.RegistryOptions{})
+	r := registry.Load(regDir, registry.Options{})
 	if r.State != conf.StateLoaded {
 		t.Fatalf("registry %s: %v", r.State, r.Err())
 	}
@@ -456,20 +457,20 @@ tool_timeout_sec = 30
 	if err != nil || len(live) != 1 || live[0].Err != nil {
 		t.Fatalf("ListLive = %+v, %v", live, err)
 	}
-	pins := &conf.Pins{Servers: map[string]map[string]conf.Pin{"everything": {}}}
+	pins := &registry.Pins{Servers: map[string]map[string]registry.Pin{"everything": {}}}
 	for _, lt := range live[0].Tools {
-		if lt.Refused != "" || lt.Pin.State != conf.PinNone || lt.Serve {
+		if lt.Refused != "" || lt.Pin.State != registry.PinNone || lt.Serve {
 			t.Errorf("live %s: %+v, want unpinned and, pinned = true, not served", lt.Name, lt)
 		}
-		pins.Servers["everything"][lt.Name] = conf.Pin{SHA256: lt.SHA256, Definition: lt.Definition}
+		pins.Servers["everything"][lt.Name] = registry.Pin{SHA256: lt.SHA256, Definition: lt.Definition}
 	}
 	t.Logf("server-everything, sandboxed: %d tools offered; pinned echo %s, get-sum %s", live[0].Offered,
 		pins.Servers["everything"]["echo"].SHA256[:12], pins.Servers["everything"]["get-sum"].SHA256[:12])
-	b, _ := conf.RenderPins(pins)
-	if err := os.WriteFile(filepath.Join(regDir, conf.PinsFile), b, 0o644); err != nil {
+	b, _ := registry.RenderPins(pins)
+	if err := os.WriteFile(filepath.Join(regDir, registry.PinsFile), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r = conf.LoadRegistry(regDir, conf.RegistryOptions{})
+	r = registry.Load(regDir, registry.Options{})
 	h := newHarness(t, Options{}, gateway.Options{Registry: r, Services: services}, nil)
 	if tools := h.tools(t); len(tools) != 3 {
 		t.Fatalf("served = %v, want checkpoint_status, echo and get-sum", slices.Sorted(maps.Keys(tools)))

@@ -20,6 +20,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
@@ -150,7 +151,7 @@ func (e *envMap) set(name, value string) {
 
 // loadRegistry writes fragments (name → text, with SELF replaced by the
 // test binary) into a fresh directory and loads it.
-func loadRegistry(t *testing.T, fragments map[string]string) *conf.Registry {
+func loadRegistry(t *testing.T, fragments map[string]string) *registry.Registry {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -163,7 +164,7 @@ func loadRegistry(t *testing.T, fragments map[string]string) *conf.Registry {
 			t.Fatal(err)
 		}
 	}
-	return conf.LoadRegistry(dir, conf.RegistryOptions{})
+	return registry.Load(dir, registry.Options{})
 }
 
 // fakeRegistry is the fake server, unsandboxed, with every kind of tool
@@ -711,14 +712,14 @@ default_tools_approval_mode = "auto"
 // fail every request of a Claude Code or Codex session), and says why; one
 // of 49 characters, the most that fits, is served.
 func TestDownstreamClientNameCap(t *testing.T) {
-	fits := strings.Repeat("x", conf.ClientNameMax-len(conf.ClientPrefix)-len("fake__"))
+	fits := strings.Repeat("x", registry.ClientNameMax-len(registry.ClientPrefix)-len("fake__"))
 	long := fits + "y"
 	reg := strings.Replace(fakeRegistry, `"absent"]`, `"absent", "`+fits+`", "`+long+`"]`, 1)
 	h := newHarness(t, Options{}, gateway.Options{Registry: loadRegistry(t, map[string]string{"10-fake.toml": reg})},
 		map[string]string{"TOOLGATE_FAKE_SECRET": "x"})
 	tools := h.tools(t)
 	if _, ok := tools["fake__"+long]; ok {
-		t.Errorf("fake__%s (%d characters prefixed) is served", long, len(conf.ClientPrefix)+len("fake__"+long))
+		t.Errorf("fake__%s (%d characters prefixed) is served", long, len(registry.ClientPrefix)+len("fake__"+long))
 	}
 	ds := h.status(t).Registry.Servers[0]
 	if !slices.Contains(ds.NotServed, long) {

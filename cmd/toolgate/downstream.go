@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/toolgate/toolgate/builtin"
-	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/gateway"
 	rt "github.com/toolgate/toolgate/runtime"
 )
@@ -24,7 +24,7 @@ type downstreamFlags struct {
 }
 
 func (f *downstreamFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.dir, "tool-mcp-dir", conf.DefaultRegistryDir, "directory of the tool-MCP registry's *.toml fragments: the downstream MCP servers to serve")
+	fs.StringVar(&f.dir, "tool-mcp-dir", registry.DefaultDir, "directory of the tool-MCP registry's *.toml fragments: the downstream MCP servers to serve")
 	fs.BoolVar(&f.eager, "eager", false, "keep every downstream server running from start-up on (default: stop each once its tools are listed, start it again on its first call)")
 	fs.BoolVar(&f.requirePins, "require-pins", false, "serve a downstream tool only when it has a pin (toolgate registry pin), as pinned = true does for one server; a pinned tool is served only while its definition matches its pin, either way")
 	fs.IntVar(&f.maxBytes, "downstream-max-bytes", gateway.DefaultMaxBytes, "cap on the JSON size of one downstream result; a larger one is cut and marked isError, and a message over max(N, 1 MiB) + 64 KiB is discarded as it is read")
@@ -43,7 +43,7 @@ func (f *downstreamFlags) check() error {
 // runner for a sandboxed server.
 func (f *downstreamFlags) options(a *app, backend string) gateway.Options {
 	opts := gateway.Options{
-		Registry:    conf.LoadRegistry(f.dir, conf.RegistryOptions{Taken: conf.TakenNames(builtin.Names(), a.conf), Visible: sandboxVisible, Conf: a.conf}),
+		Registry:    registry.Load(f.dir, registry.Options{Taken: registry.TakenNames(builtin.Names(), a.conf), Visible: sandboxVisible, Conf: a.conf}),
 		Eager:       f.eager,
 		MaxBytes:    f.maxBytes,
 		RequirePins: f.requirePins,

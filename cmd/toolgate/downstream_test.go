@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/server"
@@ -66,12 +67,12 @@ func TestKeepEscapesCheck(t *testing.T) {
 	loaded := conf.Load(p, conf.Options{Builtins: builtin.Names()})
 	refused := conf.Parse("tools.conf", []byte("tool x /bin/sh read 1 1 off / --\n"), conf.Options{})
 	reg := registryWith(t, "[tool_mcp_servers.web]\ntransport = \"streamable_http\"\nurl = \"https://mcp.example.invalid/\"\nenabled_tools = [\"search\"]\ndefault_tools_approval_mode = \"auto\"\n")
-	absent := conf.LoadRegistry(filepath.Join(t.TempDir(), "none"), conf.RegistryOptions{})
+	absent := registry.Load(filepath.Join(t.TempDir(), "none"), registry.Options{})
 	for _, tc := range []struct {
 		name    string
 		keep    keepEscapes
 		c       *conf.Config
-		r       *conf.Registry
+		r       *registry.Registry
 		wantErr string
 		warns   bool
 	}{
@@ -97,7 +98,7 @@ func TestKeepEscapesCheck(t *testing.T) {
 }
 
 // registryWith loads a registry of one fragment holding the given servers.
-func registryWith(t *testing.T, servers string) *conf.Registry {
+func registryWith(t *testing.T, servers string) *registry.Registry {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "tool-mcp.d")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -106,7 +107,7 @@ func registryWith(t *testing.T, servers string) *conf.Registry {
 	if err := os.WriteFile(filepath.Join(dir, "10-x.toml"), []byte("schema_version = 8\n\n"+servers), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := conf.LoadRegistry(dir, conf.RegistryOptions{})
+	r := registry.Load(dir, registry.Options{})
 	if r.State != conf.StateLoaded {
 		t.Fatalf("registry %s: %v", r.State, r.Err())
 	}

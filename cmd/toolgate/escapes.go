@@ -8,6 +8,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 )
 
 // keepEscapes is serve's --keep-escapes: the tools whose output keeps its
@@ -36,7 +37,7 @@ func (k *keepEscapes) register(fs *flag.FlagSet) {
 // registry loaded or absent), and is logged otherwise: a refused conf or
 // registry serves none of its tools, so a name of one cannot be told from
 // a typo.
-func (k keepEscapes) check(c *conf.Config, r *conf.Registry, log *logrus.Logger) error {
+func (k keepEscapes) check(c *conf.Config, r *registry.Registry, log *logrus.Logger) error {
 	known := map[string]bool{}
 	if c.State == conf.StateLoaded {
 		for _, t := range c.Tools {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -51,7 +52,7 @@ func (f *policyCheckFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.client, "client", "", "an OAuth principal's client (with --auth oauth)")
 	fs.StringVar(&f.arguments, "arguments", "", "the call's arguments, a JSON object (context.arguments)")
 	fs.StringVar(&f.confPath, "conf", conf.PathFromEnv(os.Getenv), "tools.conf path (default: $"+conf.EnvPath+", else "+conf.DefaultPath+")")
-	fs.StringVar(&f.registryDir, "tool-mcp-dir", conf.DefaultRegistryDir, "directory of the tool-MCP registry's *.toml fragments")
+	fs.StringVar(&f.registryDir, "tool-mcp-dir", registry.DefaultDir, "directory of the tool-MCP registry's *.toml fragments")
 }
 
 // policyCheck explains the decision of a policy file for one principal and
@@ -172,8 +173,8 @@ func (f *policyCheckFlags) lookupTool() (policy.Tool, error) {
 	if t, ok := c.Tool(name); ok && c.State == conf.StateLoaded && !c.Hidden(name) {
 		return policy.External(t), nil
 	}
-	if id, tool, ok := strings.Cut(name, conf.ServedNameSeparator); ok {
-		r := conf.LoadRegistry(f.registryDir, conf.RegistryOptions{Taken: conf.TakenNames(builtin.Names(), c), Visible: sandboxVisible, Conf: c})
+	if id, tool, ok := strings.Cut(name, registry.ServedNameSeparator); ok {
+		r := registry.Load(f.registryDir, registry.Options{Taken: registry.TakenNames(builtin.Names(), c), Visible: sandboxVisible, Conf: c})
 		if r.State == conf.StateRefused {
 			return policy.Tool{}, fmt.Errorf("tool %q: the registry %s is refused: %w", name, f.registryDir, r.Err())
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 )
 
 const registryUsage = `usage:
@@ -22,7 +23,7 @@ const registryUsage = `usage:
   toolgate registry pin [--tool-mcp-dir DIR] [SERVER...]
 
 list, show and validate read the tool-MCP registry (every *.toml fragment
-of DIR, default ` + conf.DefaultRegistryDir + `) and its pins (DIR/` + conf.PinsFile + `)
+of DIR, default ` + registry.DefaultDir + `) and its pins (DIR/` + registry.PinsFile + `)
 without launching or connecting to any server, and print variable names,
 never their values. validate exits 1 when the registry is refused, or when
 ID is given and is not ready (command missing, cwd missing, a referenced
@@ -36,7 +37,7 @@ serve would withhold an enabled tool it lists.
 
 pin starts or connects to each server (or each SERVER) the same way, lists
 it, and writes the SHA-256 and a readable copy of each enabled tool's
-definition to DIR/` + conf.PinsFile + `, printing what it pinned and the diff of a
+definition to DIR/` + registry.PinsFile + `, printing what it pinned and the diff of a
 pin it changes. serve then serves a pinned tool only while its server
 lists that very definition. pin refuses to pin a definition serve would
 refuse (text a reviewer cannot see, a schema that is not an object, over
@@ -61,7 +62,7 @@ func registryCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fs := flag.NewFlagSet("registry "+sub, flag.ContinueOnError)
-	dir := fs.String("tool-mcp-dir", conf.DefaultRegistryDir, "directory of the registry's *.toml fragments")
+	dir := fs.String("tool-mcp-dir", registry.DefaultDir, "directory of the registry's *.toml fragments")
 	// validate --live and pin start the servers as serve does: with serve's
 	// sandbox settings (and its --conf).
 	var s settings
@@ -102,7 +103,7 @@ func registryCmd(args []string, stdout, stderr io.Writer) int {
 	// built-ins and tools.conf take. tools.conf's own refusal is check's
 	// to report; a refused conf takes no name.
 	c := conf.Load(*confPath, conf.Options{Builtins: builtin.Names()})
-	r := conf.LoadRegistry(*dir, conf.RegistryOptions{Taken: conf.TakenNames(builtin.Names(), c), Visible: sandboxVisible, Conf: c})
+	r := registry.Load(*dir, registry.Options{Taken: registry.TakenNames(builtin.Names(), c), Visible: sandboxVisible, Conf: c})
 	switch sub {
 	case "list":
 		return registryList(r, stdout)
@@ -143,7 +144,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string, stdout, stderr io.Writer
 
 // writeRegistryState prints the registry's state line and, when refused,
 // every refusal.
-func writeRegistryState(w io.Writer, r *conf.Registry) {
+func writeRegistryState(w io.Writer, r *registry.Registry) {
 	switch r.State {
 	case conf.StateAbsent:
 		fmt.Fprintf(w, "registry %s: absent (%s): no downstream servers\n", r.Dir, r.Reason)
@@ -171,7 +172,7 @@ func plural(n int, what string) string {
 
 // registryList prints the state and one row per server. It exits 1 when
 // the registry is refused.
-func registryList(r *conf.Registry, w io.Writer) int {
+func registryList(r *registry.Registry, w io.Writer) int {
 	writeRegistryState(w, r)
 	if r.State == conf.StateRefused {
 		return 1
@@ -184,7 +185,7 @@ func registryList(r *conf.Registry, w io.Writer) int {
 	fmt.Fprintln(tw, "ID\tTRANSPORT\tTARGET\tSANDBOX\tAPPROVAL\tTIMEOUTS\tTOOLS\tDEFINED IN")
 	for _, s := range r.Servers {
 		target, sandbox := s.URL, s.SandboxState()
-		if s.Transport == conf.TransportStdio {
+		if s.Transport == registry.TransportStdio {
 			target = quoteArgv(append([]string{s.Command}, s.Args...))
 		}
 		tools := make([]string, len(s.EnabledTools))
@@ -205,7 +206,7 @@ func secs(d time.Duration) string { return fmt.Sprintf("%ds", int(d/time.Second)
 
 // definedIn names where an entry was defined, relative to the registry
 // directory.
-func definedIn(r *conf.Registry, s conf.ToolServer) string {
+func definedIn(r *registry.Registry, s registry.ToolServer) string {
 	name := s.Fragment
 	if rel, err := filepath.Rel(r.Dir, s.Fragment); err == nil {
 		name = rel
@@ -217,7 +218,7 @@ func definedIn(r *conf.Registry, s conf.ToolServer) string {
 }
 
 // registryShow prints one server's normalised definition.
-func registryShow(r *conf.Registry, id, format string, stdout, stderr io.Writer) int {
+func registryShow(r *registry.Registry, id, format string, stdout, stderr io.Writer) int {
 	if r.State != conf.StateLoaded {
 		writeRegistryState(stdout, r)
 		if r.State == conf.StateRefused {
@@ -229,9 +230,9 @@ func registryShow(r *conf.Registry, id, format string, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "toolgate registry show: no server %q in %s\n", id, r.Dir)
 		return 1
 	}
-	render := conf.RenderServerTOML
+	render := registry.RenderServerTOML
 	if format == "json" {
-		render = conf.RenderServerJSON
+		render = registry.RenderServerJSON
 	}
 	out, err := render(s, r.Pins)
 	if err != nil {
@@ -245,7 +246,7 @@ func registryShow(r *conf.Registry, id, format string, stdout, stderr io.Writer)
 // registryValidate prints the state and the readiness of every server (or
 // of id alone). It exits 1 when the registry is refused, or when id is
 // given and is unknown or not ready.
-func registryValidate(r *conf.Registry, id string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) int {
+func registryValidate(r *registry.Registry, id string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) int {
 	writeRegistryState(stdout, r)
 	if r.State == conf.StateRefused {
 		return 1
@@ -257,7 +258,7 @@ func registryValidate(r *conf.Registry, id string, lookupEnv func(string) (strin
 			fmt.Fprintf(stderr, "toolgate registry validate: no server %q in %s\n", id, r.Dir)
 			return 1
 		}
-		servers = []conf.ToolServer{s}
+		servers = []registry.ToolServer{s}
 	}
 	notReady := 0
 	for _, s := range servers {
@@ -273,7 +274,7 @@ func registryValidate(r *conf.Registry, id string, lookupEnv func(string) (strin
 		}
 		fmt.Fprintf(stdout, "\n%s (%s): %s\n", s.ID, s.Transport, state)
 		tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
-		if s.Transport == conf.TransportStreamableHTTP {
+		if s.Transport == registry.TransportStreamableHTTP {
 			fmt.Fprintf(tw, "  -\turl\t%s\tnot contacted: validate never connects\n", s.URL)
 		}
 		for _, c := range rd.Checks {
@@ -307,7 +308,7 @@ type pinLine struct{ mark, tool, detail string }
 // pinLines are validate's lines about the pins of s's enabled tools:
 // none without a pins file unless the entry (or requireAll:
 // --require-pins) wants every tool pinned.
-func pinLines(pins *conf.Pins, s conf.ToolServer, requireAll bool) []pinLine {
+func pinLines(pins *registry.Pins, s registry.ToolServer, requireAll bool) []pinLine {
 	if pins == nil && !s.RequiresPin(requireAll) {
 		return nil
 	}

@@ -16,13 +16,14 @@ import (
 	"text/tabwriter"
 
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/gateway"
 )
 
 // listLive builds serve's backends from s and lists the servers ids names
 // (every server when none). It returns nil, and has said why on stderr,
 // when it could not start.
-func listLive(s *settings, dir string, r *conf.Registry, ids []string, requirePins bool, cmd string, stderr io.Writer) []gateway.LiveServer {
+func listLive(s *settings, dir string, r *registry.Registry, ids []string, requirePins bool, cmd string, stderr io.Writer) []gateway.LiveServer {
 	if r.State != conf.StateLoaded {
 		return nil
 	}
@@ -57,7 +58,7 @@ func listLive(s *settings, dir string, r *conf.Registry, ids []string, requirePi
 // of validate, then each server listed and each enabled tool compared
 // with its pin. It exits 1 when the registry is refused, a server cannot
 // be listed, or serve would withhold a tool it lists.
-func registryValidateLive(s *settings, dir string, r *conf.Registry, id string, requirePins bool, stdout, stderr io.Writer) int {
+func registryValidateLive(s *settings, dir string, r *registry.Registry, id string, requirePins bool, stdout, stderr io.Writer) int {
 	writeRegistryState(stdout, r)
 	if r.State == conf.StateRefused {
 		return 1
@@ -98,7 +99,7 @@ func registryValidateLive(s *settings, dir string, r *conf.Registry, id string, 
 				mark, what = "FAIL", lt.Refused
 			case !lt.Serve:
 				mark, what = "FAIL", lt.Reason
-			case lt.Pin.State == conf.PinMatch:
+			case lt.Pin.State == registry.PinMatch:
 				what = "sha256 " + lt.SHA256 + ": matches its pin"
 			default:
 				mark, what = "-", "sha256 "+lt.SHA256+": no pin: served with a warning"
@@ -138,10 +139,10 @@ type pinned struct {
 // pinServer merges the listing of one server into pins (its pins replaced
 // by those of its enabled tools: new ones pinned, changed ones re-pinned,
 // a tool that could not be pinned keeping its pin), and says what it did.
-func pinServer(pins *conf.Pins, ls gateway.LiveServer) []pinned {
+func pinServer(pins *registry.Pins, ls gateway.LiveServer) []pinned {
 	id := ls.Server.ID
 	old := pins.Servers[id]
-	now := map[string]conf.Pin{}
+	now := map[string]registry.Pin{}
 	var out []pinned
 	for _, lt := range ls.Tools {
 		prev, had := old[lt.Name]
@@ -158,7 +159,7 @@ func pinServer(pins *conf.Pins, ls gateway.LiveServer) []pinned {
 		case lt.Refused != "":
 			keep("REFUSED", "not pinned: "+lt.Refused, true)
 		default:
-			now[lt.Name] = conf.Pin{SHA256: lt.SHA256, Definition: lt.Definition}
+			now[lt.Name] = registry.Pin{SHA256: lt.SHA256, Definition: lt.Definition}
 			p := pinned{tool: lt.Name, action: "pinned", detail: "sha256 " + lt.SHA256}
 			switch {
 			case had && prev.SHA256 == lt.SHA256:
@@ -166,7 +167,7 @@ func pinServer(pins *conf.Pins, ls gateway.LiveServer) []pinned {
 			case had:
 				p.action = "re-pinned"
 				p.detail += " (was " + prev.SHA256 + ")"
-				p.diff = conf.DefinitionDiff("pinned "+lt.Name+" (sha256 "+prev.SHA256[:12]+")", prev.Definition,
+				p.diff = registry.DefinitionDiff("pinned "+lt.Name+" (sha256 "+prev.SHA256[:12]+")", prev.Definition,
 					"listed "+lt.Name+" (sha256 "+lt.SHA256[:12]+")", lt.Definition)
 			}
 			out = append(out, p)
@@ -177,7 +178,7 @@ func pinServer(pins *conf.Pins, ls gateway.LiveServer) []pinned {
 }
 
 // registryPin is `registry pin [SERVER...]`.
-func registryPin(s *settings, dir string, r *conf.Registry, ids []string, stdout, stderr io.Writer) int {
+func registryPin(s *settings, dir string, r *registry.Registry, ids []string, stdout, stderr io.Writer) int {
 	writeRegistryState(stdout, r)
 	if r.State != conf.StateLoaded {
 		if r.State == conf.StateAbsent {
@@ -199,7 +200,7 @@ func registryPin(s *settings, dir string, r *conf.Registry, ids []string, stdout
 	if live == nil {
 		return 1
 	}
-	pins := &conf.Pins{Path: filepath.Join(r.Dir, conf.PinsFile), Servers: map[string]map[string]conf.Pin{}}
+	pins := &registry.Pins{Path: filepath.Join(r.Dir, registry.PinsFile), Servers: map[string]map[string]registry.Pin{}}
 	if r.Pins != nil {
 		for id, tools := range r.Pins.Servers {
 			// A full pin drops the pins of servers no longer in the registry.
@@ -230,7 +231,7 @@ func registryPin(s *settings, dir string, r *conf.Registry, ids []string, stdout
 			}
 		}
 	}
-	out, err := conf.RenderPins(pins)
+	out, err := registry.RenderPins(pins)
 	if err != nil {
 		fmt.Fprintf(stderr, "toolgate registry pin: %v\n", err)
 		return 1

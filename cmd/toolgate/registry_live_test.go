@@ -8,17 +8,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/gateway"
 )
 
-func pinOf(t *testing.T, def string) conf.Pin {
+func pinOf(t *testing.T, def string) registry.Pin {
 	t.Helper()
-	c, err := conf.CanonicalJSON([]byte(def))
+	c, err := registry.CanonicalJSON([]byte(def))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return conf.Pin{SHA256: conf.Digest(c), Definition: c}
+	return registry.Pin{SHA256: registry.Digest(c), Definition: c}
 }
 
 // TestPinServer: what registry pin makes of a listing: new tools pinned,
@@ -33,11 +33,11 @@ func TestPinServer(t *testing.T) {
 	hidden := pinOf(t, `{"name":"hidden","description":"Clean."}`)
 	gone := pinOf(t, `{"name":"absent","description":"Gone."}`)
 	dropped := pinOf(t, `{"name":"dropped","description":"No longer enabled."}`)
-	pins := &conf.Pins{Servers: map[string]map[string]conf.Pin{
+	pins := &registry.Pins{Servers: map[string]map[string]registry.Pin{
 		"srv":   {"same": same, "changed": was, "hidden": hidden, "absent": gone, "dropped": dropped},
 		"other": {"x": same},
 	}}
-	ls := gateway.LiveServer{Server: conf.ToolServer{ID: "srv"}, Tools: []gateway.LiveTool{
+	ls := gateway.LiveServer{Server: registry.ToolServer{ID: "srv"}, Tools: []gateway.LiveTool{
 		{Name: "same", Offered: true, Definition: same.Definition, SHA256: same.SHA256},
 		{Name: "changed", Offered: true, Definition: now.Definition, SHA256: now.SHA256},
 		{Name: "fresh", Offered: true, Definition: fresh.Definition, SHA256: fresh.SHA256},
@@ -59,7 +59,7 @@ func TestPinServer(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("pinServer =\n%+v\nwant\n%+v", got, want)
 	}
-	wantPins := map[string]conf.Pin{"same": same, "changed": now, "fresh": fresh, "hidden": hidden, "absent": gone}
+	wantPins := map[string]registry.Pin{"same": same, "changed": now, "fresh": fresh, "hidden": hidden, "absent": gone}
 	if s := pins.Servers["srv"]; len(s) != len(wantPins) {
 		t.Errorf("pins of srv = %v, want %v", s, wantPins)
 	}
@@ -76,9 +76,9 @@ func TestPinServer(t *testing.T) {
 // TestWritePins: the pins file is replaced whole, 0644, and loads back.
 func TestWritePins(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, conf.PinsFile)
-	p := &conf.Pins{Servers: map[string]map[string]conf.Pin{"srv": {"same": pinOf(t, `{"name":"same"}`)}}}
-	data, err := conf.RenderPins(p)
+	path := filepath.Join(dir, registry.PinsFile)
+	p := &registry.Pins{Servers: map[string]map[string]registry.Pin{"srv": {"same": pinOf(t, `{"name":"same"}`)}}}
+	data, err := registry.RenderPins(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestWritePins(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Errorf("files left in %s: %v", dir, ents)
 	}
-	if _, errs := conf.ParsePins(path, data); len(errs) > 0 {
+	if _, errs := registry.ParsePins(path, data); len(errs) > 0 {
 		t.Errorf("written pins do not load: %v", errs)
 	}
 }

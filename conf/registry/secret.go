@@ -1,4 +1,4 @@
-package conf
+package registry
 
 // Credential heuristics of the tool-MCP registry. A registry names
 // credentials by environment variable only; these rules refuse a literal

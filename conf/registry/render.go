@@ -1,4 +1,4 @@
-package conf
+package registry
 
 // Rendering of a normalised tool-MCP registry entry, for `toolgate registry
 // show`: as a fragment that loads back to the same server, or as JSON.
@@ -97,7 +97,7 @@ func RenderServerTOML(s ToolServer, pins *Pins) ([]byte, error) {
 	doc := struct {
 		SchemaVersion int                  `toml:"schema_version"`
 		Servers       map[string]serverDoc `toml:"tool_mcp_servers"`
-	}{RegistrySchemaVersion, map[string]serverDoc{s.ID: newServerDoc(s)}}
+	}{SchemaVersion, map[string]serverDoc{s.ID: newServerDoc(s)}}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# %s: defined in %s", s.ID, s.Fragment)
 	if s.Line > 0 {
@@ -108,7 +108,7 @@ func RenderServerTOML(s ToolServer, pins *Pins) ([]byte, error) {
 		fmt.Fprintf(&b, "# replaces the definition in %s\n", r)
 	}
 	if s.Transport == TransportStdio && s.CommandAsWritten != s.Command {
-		fmt.Fprintf(&b, "# command %q resolved at load through %s\n", s.CommandAsWritten, RegistrySearchPath)
+		fmt.Fprintf(&b, "# command %q resolved at load through %s\n", s.CommandAsWritten, SearchPath)
 	}
 	enc := toml.NewEncoder(&b)
 	enc.SetIndentTables(false)

@@ -1,4 +1,4 @@
-package conf
+package registry
 
 // What a downstream tool's definition may hold: text a reviewer sees as
 // the model reads it. A model reads a tool's description (and every

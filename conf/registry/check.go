@@ -1,23 +1,20 @@
-package conf
+package registry
 
-// Validation and normalisation of one tool-MCP registry entry.
+// Validating one registry entry: the named checks of the list checks,
+// each giving every reason it finds.
 
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
+	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/egress/allowlist"
-
-	"github.com/toolgate/toolgate/bundle"
 )
 
 var (
@@ -33,7 +30,7 @@ var (
 	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	// headerNameRE is an HTTP field name (RFC 9110 token).
 	headerNameRE = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
-	// bareCommandRE is a command name looked up in RegistrySearchPath.
+	// bareCommandRE is a command name looked up in SearchPath.
 	bareCommandRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]*$`)
 )
 
@@ -48,7 +45,7 @@ var reservedServerIDs = map[string]string{
 
 // reservedServerIDPrefixes are id prefixes no entry may take, and why.
 var reservedServerIDPrefixes = map[string]string{
-	"checkpoint": "served names starting " + ProtectedPrefix + " are toolgate's protected built-ins",
+	"checkpoint": "served names starting " + conf.ProtectedPrefix + " are toolgate's protected built-ins",
 }
 
 // ReservedServerIDs returns the reserved ids and id prefixes (ending in
@@ -69,12 +66,12 @@ var managedHeaders = map[string]bool{
 	"mcp-session-id": true, "mcp-protocol-version": true, "last-event-id": true,
 }
 
-// registryCheck is one named validation rule. It returns every reason the
+// check is one named validation rule. It returns every reason the
 // entry breaks it.
-type registryCheck func(e *registryEntry) []error
+type check func(e *entry) []error
 
-// registryChecks are the rules every entry must pass, in reporting order.
-var registryChecks = []registryCheck{
+// checks are the rules every entry must pass, in reporting order.
+var checks = []check{
 	checkServerID,
 	checkTransport,
 	checkCommand,
@@ -94,9 +91,9 @@ var registryChecks = []registryCheck{
 }
 
 // validateEntry runs every check and returns all reasons.
-func validateEntry(e *registryEntry) []error {
+func validateEntry(e *entry) []error {
 	var errs []error
-	for _, c := range registryChecks {
+	for _, c := range checks {
 		errs = append(errs, c(e)...)
 	}
 	return errs
@@ -105,7 +102,7 @@ func validateEntry(e *registryEntry) []error {
 // foreign reports whether field belongs to a transport other than the
 // entry's (valid) one: checkTransport refuses it, and the field's own
 // checks skip it.
-func (e *registryEntry) foreign(field string) bool {
+func (e *entry) foreign(field string) bool {
 	t, ok := e.transport()
 	if !ok {
 		return false
@@ -119,7 +116,7 @@ func (e *registryEntry) foreign(field string) bool {
 }
 
 // transport returns the entry's transport when it is valid.
-func (e *registryEntry) transport() (Transport, bool) {
+func (e *entry) transport() (Transport, bool) {
 	if e.raw.Transport == nil {
 		return "", false
 	}
@@ -127,7 +124,7 @@ func (e *registryEntry) transport() (Transport, bool) {
 	return t, err == nil
 }
 
-func checkServerID(e *registryEntry) []error {
+func checkServerID(e *entry) []error {
 	id := e.id
 	var err error
 	switch {
@@ -148,7 +145,7 @@ func checkServerID(e *registryEntry) []error {
 	return nil
 }
 
-func checkTransport(e *registryEntry) []error {
+func checkTransport(e *entry) []error {
 	if e.raw.Transport == nil {
 		return []error{e.errf([]string{"transport"}, fmt.Errorf("required: want %s", joinQuoted(KnownTransports())))}
 	}
@@ -174,7 +171,7 @@ func checkTransport(e *registryEntry) []error {
 	return errs
 }
 
-func checkCommand(e *registryEntry) []error {
+func checkCommand(e *entry) []error {
 	if e.foreign("command") {
 		return nil
 	}
@@ -189,7 +186,7 @@ func checkCommand(e *registryEntry) []error {
 	case strings.ContainsAny(c, " \t") && !strings.HasPrefix(c, "/"):
 		err = fmt.Errorf("%s contains whitespace: command is one executable, put its arguments in args", quoteValue(c))
 	case strings.Contains(c, "/"):
-		err = checkRegistryPath(c)
+		err = checkPath(c)
 	case !bareCommandRE.MatchString(c):
 		err = fmt.Errorf("%s: want an absolute path or a bare executable name ([A-Za-z0-9._+-])", quoteValue(c))
 	}
@@ -199,22 +196,22 @@ func checkCommand(e *registryEntry) []error {
 	return nil
 }
 
-// checkRegistryPath applies the lexical rules of absolute paths (command,
+// checkPath applies the lexical rules of absolute paths (command,
 // cwd): absolute, clean, no "..", no control character, and none of the
 // MCP-owned state of the state denylist.
-func checkRegistryPath(p string) error {
+func checkPath(p string) error {
 	switch {
 	case !filepath.IsAbs(p):
 		return fmt.Errorf("%s is not an absolute path (a relative path would depend on toolgate's working directory)", quoteValue(p))
-	case hasDotDot(p):
+	case slices.Contains(strings.Split(p, "/"), ".."):
 		return fmt.Errorf("%s contains a .. component", quoteValue(p))
 	case hasControl(p):
 		return fmt.Errorf("%s contains a control character", quoteValue(p))
 	case filepath.Clean(p) != p:
 		return fmt.Errorf("%s is not clean: write %s", quoteValue(p), quoteValue(filepath.Clean(p)))
 	}
-	if d, bad := DeniedSubstring(p); bad {
-		return fmt.Errorf("%s contains %q: %w (MCP-owned build and package state)", quoteValue(p), d, ErrDenied)
+	if d, bad := conf.DeniedSubstring(p); bad {
+		return fmt.Errorf("%s contains %q: %w (MCP-owned build and package state)", quoteValue(p), d, conf.ErrDenied)
 	}
 	return nil
 }
@@ -223,7 +220,7 @@ func hasControl(s string) bool {
 	return strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
 }
 
-func checkArgs(e *registryEntry) []error {
+func checkArgs(e *entry) []error {
 	if e.foreign("args") {
 		return nil
 	}
@@ -245,27 +242,27 @@ func checkArgs(e *registryEntry) []error {
 			errs = append(errs, e.errf(at, fmt.Errorf("%w: the argument looks like one (%s): pass it in an environment variable named in env_vars", ErrCredential, why)))
 			continue
 		}
-		if d, bad := DeniedSubstring(a); bad {
-			errs = append(errs, e.errf(at, fmt.Errorf("contains %q: %w (MCP-owned build and package state)", d, ErrDenied)))
+		if d, bad := conf.DeniedSubstring(a); bad {
+			errs = append(errs, e.errf(at, fmt.Errorf("contains %q: %w (MCP-owned build and package state)", d, conf.ErrDenied)))
 		}
 	}
 	return errs
 }
 
-func checkCwd(e *registryEntry) []error {
+func checkCwd(e *entry) []error {
 	if e.foreign("cwd") {
 		return nil
 	}
 	if e.raw.Cwd == nil {
 		return nil
 	}
-	if err := checkRegistryPath(*e.raw.Cwd); err != nil {
+	if err := checkPath(*e.raw.Cwd); err != nil {
 		return []error{e.errf([]string{"cwd"}, err)}
 	}
 	return nil
 }
 
-func checkEnv(e *registryEntry) []error {
+func checkEnv(e *entry) []error {
 	if e.foreign("env") {
 		return nil
 	}
@@ -301,7 +298,7 @@ func checkEnv(e *registryEntry) []error {
 	return errs
 }
 
-func checkEnvVars(e *registryEntry) []error {
+func checkEnvVars(e *entry) []error {
 	if e.foreign("env_vars") {
 		return nil
 	}
@@ -325,7 +322,7 @@ func checkEnvVars(e *registryEntry) []error {
 	return errs
 }
 
-func checkSandboxNetwork(e *registryEntry) []error {
+func checkSandboxNetwork(e *entry) []error {
 	if e.foreign("network") {
 		return nil
 	}
@@ -338,7 +335,7 @@ func checkSandboxNetwork(e *registryEntry) []error {
 // checkAllowedHosts: a stdio server in the sandbox may list destinations;
 // beside network = true (the host's whole network) or sandbox = false (no
 // sandbox to enforce it in) the list would mean nothing, and is refused.
-func checkAllowedHosts(e *registryEntry) []error {
+func checkAllowedHosts(e *entry) []error {
 	if e.foreign("allowed_hosts") || e.raw.AllowedHosts == nil {
 		return nil
 	}
@@ -355,7 +352,7 @@ func checkAllowedHosts(e *registryEntry) []error {
 	return nil
 }
 
-func checkURL(e *registryEntry) []error {
+func checkURL(e *entry) []error {
 	if e.foreign("url") {
 		return nil
 	}
@@ -396,7 +393,7 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func checkBearerTokenEnvVar(e *registryEntry) []error {
+func checkBearerTokenEnvVar(e *entry) []error {
 	if e.foreign("bearer_token_env_var") {
 		return nil
 	}
@@ -413,7 +410,7 @@ func checkBearerTokenEnvVar(e *registryEntry) []error {
 	return nil
 }
 
-func checkHeaders(e *registryEntry) []error {
+func checkHeaders(e *entry) []error {
 	if e.foreign("http_headers") {
 		return nil
 	}
@@ -486,7 +483,7 @@ func bearerHint(header string) string {
 	return ""
 }
 
-func checkEnabledTools(e *registryEntry) []error {
+func checkEnabledTools(e *entry) []error {
 	if e.raw.EnabledTools == nil {
 		return []error{e.errf([]string{"enabled_tools"}, errors.New("required: list the downstream tools to serve (the operator's maximum); a server with no allowlist serves nothing"))}
 	}
@@ -509,7 +506,7 @@ func checkEnabledTools(e *registryEntry) []error {
 	return errs
 }
 
-func checkApprovalModes(e *registryEntry) []error {
+func checkApprovalModes(e *entry) []error {
 	var errs []error
 	if e.raw.DefaultToolsApprovalMode == nil {
 		errs = append(errs, e.errf([]string{"default_tools_approval_mode"}, fmt.Errorf("required: state it explicitly, one of %s", joinQuoted(KnownApprovalModes()))))
@@ -538,7 +535,7 @@ func checkApprovalModes(e *registryEntry) []error {
 	return errs
 }
 
-func checkTimeouts(e *registryEntry) []error {
+func checkTimeouts(e *entry) []error {
 	var errs []error
 	check := func(field string, v *int64, lo, hi int64) {
 		if v != nil && (*v < lo || *v > hi) {
@@ -548,164 +545,4 @@ func checkTimeouts(e *registryEntry) []error {
 	check("startup_timeout_sec", e.raw.StartupTimeoutSec, MinStartupTimeoutSec, MaxStartupTimeoutSec)
 	check("tool_timeout_sec", e.raw.ToolTimeoutSec, MinToolTimeoutSec, MaxToolTimeoutSec)
 	return errs
-}
-
-// normaliseEntry fills the defaults and resolves the command of a valid
-// entry into e.server. Resolution failures are refusals.
-func normaliseEntry(e *registryEntry, opts RegistryOptions) []error {
-	r := e.raw
-	t, _ := e.transport()
-	s := ToolServer{
-		ID:                        e.id,
-		Transport:                 t,
-		EnabledTools:              append([]string(nil), (*r.EnabledTools)...),
-		DefaultApproval:           ApprovalMode(*r.DefaultToolsApprovalMode),
-		StartupTimeout:            DefaultStartupTimeoutSec * time.Second,
-		ToolTimeout:               DefaultToolTimeoutSec * time.Second,
-		SupportsParallelToolCalls: deref(r.SupportsParallelToolCalls, false),
-		Pinned:                    deref(r.Pinned, false),
-		Fragment:                  e.frag.path,
-		Line:                      e.frag.line(e.path()),
-	}
-	if r.StartupTimeoutSec != nil {
-		s.StartupTimeout = time.Duration(*r.StartupTimeoutSec) * time.Second
-	}
-	if r.ToolTimeoutSec != nil {
-		s.ToolTimeout = time.Duration(*r.ToolTimeoutSec) * time.Second
-	}
-	if len(r.Tools) > 0 {
-		s.ToolApproval = make(map[string]ApprovalMode, len(r.Tools))
-		for name, o := range r.Tools {
-			s.ToolApproval[name] = ApprovalMode(*o.ApprovalMode)
-		}
-	}
-	switch t {
-	case TransportStdio:
-		s.CommandAsWritten = *r.Command
-		cmd, resolved, err := resolveCommand(*r.Command, opts.searchPath())
-		if err != nil {
-			return []error{e.errf([]string{"command"}, err)}
-		}
-		s.Command, s.CommandResolved = cmd, resolved
-		s.Args = append([]string{}, deref(r.Args, nil)...)
-		s.Cwd = deref(r.Cwd, "")
-		s.Env = cloneMap(r.Env)
-		s.EnvVars = append([]string(nil), deref(r.EnvVars, nil)...)
-		s.Sandbox = deref(r.Sandbox, true)
-		s.Network = s.Sandbox && deref(r.Network, false)
-		if s.Sandbox {
-			ro, err := readOnlyBinds(s.Args)
-			if err != nil {
-				return []error{e.errf([]string{"args"}, err)}
-			}
-			s.ReadOnly = ro
-		}
-		if r.AllowedHosts != nil {
-			s.AllowedHosts, _ = allowlist.ParseList(*r.AllowedHosts) // checked by checkAllowedHosts
-		}
-		creds, errs := entryCredentials(e, s, opts)
-		if len(errs) > 0 {
-			return errs
-		}
-		s.Credentials = creds
-	case TransportStreamableHTTP:
-		s.URL = *r.URL
-		s.BearerTokenEnvVar = deref(r.BearerTokenEnvVar, "")
-		s.Headers = cloneMap(r.HTTPHeaders)
-		s.EnvHeaders = cloneMap(r.EnvHTTPHeaders)
-	}
-	e.server = s
-	return nil
-}
-
-func deref[T any](p *T, def T) T {
-	if p == nil {
-		return def
-	}
-	return *p
-}
-
-func cloneMap(m map[string]string) map[string]string {
-	if len(m) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	maps.Copy(out, m)
-	return out
-}
-
-// resolveCommand turns a command as written into the absolute path to
-// execve and its symlink-resolved target. A bare name is looked up in dirs
-// (absolute, in order); an absolute path is taken as written. Either way the
-// file must exist and be a regular executable file, and neither path may
-// name MCP-owned state.
-func resolveCommand(cmd string, dirs []string) (string, string, error) {
-	if filepath.IsAbs(cmd) {
-		resolved, err := checkExecutable(cmd)
-		if err != nil {
-			return "", "", err
-		}
-		return cmd, resolved, nil
-	}
-	var tried []string
-	for _, d := range dirs {
-		p := filepath.Join(d, cmd)
-		resolved, err := checkExecutable(p)
-		if err == nil {
-			return p, resolved, nil
-		}
-		if errors.Is(err, ErrDenied) {
-			return "", "", err
-		}
-		tried = append(tried, d)
-	}
-	return "", "", fmt.Errorf("%s not found as an executable file in %s (the fixed search path; toolgate's own $PATH is not used): install it or write its absolute path", quoteValue(cmd), strings.Join(tried, ":"))
-}
-
-// checkExecutable checks that p resolves to a regular executable file
-// outside the state denylist, and returns the resolved path.
-func checkExecutable(p string) (string, error) {
-	resolved, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", quoteValue(p), unwrapPathErr(err))
-	}
-	if d, bad := DeniedSubstring(resolved); bad {
-		return "", fmt.Errorf("%s resolves to %s, which contains %q: %w", quoteValue(p), quoteValue(resolved), d, ErrDenied)
-	}
-	fi, err := os.Stat(resolved)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", quoteValue(p), unwrapPathErr(err))
-	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("%s is not a regular file (mode %s)", quoteValue(p), fi.Mode().Type())
-	}
-	if fi.Mode().Perm()&0o111 == 0 {
-		return "", fmt.Errorf("%s is not executable (mode %04o)", quoteValue(p), fi.Mode().Perm())
-	}
-	return resolved, nil
-}
-
-// readOnlyBinds resolves the arguments of a sandboxed server that are
-// absolute paths of things that exist: what its sandbox binds read-only
-// (an absolute argument that names nothing is an ordinary argument). Each
-// must pass the sandbox policy's bind rule, or the server could never
-// start.
-func readOnlyBinds(args []string) ([]string, error) {
-	var out []string
-	for _, a := range args {
-		if !filepath.IsAbs(a) {
-			continue
-		}
-		p, err := filepath.EvalSymlinks(a)
-		if err != nil {
-			continue
-		}
-		if err := bundle.CheckBind(p); err != nil {
-			return nil, fmt.Errorf("argument %q resolves to %s, which a sandbox would bind read-only: %w", a, p, err)
-		}
-		if !slices.Contains(out, p) {
-			out = append(out, p)
-		}
-	}
-	return out, nil
 }

@@ -1,4 +1,4 @@
-package conf
+package registry
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/toolgate/toolgate/conf"
 )
 
 func TestCanonicalJSON(t *testing.T) {
@@ -215,9 +217,9 @@ func TestLoadRegistryPins(t *testing.T) {
 	}
 	dir := filepath.Join(f.root, "tool-mcp.d")
 	regWrite(t, dir, map[string]string{"10-ida.toml": frag, PinsFile: string(pins)})
-	r := LoadRegistry(dir, f.opts)
-	if r.State != StateLoaded || r.Pins == nil || r.Pins.Path != filepath.Join(dir, PinsFile) {
-		t.Fatalf("LoadRegistry = %s, pins %+v, %v; want loaded with its pins", r.State, r.Pins, r.Err())
+	r := Load(dir, f.opts)
+	if r.State != conf.StateLoaded || r.Pins == nil || r.Pins.Path != filepath.Join(dir, PinsFile) {
+		t.Fatalf("Load = %s, pins %+v, %v; want loaded with its pins", r.State, r.Pins, r.Err())
 	}
 	if got, ok := r.Pins.Lookup("ida_pro", "decompile"); !ok || got.SHA256 != pin.SHA256 {
 		t.Errorf("pin = %+v, want %s", got, pin.SHA256)
@@ -239,7 +241,7 @@ func TestLoadRegistryPins(t *testing.T) {
 	if err := os.Chmod(p, 0o664); err != nil {
 		t.Fatal(err)
 	}
-	if r := LoadRegistry(dir, f.opts); r.State != StateRefused || r.Pins != nil ||
+	if r := Load(dir, f.opts); r.State != conf.StateRefused || r.Pins != nil ||
 		!strings.Contains(r.Err().Error(), "pins.json: group- or world-writable (mode 0664): anyone who can write it can approve any definition of a downstream tool; chmod go-w") {
 		t.Errorf("group-writable pins: %s, %v", r.State, r.Err())
 	}
@@ -249,18 +251,18 @@ func TestLoadRegistryPins(t *testing.T) {
 	if err := os.WriteFile(p, []byte(strings.Replace(string(pins), "Decompile a function.", "Decompile a function!", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if r := LoadRegistry(dir, f.opts); r.State != StateRefused || !strings.Contains(r.Err().Error(), "servers.ida_pro.tools.decompile: sha256") {
+	if r := Load(dir, f.opts); r.State != conf.StateRefused || !strings.Contains(r.Err().Error(), "servers.ida_pro.tools.decompile: sha256") {
 		t.Errorf("edited pins: %s, %v", r.State, r.Err())
 	}
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
 	}
-	if r := LoadRegistry(dir, f.opts); r.State != StateLoaded || r.Pins != nil {
+	if r := Load(dir, f.opts); r.State != conf.StateLoaded || r.Pins != nil {
 		t.Errorf("no pins file: %s, %+v", r.State, r.Pins)
 	}
 	bad := strings.Replace(frag, "pinned = true", `pinned = "yes"`, 1)
 	regWrite(t, dir, map[string]string{"10-ida.toml": bad})
-	if r := LoadRegistry(dir, f.opts); r.State != StateRefused || !strings.Contains(r.Err().Error(), "tool_mcp_servers.ida_pro.pinned: wrong type: a TOML string, want a boolean") {
+	if r := Load(dir, f.opts); r.State != conf.StateRefused || !strings.Contains(r.Err().Error(), "tool_mcp_servers.ida_pro.pinned: wrong type: a TOML string, want a boolean") {
 		t.Errorf("pinned = \"yes\": %s, %v", r.State, r.Err())
 	}
 }

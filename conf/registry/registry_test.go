@@ -1,4 +1,4 @@
-package conf
+package registry
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/egress/allowlist"
 )
 
@@ -22,7 +23,7 @@ type regFixture struct {
 	bin  string // the only search-path dir
 	exe  string // bin/mcp-srv
 	work string
-	opts RegistryOptions
+	opts Options
 }
 
 func newRegFixture(t *testing.T) regFixture {
@@ -46,7 +47,7 @@ func newRegFixture(t *testing.T) regFixture {
 	if err := os.Symlink(f.exe, filepath.Join(f.bin, "alias")); err != nil {
 		t.Fatal(err)
 	}
-	f.opts = RegistryOptions{SearchPath: []string{f.bin}}
+	f.opts = Options{SearchPath: []string{f.bin}}
 	return f
 }
 
@@ -57,7 +58,7 @@ func (f regFixture) expand(s string) string {
 
 // parse validates one fragment; "schema_version = 8" is prepended (as line
 // 1) unless the text declares a schema_version itself.
-func (f regFixture) parse(text string) ([]ToolServer, []*RegistryError) {
+func (f regFixture) parse(text string) ([]ToolServer, []*Error) {
 	text = f.expand(text)
 	if !strings.Contains(text, "schema_version") {
 		text = "schema_version = 8\n" + text
@@ -66,9 +67,9 @@ func (f regFixture) parse(text string) ([]ToolServer, []*RegistryError) {
 	return servers, regErrs(err)
 }
 
-// regErrs flattens a joined error into its *RegistryError values; any
-// other error becomes a RegistryError with Path "<not a RegistryError>".
-func regErrs(err error) []*RegistryError {
+// regErrs flattens a joined error into its *Error values; any
+// other error becomes an Error with Path "<not an *Error>".
+func regErrs(err error) []*Error {
 	if err == nil {
 		return nil
 	}
@@ -78,11 +79,11 @@ func regErrs(err error) []*RegistryError {
 	} else {
 		list = []error{err}
 	}
-	var out []*RegistryError
+	var out []*Error
 	for _, e := range list {
-		var re *RegistryError
+		var re *Error
 		if !errors.As(e, &re) {
-			re = &RegistryError{Path: "<not a RegistryError>", Err: e}
+			re = &Error{Path: "<not an *Error>", Err: e}
 		}
 		out = append(out, re)
 	}
@@ -174,7 +175,7 @@ func runRegCases(t *testing.T, cases []regCase) {
 			if servers != nil {
 				t.Errorf("ParseFragment returned servers with errors: %v", servers)
 			}
-			var hit *RegistryError
+			var hit *Error
 			for _, e := range errs {
 				if e.Path == tc.path && strings.Contains(e.Err.Error(), tc.want) {
 					hit = e
@@ -196,7 +197,7 @@ func runRegCases(t *testing.T, cases []regCase) {
 	}
 }
 
-func joinRegErrs(errs []*RegistryError) string {
+func joinRegErrs(errs []*Error) string {
 	var b strings.Builder
 	for _, e := range errs {
 		fmt.Fprintf(&b, "  %s [path %s]\n", e, e.Path)
@@ -447,7 +448,7 @@ func TestRegistryCwd(t *testing.T) {
 		{name: "dot dot", text: regStdio + "cwd = \"/srv/../etc\"\n", path: "tool_mcp_servers.ida_pro.cwd", want: "contains a .. component"},
 		{name: "not clean", text: regStdio + "cwd = \"/srv//mcp/\"\n", path: "tool_mcp_servers.ida_pro.cwd", want: `is not clean: write "/srv/mcp"`},
 		{name: "tilde", text: regStdio + "cwd = \"~/mcp\"\n", path: "tool_mcp_servers.ida_pro.cwd", want: "is not an absolute path"},
-		{name: "state denylist", text: regStdio + "cwd = \"/srv/out/x\"\n", path: "tool_mcp_servers.ida_pro.cwd", want: `contains "/out/"`, is: ErrDenied},
+		{name: "state denylist", text: regStdio + "cwd = \"/srv/out/x\"\n", path: "tool_mcp_servers.ida_pro.cwd", want: `contains "/out/"`, is: conf.ErrDenied},
 	})
 }
 
@@ -466,7 +467,7 @@ func TestRegistryCommand(t *testing.T) {
 		{name: "with arguments", text: set("npx -y server-everything"), path: "tool_mcp_servers.ida_pro.command", want: "contains whitespace: command is one executable"},
 		{name: "metacharacter", text: set("mcp;rm"), path: "tool_mcp_servers.ida_pro.command", want: "want an absolute path or a bare executable name"},
 		{name: "empty", text: set(""), path: "tool_mcp_servers.ida_pro.command", want: "empty"},
-		{name: "state denylist", text: set("/srv/out/mcp"), path: "tool_mcp_servers.ida_pro.command", want: `contains "/out/"`, is: ErrDenied},
+		{name: "state denylist", text: set("/srv/out/mcp"), path: "tool_mcp_servers.ida_pro.command", want: `contains "/out/"`, is: conf.ErrDenied},
 	})
 }
 
@@ -501,14 +502,14 @@ func TestRegistrySearchPathSkipsRelativeEntries(t *testing.T) {
 	if err := os.WriteFile(filepath.Join("relbin", "rel-mcp"), []byte("#!/bin/true\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f.opts = RegistryOptions{SearchPath: []string{"relbin", "", f.bin}}
+	f.opts = Options{SearchPath: []string{"relbin", "", f.bin}}
 	_, errs := f.parse(strings.Replace(regStdio, "@EXE@", "rel-mcp", 1))
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), `"rel-mcp" not found as an executable file in `+f.bin+" ") {
 		t.Fatalf("errors = %v, want rel-mcp not found in %s only", joinRegErrs(errs), f.bin)
 	}
 	// The default search path is the fixed system one.
-	if got := (RegistryOptions{}).searchPath(); strings.Join(got, ":") != RegistrySearchPath {
-		t.Errorf("default search path = %v, want %s", got, RegistrySearchPath)
+	if got := (Options{}).searchPath(); strings.Join(got, ":") != SearchPath {
+		t.Errorf("default search path = %v, want %s", got, SearchPath)
 	}
 }
 
@@ -538,7 +539,7 @@ func TestRegistryArgs(t *testing.T) {
 		},
 		{
 			name: "state denylist", text: regStdio + `args = ["--db=/var/lib/queue.db"]` + "\n",
-			path: "tool_mcp_servers.ida_pro.args[0]", want: `contains "queue.db"`, is: ErrDenied,
+			path: "tool_mcp_servers.ida_pro.args[0]", want: `contains "queue.db"`, is: conf.ErrDenied,
 		},
 	})
 }
@@ -872,11 +873,11 @@ approval_mode = 'prompt'
 	}
 }
 
-// loadSeedRegistry loads testdata/registry/seed (seed 002's example),
+// loadSeedRegistry loads testdata/seed (seed 002's example),
 // copied into a temp dir so that file modes do not depend on the umask.
 func loadSeedRegistry(t *testing.T, f regFixture) *Registry {
 	t.Helper()
-	src := filepath.Join("testdata", "registry", "seed")
+	src := filepath.Join("testdata", "seed")
 	ents, err := os.ReadDir(src)
 	if err != nil {
 		t.Fatal(err)
@@ -891,13 +892,13 @@ func loadSeedRegistry(t *testing.T, f regFixture) *Registry {
 	}
 	dir := filepath.Join(f.root, "tool-mcp.d")
 	regWrite(t, dir, files)
-	return LoadRegistry(dir, f.opts)
+	return Load(dir, f.opts)
 }
 
 func TestLoadRegistrySeedExample(t *testing.T) {
 	f := newRegFixture(t)
 	r := loadSeedRegistry(t, f)
-	if r.State != StateLoaded {
+	if r.State != conf.StateLoaded {
 		t.Fatalf("State = %s, want loaded: %v", r.State, r.Err())
 	}
 	dir := r.Dir
@@ -952,23 +953,23 @@ func TestLoadRegistryDirectory(t *testing.T) {
 	good := "schema_version = 8\n" + f.expand(regStdio)
 
 	t.Run("absent", func(t *testing.T) {
-		r := LoadRegistry(filepath.Join(f.root, "nope"), f.opts)
-		if r.State != StateAbsent || !strings.Contains(r.Reason, "no directory at") || len(r.Servers) != 0 || len(r.Errors) != 0 {
-			t.Errorf("LoadRegistry(missing) = %+v, want absent with no servers", r)
+		r := Load(filepath.Join(f.root, "nope"), f.opts)
+		if r.State != conf.StateAbsent || !strings.Contains(r.Reason, "no directory at") || len(r.Servers) != 0 || len(r.Errors) != 0 {
+			t.Errorf("Load(missing) = %+v, want absent with no servers", r)
 		}
 	})
 	t.Run("not a directory", func(t *testing.T) {
-		r := LoadRegistry(filepath.Join(f.root, "plain"), f.opts)
-		if r.State != StateRefused || !strings.Contains(r.Err().Error(), "not a directory") {
-			t.Errorf("LoadRegistry(file) = %s %v, want refused: not a directory", r.State, r.Err())
+		r := Load(filepath.Join(f.root, "plain"), f.opts)
+		if r.State != conf.StateRefused || !strings.Contains(r.Err().Error(), "not a directory") {
+			t.Errorf("Load(file) = %s %v, want refused: not a directory", r.State, r.Err())
 		}
 	})
 	t.Run("empty directory", func(t *testing.T) {
 		dir := filepath.Join(f.root, "empty")
 		regWrite(t, dir, nil)
-		r := LoadRegistry(dir, f.opts)
-		if r.State != StateLoaded || len(r.Servers) != 0 {
-			t.Errorf("LoadRegistry(empty) = %s with %d servers, want loaded with none", r.State, len(r.Servers))
+		r := Load(dir, f.opts)
+		if r.State != conf.StateLoaded || len(r.Servers) != 0 {
+			t.Errorf("Load(empty) = %s with %d servers, want loaded with none", r.State, len(r.Servers))
 		}
 	})
 	t.Run("world-writable directory", func(t *testing.T) {
@@ -977,9 +978,9 @@ func TestLoadRegistryDirectory(t *testing.T) {
 		if err := os.Chmod(dir, 0o1777); err != nil {
 			t.Fatal(err)
 		}
-		r := LoadRegistry(dir, f.opts)
-		if r.State != StateRefused || len(r.Servers) != 0 || !strings.Contains(r.Err().Error(), "group- or world-writable (mode 0777)") {
-			t.Errorf("LoadRegistry(world-writable) = %s %v, want refused", r.State, r.Err())
+		r := Load(dir, f.opts)
+		if r.State != conf.StateRefused || len(r.Servers) != 0 || !strings.Contains(r.Err().Error(), "group- or world-writable (mode 0777)") {
+			t.Errorf("Load(world-writable) = %s %v, want refused", r.State, r.Err())
 		}
 	})
 	t.Run("group-writable fragment", func(t *testing.T) {
@@ -988,17 +989,17 @@ func TestLoadRegistryDirectory(t *testing.T) {
 		if err := os.Chmod(filepath.Join(dir, "a.toml"), 0o664); err != nil {
 			t.Fatal(err)
 		}
-		r := LoadRegistry(dir, f.opts)
-		if r.State != StateRefused || !strings.Contains(r.Err().Error(), "a.toml: group- or world-writable (mode 0664)") {
-			t.Errorf("LoadRegistry(group-writable fragment) = %s %v, want refused", r.State, r.Err())
+		r := Load(dir, f.opts)
+		if r.State != conf.StateRefused || !strings.Contains(r.Err().Error(), "a.toml: group- or world-writable (mode 0664)") {
+			t.Errorf("Load(group-writable fragment) = %s %v, want refused", r.State, r.Err())
 		}
 	})
 	t.Run("oversized fragment", func(t *testing.T) {
 		dir := filepath.Join(f.root, "big")
 		regWrite(t, dir, map[string]string{"a.toml": good + "#" + strings.Repeat("x", MaxFragmentSize)})
-		r := LoadRegistry(dir, f.opts)
-		if r.State != StateRefused || !strings.Contains(r.Err().Error(), "larger than 1048576 bytes") {
-			t.Errorf("LoadRegistry(oversized) = %s %v, want refused", r.State, r.Err())
+		r := Load(dir, f.opts)
+		if r.State != conf.StateRefused || !strings.Contains(r.Err().Error(), "larger than 1048576 bytes") {
+			t.Errorf("Load(oversized) = %s %v, want refused", r.State, r.Err())
 		}
 	})
 	t.Run("skips dotfiles, other names and directories; follows symlinks", func(t *testing.T) {
@@ -1016,9 +1017,9 @@ func TestLoadRegistryDirectory(t *testing.T) {
 		if err := os.Symlink(filepath.Join(dir, "target.conf"), filepath.Join(dir, "link.toml")); err != nil {
 			t.Fatal(err)
 		}
-		r := LoadRegistry(dir, f.opts)
-		if r.State != StateLoaded || len(r.Servers) != 1 || len(r.Fragments) != 1 || filepath.Base(r.Fragments[0]) != "link.toml" {
-			t.Errorf("LoadRegistry(mixed) = %s %v, fragments %v; want loaded from link.toml only", r.State, r.Err(), r.Fragments)
+		r := Load(dir, f.opts)
+		if r.State != conf.StateLoaded || len(r.Servers) != 1 || len(r.Fragments) != 1 || filepath.Base(r.Fragments[0]) != "link.toml" {
+			t.Errorf("Load(mixed) = %s %v, fragments %v; want loaded from link.toml only", r.State, r.Err(), r.Fragments)
 		}
 	})
 	t.Run("symlink to a directory", func(t *testing.T) {
@@ -1027,9 +1028,9 @@ func TestLoadRegistryDirectory(t *testing.T) {
 		if err := os.Symlink(f.work, filepath.Join(dir, "x.toml")); err != nil {
 			t.Fatal(err)
 		}
-		r := LoadRegistry(dir, f.opts)
-		if r.State != StateRefused || !strings.Contains(r.Err().Error(), "x.toml: not a regular file") {
-			t.Errorf("LoadRegistry(symlink to dir) = %s %v, want refused", r.State, r.Err())
+		r := Load(dir, f.opts)
+		if r.State != conf.StateRefused || !strings.Contains(r.Err().Error(), "x.toml: not a regular file") {
+			t.Errorf("Load(symlink to dir) = %s %v, want refused", r.State, r.Err())
 		}
 	})
 }
@@ -1043,8 +1044,8 @@ func TestLoadRegistryLaterFragmentReplacesWhole(t *testing.T) {
 		// "9" sorts after "2": lexical, not numeric, order.
 		"9-c.toml": "schema_version = 8\n" + strings.Replace(regHTTP, `"writes"`, `"auto"`, 1),
 	})
-	r := LoadRegistry(dir, f.opts)
-	if r.State != StateLoaded {
+	r := Load(dir, f.opts)
+	if r.State != conf.StateLoaded {
 		t.Fatalf("State = %s: %v", r.State, r.Err())
 	}
 	if got := []string{filepath.Base(r.Fragments[0]), filepath.Base(r.Fragments[1]), filepath.Base(r.Fragments[2])}; !reflect.DeepEqual(got, []string{"10-a.toml", "20-b.toml", "9-c.toml"}) {
@@ -1076,8 +1077,8 @@ func TestLoadRegistryFailClosed(t *testing.T) {
 		"30-c.toml": "schema_version = 8\n" + regHTTP + "bearer_token = \"x\"\ntool_timeout_sec = 0\n",
 		"40-d.toml": "schema_version = 8\n" + strings.Replace(regHTTP, "firecrawl", "other", 1),
 	})
-	r := LoadRegistry(dir, f.opts)
-	if r.State != StateRefused || len(r.Servers) != 0 {
+	r := Load(dir, f.opts)
+	if r.State != conf.StateRefused || len(r.Servers) != 0 {
 		t.Fatalf("State = %s with %d servers, want refused with none", r.State, len(r.Servers))
 	}
 	var got []string
@@ -1143,115 +1144,6 @@ func TestRegistryReadiness(t *testing.T) {
 	}
 }
 
-func TestCredentialName(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		want bool
-	}{
-		{"GITHUB_TOKEN", true},
-		{"github-token", true},
-		{"X-Auth-Token", true},
-		{"ACCESSTOKEN", true},
-		{"OPENAI_API_KEY", true},
-		{"X-Api-Key", true},
-		{"APIKEY", true},
-		{"SSH_KEY", true},
-		{"DB_PASSWORD", true},
-		{"PGPASSWORD", true},
-		{"MY_SECRET_THING", true},
-		{"client_secret", true},
-		{"AUTHORIZATION", true},
-		{"Proxy-Authorization", true},
-		{"Cookie", true},
-		{"SESSION_COOKIE", true},
-		{"GITHUB_PAT", true},
-		{"HTTP_AUTH", true},
-		{"GPG_PASSPHRASE", true},
-		{"AWS_CREDENTIALS", true},
-		{"TOKENIZERS_PARALLELISM", false},
-		{"KEYBOARD", false},
-		{"MONKEY", false},
-		{"PWD", false},
-		{"LOG_LEVEL", false},
-		{"AUTHOR", false},
-		{"X-Client", false},
-		{"PATH", false},
-		{"KEY_ID_HINT", false},
-		{"", false},
-		{"_", false},
-	} {
-		if _, got := credentialName(tc.name); got != tc.want {
-			t.Errorf("credentialName(%q) = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
-func TestCredentialValue(t *testing.T) {
-	for _, tc := range []struct {
-		value string
-		want  bool
-	}{
-		{fakeOpenAIKey, true},
-		{fakeGitHubPAT, true},
-		{fakeSlackBot, true},
-		{fakeAWSKeyID, true},
-		{fakeRandom32, true},
-		{fakeJWT, true},
-		{fakeUUID, true},
-		{"Bearer x", true},
-		{"token abc", true},
-		{"-----BEGIN OPENSSH PRIVATE KEY-----\nabc", true},
-		{"https://u:p@h/", true},
-		{"fc-0123456789abcdef0123456789abcdef", true},
-		{"da39a3ee5e6b4b0d3255bfef95601890afd80709", true},
-		{"", false},
-		{"info", false},
-		{"en_US.UTF-8", false},
-		{"sk-SK", false},
-		{"fc-cache", false},
-		{"/opt/ida-pro-9.1/plugins/abcdefXYZ0123456789", false},
-		{"--max-old-space-size=4096", false},
-		{"release-2024-01-15-build", false},
-		{"com.example.service.name.with.dots", false},
-		{"MyApplicationProductionConfig", false},
-		{"https://mcp.example.invalid/mcp?x=1", false},
-		{"bearer", false},
-		{"FIRECRAWL_API_KEY", false},
-		{"IDA_MCP_TOKEN", false},
-	} {
-		if why, got := credentialValue(tc.value); got != tc.want {
-			t.Errorf("credentialValue(%q) = %v (%s), want %v", tc.value, got, why, tc.want)
-		}
-	}
-}
-
-func TestQuoteValueRedacts(t *testing.T) {
-	if got := quoteValue(fakeGitHubPAT); got != redactedValue {
-		t.Errorf("quoteValue(pat) = %s, want %s", got, redactedValue)
-	}
-	if got := quoteValue("plain"); got != `"plain"` {
-		t.Errorf("quoteValue(plain) = %s", got)
-	}
-	// A secret pasted as a server id, transport or command is not echoed.
-	f := newRegFixture(t)
-	for _, text := range []string{
-		strings.Replace(regStdio, "ida_pro", `"`+fakeGitHubPAT+`"`, 1),
-		strings.Replace(regStdio, `"stdio"`, `"`+fakeGitHubPAT+`"`, 1),
-		strings.Replace(regStdio, "@EXE@", fakeGitHubPAT, 1),
-		strings.Replace(regStdio, "@EXE@", "/opt/"+fakeGitHubPAT, 1),
-	} {
-		_, errs := f.parse(text)
-		if len(errs) == 0 {
-			t.Fatalf("accepted %s", text)
-		}
-		for _, e := range errs {
-			if strings.Contains(e.Error(), fakeGitHubPAT) {
-				t.Errorf("error echoes the secret: %s", e)
-			}
-		}
-	}
-}
-
 func TestServedName(t *testing.T) {
 	s := ToolServer{ID: "ida_pro"}
 	for _, tool := range []string{"decompile", "_x", "a__b", "x.y"} {
@@ -1300,7 +1192,7 @@ default_tools_approval_mode = "writes"
 [tool_mcp_servers.firecrawl.tools.scrape]
 approval_mode = "prompt"
 `
-	servers, err := ParseFragment("10-firecrawl.toml", []byte(fragment), RegistryOptions{})
+	servers, err := ParseFragment("10-firecrawl.toml", []byte(fragment), Options{})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -1321,7 +1213,7 @@ url = "https://mcp.example.invalid/"
 bearer_token = "not here"
 enabled_tools = []
 default_tools_approval_mode = "writes"
-`), RegistryOptions{})
+`), Options{})
 	fmt.Println(err)
 	// Output:
 	// firecrawl__search: writes, timeout 1m0s

@@ -1,4 +1,4 @@
-package conf
+package registry
 
 // A unified diff of two texts, line by line (Myers' O(ND) algorithm), for
 // showing how a downstream tool's definition drifted from its pin.

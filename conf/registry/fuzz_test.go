@@ -1,4 +1,4 @@
-package conf
+package registry
 
 import (
 	"errors"
@@ -28,10 +28,10 @@ func FuzzParseFragment(f *testing.F) {
 		if len(data) > 64<<10 {
 			return
 		}
-		servers, err := ParseFragment("fuzz.toml", data, RegistryOptions{})
+		servers, err := ParseFragment("fuzz.toml", data, Options{})
 		if err != nil {
-			if _, ok := errors.AsType[*RegistryError](err); !ok {
-				t.Fatalf("error %v carries no *RegistryError", err)
+			if _, ok := errors.AsType[*Error](err); !ok {
+				t.Fatalf("error %v carries no *Error", err)
 			}
 			return
 		}

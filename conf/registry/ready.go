@@ -1,4 +1,4 @@
-package conf
+package registry
 
 // Readiness of a tool-MCP registry entry: what can be known without
 // launching or connecting to the server.
@@ -6,6 +6,8 @@ package conf
 import (
 	"os"
 	"path/filepath"
+
+	"github.com/toolgate/toolgate/conf"
 )
 
 // ReadinessCheck is one thing a server needs from the host.
@@ -94,13 +96,13 @@ func cwdReadiness(dir string) ReadinessCheck {
 	c := ReadinessCheck{Kind: "cwd", Subject: dir}
 	resolved, err := filepath.EvalSymlinks(dir)
 	if err != nil {
-		c.Detail = unwrapPathErr(err).Error()
+		c.Detail = conf.UnwrapPathErr(err).Error()
 		return c
 	}
 	fi, err := os.Stat(resolved)
 	switch {
 	case err != nil:
-		c.Detail = unwrapPathErr(err).Error()
+		c.Detail = conf.UnwrapPathErr(err).Error()
 	case !fi.IsDir():
 		c.Detail = "not a directory"
 	default:

@@ -1,4 +1,4 @@
-package conf
+package registry
 
 // Pins: the downstream tool definitions the operator approved. `toolgate
 // registry pin` lists each server and writes, for each enabled tool, the
@@ -454,7 +454,7 @@ func loadPins(dir string) (*Pins, []error) {
 // truncated, is refused rather than trusted.
 func ParsePins(path string, data []byte) (*Pins, []error) {
 	fail := func(p string, err error) []error {
-		return []error{&RegistryError{File: path, Path: p, Err: err}}
+		return []error{&Error{File: path, Path: p, Err: err}}
 	}
 	if _, err := CanonicalJSON(data); err != nil {
 		return nil, fail("", err)
@@ -475,7 +475,7 @@ func ParsePins(path string, data []byte) (*Pins, []error) {
 	var errs []error
 	for _, id := range sortedKeys(doc.Servers) {
 		if !serverIDRE.MatchString(id) {
-			errs = append(errs, &RegistryError{File: path, Path: jsonPath("servers", id), Err: errors.New("not a server id")})
+			errs = append(errs, &Error{File: path, Path: jsonPath("servers", id), Err: errors.New("not a server id")})
 			continue
 		}
 		tools := map[string]Pin{}
@@ -483,7 +483,7 @@ func ParsePins(path string, data []byte) (*Pins, []error) {
 			where := jsonPath("servers."+id+".tools", tool)
 			pin, err := checkPin(tool, doc.Servers[id].Tools[tool])
 			if err != nil {
-				errs = append(errs, &RegistryError{File: path, Path: where, Err: err})
+				errs = append(errs, &Error{File: path, Path: where, Err: err})
 				continue
 			}
 			tools[tool] = pin
