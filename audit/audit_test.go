@@ -80,3 +80,18 @@ func TestPinRecordKeys(t *testing.T) {
 		`{"decision":"withheld","diff":"-a\n+b\n","kind":"pin","level":"info","msg":"pin","pin":"drift","pinned_sha256":"cd","reason":"drifted","server":"probe","sha256":"ab","start":2,"time":"*","tool":"probe__echo","transport":"stdio"}`,
 		`{"decision":"served","kind":"pin","level":"info","msg":"pin","reason":"no pin","server":"probe","time":"*","tool":"probe__echo","transport":"stdio"}`)
 }
+
+// TestCallRateKeys pins what a call refused for its rate adds (rate,
+// rate_burst, retry_after_ms), and that a call without one adds none.
+func TestCallRateKeys(t *testing.T) {
+	alog, buf := jsonAudit()
+	p := &auth.Principal{Name: "alice", Method: "token"}
+	(&Call{
+		RequestID: "4", Tool: "hello", Kind: "external", Backend: "direct", Principal: p, Refused: "rate",
+		Rate: &Rate{PerSecond: 0.5, Burst: 2, RetryAfter: 1999 * time.Millisecond}, IsError: true,
+	}).Write(alog, "call")
+	(&Call{RequestID: "5", Tool: "hello", Principal: p, Refused: "scope", IsError: true}).Write(alog, "call")
+	checkAudit(t, buf,
+		`{"auth":"token","backend":"direct","is_error":true,"kind":"external","level":"info","msg":"call","principal":"alice","rate":0.5,"rate_burst":2,"refused":"rate","request_id":"4","retry_after_ms":1999,"time":"*","tool":"hello"}`,
+		`{"auth":"token","is_error":true,"level":"info","msg":"call","principal":"alice","refused":"scope","request_id":"5","time":"*","tool":"hello"}`)
+}

@@ -64,6 +64,9 @@ type Options struct {
 	// Metrics counts every call in Prometheus metrics (Server.Metrics),
 	// served over HTTP at /metrics.
 	Metrics bool
+	// Rates are the per-principal rate limits of tools/call (serve
+	// --rate, rate.go); empty, none.
+	Rates RateRules
 }
 
 // Server is a configured toolgate MCP server.
@@ -86,6 +89,8 @@ type Server struct {
 
 	// metrics, when Options.Metrics, count every call.
 	metrics *Metrics
+	// rates are the buckets of Options.Rates; nil without rules.
+	rates *rateLimits
 
 	// listed is closed when the downstream discovery started by
 	// StartDownstream has finished; nil when none was started.
@@ -121,6 +126,7 @@ func New(opts Options) *Server {
 		order:       map[string]int{},
 		sem:         make(chan struct{}, opts.MaxConcurrent),
 		keepEscapes: map[string]bool{},
+		rates:       newRateLimits(opts.Rates),
 	}
 	for _, name := range opts.KeepEscapes {
 		s.keepEscapes[name] = true
@@ -128,6 +134,9 @@ func New(opts Options) *Server {
 	s.mcp = mcpserver.NewMCPServer("toolgate", opts.Version,
 		mcpserver.WithToolCapabilities(true),
 		mcpserver.WithRecovery(),
+		// The first middleware is the outermost: a call over its rate
+		// waits for no slot.
+		mcpserver.WithToolHandlerMiddleware(s.limitRate),
 		mcpserver.WithToolHandlerMiddleware(s.gateCall),
 		mcpserver.WithToolFilter(s.sortTools),
 		mcpserver.WithToolFilter(gateTools),
