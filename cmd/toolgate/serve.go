@@ -16,23 +16,23 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var down downstreamFlags
 	var keep keepEscapes
 	var hf httpFlags
+	var rates rateFlags
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	s.register(fs)
 	down.register(fs)
 	keep.register(fs)
 	hf.register(fs)
+	rates.register(fs)
 	maxRequest := fs.Int("max-request-bytes", server.DefaultMaxRequestBytes,
 		"longest request line served; a longer one is discarded as it is read and answered -32600")
 	if !parse(fs, args, stderr) {
 		return 2
 	}
-	if err := hf.check(); err != nil {
-		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
-		return 2
-	}
-	if err := down.check(); err != nil {
-		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
-		return 2
+	for _, check := range []func() error{hf.check, rates.check, down.check} {
+		if err := check(); err != nil {
+			fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
+			return 2
+		}
 	}
 	if *maxRequest < server.MinMaxRequestBytes {
 		fmt.Fprintf(stderr, "toolgate serve: --max-request-bytes %d: want at least %d\n", *maxRequest, server.MinMaxRequestBytes)
@@ -64,6 +64,8 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	a.opts.MaxRequestBytes = *maxRequest
 	a.opts.KeepEscapes = keep
 	a.opts.Metrics = hf.listen != "" // served at /metrics
+	a.opts.Rates = rates.rules
+	rates.warn(a.log, hf.listen == "")
 	srv := server.New(a.opts)
 	// Prepared sandboxes for every served test-class tool (and the
 	// built-ins' fixed helper runs), once the backend is ready.
