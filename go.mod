@@ -16,6 +16,7 @@ require (
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2
 	github.com/sirupsen/logrus v1.10.2
 	golang.org/x/sys v0.50.0
+	golang.org/x/time v0.16.0
 	golang.org/x/tools v0.52.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2

@@ -12,6 +12,7 @@ import (
 	"context"
 	"maps"
 	"regexp"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/sirupsen/logrus"
@@ -42,6 +43,7 @@ type Call struct {
 	TraceparentInvalid bool            // traceparent_invalid: the _meta had one that is not
 
 	Refused   string      // refused: why the call was not run (or not passed on)
+	Rate      *Rate       // rate, rate_burst, retry_after_ms: the limit a call refused "rate" was over
 	Cancelled bool        // cancelled: by notifications/cancelled or shutdown
 	Error     Opt[string] // error: why it could not run, or failed
 	RPCError  Opt[string] // rpc_error: a downstream server's JSON-RPC error
@@ -64,6 +66,15 @@ type Call struct {
 	EgressBytes Opt[int64]
 	EgressLimit string
 	IsError     bool // is_error: always written
+}
+
+// Rate is the rate limit (serve --rate) a call was refused for: the
+// principal's tokens a second (rate), its burst (rate_burst), and how long
+// until one token is back (retry_after_ms).
+type Rate struct {
+	PerSecond  float64
+	Burst      int
+	RetryAfter time.Duration
 }
 
 // Opt is a value a record carries only once it is set, whatever it is:
@@ -155,6 +166,9 @@ func (r *Call) fields() logrus.Fields {
 	str("refused", r.Refused)
 	if len(r.Policies) > 0 {
 		f["policies"] = r.Policies
+	}
+	if rt := r.Rate; rt != nil {
+		f["rate"], f["rate_burst"], f["retry_after_ms"] = rt.PerSecond, rt.Burst, rt.RetryAfter.Milliseconds()
 	}
 	if r.Cancelled {
 		f["cancelled"] = true

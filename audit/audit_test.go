@@ -100,3 +100,18 @@ func TestPolicyRecordKeys(t *testing.T) {
 		`{"is_error":true,"kind":"external","level":"info","msg":"call","policies":["no permit"],"refused":"policy","request_id":"3","time":"*","tool":"sbx"}`,
 		`{"is_error":false,"kind":"external","level":"info","msg":"call","request_id":"4","time":"*","tool":"sbx"}`)
 }
+
+// TestCallRateKeys pins what a call refused for its rate adds (rate,
+// rate_burst, retry_after_ms), and that a call without one adds none.
+func TestCallRateKeys(t *testing.T) {
+	alog, buf := jsonAudit()
+	p := &auth.Principal{Name: "alice", Method: "token"}
+	(&Call{
+		RequestID: "4", Tool: "hello", Kind: "external", Backend: "direct", Principal: p, Refused: "rate",
+		Rate: &Rate{PerSecond: 0.5, Burst: 2, RetryAfter: 1999 * time.Millisecond}, IsError: true,
+	}).Write(alog, "call")
+	(&Call{RequestID: "5", Tool: "hello", Principal: p, Refused: "scope", IsError: true}).Write(alog, "call")
+	checkAudit(t, buf,
+		`{"auth":"token","backend":"direct","is_error":true,"kind":"external","level":"info","msg":"call","principal":"alice","rate":0.5,"rate_burst":2,"refused":"rate","request_id":"4","retry_after_ms":1999,"time":"*","tool":"hello"}`,
+		`{"auth":"token","is_error":true,"level":"info","msg":"call","principal":"alice","refused":"scope","request_id":"5","time":"*","tool":"hello"}`)
+}

@@ -269,6 +269,27 @@ func TestAuditRecordKinds(t *testing.T) {
 			`{"auth":"oauth","backend":"direct","call":"c1","class":"read","client":"agent-1","elapsed_ms":0,"exit_code":0,"is_error":false,"kind":"external","level":"info","limit":"","msg":"call","output_bytes":0,"principal":"alice","queued_ms":"*","request_id":"2","time":"*","timed_out":false,"tool":"hello","truncated":false}`)
 	})
 
+	t.Run("http rate", func(t *testing.T) {
+		f := startHTTP(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken))},
+			func(o *Options) { o.Rates = RateRules{"alice": {"alice", 0.5, 1}} })
+		for i, want := range []int{200, 429} {
+			body := `{"jsonrpc":"2.0","id":"r` + fmt.Sprint(i) + `","method":"tools/call","params":{"name":"hello","_meta":{"traceparent":"` + validTP + `"}}}`
+			init := f.post(t, rpcReq{token: aliceToken, body: initBody})
+			got := f.post(t, rpcReq{token: aliceToken, body: body, headers: map[string]string{"Mcp-Session-Id": init.header.Get("Mcp-Session-Id"), "Mcp-Protocol-Version": "2025-11-25"}})
+			if got.status != want {
+				t.Fatalf("call %d: %d %s, want %d", i, got.status, got.body, want)
+			}
+		}
+		got := auditLines(t, f.audit, "hello")
+		retry := regexp.MustCompile(`"retry_after_ms":[0-9]+`)
+		for i := range got {
+			got[i] = retry.ReplaceAllString(got[i], `"retry_after_ms":"*"`)
+		}
+		checkAudit(t, got,
+			`{"auth":"token","backend":"direct","call":"c1","class":"read","elapsed_ms":0,"exit_code":0,"is_error":false,"kind":"external","level":"info","limit":"","msg":"call","output_bytes":0,"principal":"alice","queued_ms":"*","request_id":"\"r0\"","time":"*","timed_out":false,"tool":"hello","traceparent":"`+validTP+`","truncated":false}`,
+			`{"auth":"token","backend":"direct","is_error":true,"kind":"external","level":"info","msg":"call","principal":"alice","rate":0.5,"rate_burst":1,"refused":"rate","request_id":"\"r1\"","retry_after_ms":"*","time":"*","tool":"hello","traceparent":"`+validTP+`"}`)
+	})
+
 	t.Run("downstream", func(t *testing.T) {
 		alog, buf := jsonAudit()
 		r := loadRegistry(t, map[string]string{"10-fake.toml": fakeRegistry})
@@ -395,6 +416,7 @@ func TestAuditObserve(t *testing.T) {
 		{"error", audit.Call{Tool: "checkpoint_status", Backend: "direct", IsError: true}, OutcomeError, ""},
 		{"queue", audit.Call{Tool: "checkpoint_status", Backend: "direct", Refused: "queue", IsError: true}, OutcomeRefused, "max_concurrent"},
 		{"principal queue", audit.Call{Tool: "checkpoint_status", Backend: "direct", Refused: "principal_queue", IsError: true}, OutcomeRefused, "principal_concurrent"},
+		{"rate", audit.Call{Tool: "checkpoint_status", Backend: "direct", Refused: "rate", Rate: &audit.Rate{PerSecond: 1, Burst: 1, RetryAfter: time.Second}, IsError: true}, OutcomeRefused, "rate"},
 		{"cancelled", audit.Call{Tool: "checkpoint_status", Backend: "direct", Cancelled: true, Limit: audit.Some("")}, OutcomeCancelled, ""},
 		{"failed", audit.Call{Tool: "checkpoint_status", Backend: "direct", Error: audit.Some(""), IsError: true}, OutcomeFailed, ""},
 		{"timeout", audit.Call{Tool: "checkpoint_status", Backend: "direct", TimedOut: audit.Some(true), Limit: audit.Some("timeout"), IsError: true}, OutcomeTimeout, "timeout"},

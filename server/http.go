@@ -487,6 +487,9 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
+		if r, ok = h.takeRate(w, r, p, env); !ok {
+			return
+		}
 		if env.Method == string(mcp.MethodToolsCall) && len(env.ID) > 0 {
 			// The call's id, for its audit record.
 			r = r.WithContext(jsonrpc.WithCallInfo(r.Context(), jsonrpc.CallInfo{ID: jsonrpc.CanonicalID(env.ID)}))

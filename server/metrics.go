@@ -32,6 +32,7 @@ type Metrics struct {
 	conns     *prometheus.GaugeVec
 	connsMax  *prometheus.GaugeVec
 	refused   *prometheus.CounterVec
+	rates     *prometheus.CounterVec
 }
 
 // otherLabel stands for every label value outside a closed set.
@@ -44,7 +45,7 @@ const (
 	OutcomeTimeout   = "timeout"   // killed at its timeout
 	OutcomeCancelled = "cancelled" // cancelled by the client or shutdown
 	OutcomeLimit     = "limit"     // ended by a pids or memory limit
-	OutcomeRefused   = "refused"   // not run: arguments, no sandbox, a queue, a scope
+	OutcomeRefused   = "refused"   // not run: arguments, no sandbox, a queue, a scope, a rate
 	OutcomeFailed    = "failed"    // could not run at all
 )
 
@@ -75,7 +76,7 @@ func newMetrics(s *Server) *Metrics {
 	})
 	m.limits = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolgate_limits_hit_total",
-		Help: "Limits that ended or refused a call or request: timeout, pids, memory, output, max_concurrent, principal_concurrent, request_body, scope.",
+		Help: "Limits that ended or refused a call or request: timeout, pids, memory, output, max_concurrent, principal_concurrent, rate, request_body, scope.",
 	}, []string{"limit"})
 	m.auth = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolgate_http_auth_failures_total",
@@ -97,6 +98,14 @@ func newMetrics(s *Server) *Metrics {
 		Name: "toolgate_http_connections_refused_total",
 		Help: "HTTP connections closed as soon as accepted, by listener and the bound they were over (max_connections, max_connections_per_client).",
 	}, []string{"listener", "limit"})
+	m.rates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolgate_rate_limit_total",
+		Help: "Tool calls a --rate rule covers, by outcome: allowed (a token taken) or limited (refused, not run).",
+	}, []string{"outcome"})
+	if s.rates != nil {
+		m.rates.WithLabelValues(rateAllowed)
+		m.rates.WithLabelValues(rateLimitedOutcome)
+	}
 	sandbox := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "toolgate_sandbox_ready",
 		Help:        "1 when the sandbox backend's self-test passed, 0 while it runs or when it failed (see toolgate_sandbox_state).",
@@ -108,7 +117,7 @@ func newMetrics(s *Server) *Metrics {
 		return 0
 	})
 	m.reg.MustRegister(m.calls, m.duration, m.queueWait, m.inFlight, m.limits, m.auth, m.requests,
-		m.conns, m.connsMax, m.refused, sandbox,
+		m.conns, m.connsMax, m.refused, m.rates, sandbox,
 		&sandboxState{s: s, desc: prometheus.NewDesc("toolgate_sandbox_state",
 			"The sandbox backend's probe state: 1 for the current one of pending, ready, unavailable.",
 			[]string{"backend", "state"}, nil)},
@@ -169,6 +178,8 @@ func (m *Metrics) observe(r *audit.Call) {
 			m.limits.WithLabelValues("max_concurrent").Inc()
 		case "principal_queue":
 			m.limits.WithLabelValues("principal_concurrent").Inc()
+		case "rate":
+			m.limits.WithLabelValues("rate").Inc()
 		}
 	case r.Cancelled:
 		outcome = OutcomeCancelled
@@ -253,6 +264,24 @@ func (m *Metrics) connRefused(listener, limit string) {
 func (m *Metrics) authFailure(reason string) {
 	if m != nil {
 		m.auth.WithLabelValues(reason).Inc()
+	}
+}
+
+// The outcomes of toolgate_rate_limit_total.
+const (
+	rateAllowed        = "allowed"
+	rateLimitedOutcome = "limited"
+)
+
+// rate counts a call a --rate rule covers: allowed or limited.
+func (m *Metrics) rate(allowed bool) {
+	if m == nil {
+		return
+	}
+	if allowed {
+		m.rates.WithLabelValues(rateAllowed).Inc()
+	} else {
+		m.rates.WithLabelValues(rateLimitedOutcome).Inc()
 	}
 }
 

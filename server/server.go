@@ -69,6 +69,9 @@ type Options struct {
 	// transport (serve --policy; policy.go); nil serves every tool to
 	// everyone (but --tool-scope's, over HTTP).
 	Policy *policy.Engine
+	// Rates are the per-principal rate limits of tools/call (serve
+	// --rate, rate.go); empty, none.
+	Rates RateRules
 }
 
 // Server is a configured toolgate MCP server.
@@ -93,6 +96,8 @@ type Server struct {
 
 	// metrics, when Options.Metrics, count every call.
 	metrics *Metrics
+	// rates are the buckets of Options.Rates; nil without rules.
+	rates *rateLimits
 
 	// listed is closed when the downstream discovery started by
 	// StartDownstream has finished; nil when none was started.
@@ -129,6 +134,7 @@ func New(opts Options) *Server {
 		resources:   map[string]policy.Tool{},
 		sem:         make(chan struct{}, opts.MaxConcurrent),
 		keepEscapes: map[string]bool{},
+		rates:       newRateLimits(opts.Rates),
 	}
 	for _, name := range opts.KeepEscapes {
 		s.keepEscapes[name] = true
@@ -136,6 +142,9 @@ func New(opts Options) *Server {
 	s.mcp = mcpserver.NewMCPServer("toolgate", opts.Version,
 		mcpserver.WithToolCapabilities(true),
 		mcpserver.WithRecovery(),
+		// The first middleware is the outermost: a call over its rate
+		// waits for no slot.
+		mcpserver.WithToolHandlerMiddleware(s.limitRate),
 		mcpserver.WithToolHandlerMiddleware(s.gateCall),
 		mcpserver.WithToolFilter(s.sortTools),
 		mcpserver.WithToolFilter(s.gateTools),

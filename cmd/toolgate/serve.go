@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -20,11 +19,13 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var down downstreamFlags
 	var keep keepEscapes
 	var hf httpFlags
+	var rates rateFlags
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	s.register(fs)
 	down.register(fs)
 	keep.register(fs)
 	hf.register(fs)
+	rates.register(fs)
 	maxRequest := fs.Int("max-request-bytes", server.DefaultMaxRequestBytes,
 		"longest request line served; a longer one is discarded as it is read and answered -32600")
 	var pf policyFlag
@@ -32,9 +33,11 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if !parse(fs, args, stderr) {
 		return 2
 	}
-	if err := cmp.Or(hf.check(), down.check(), pf.load(len(hf.toolScopes) > 0)); err != nil {
-		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
-		return 2
+	for _, check := range []func() error{hf.check, rates.check, down.check, func() error { return pf.load(len(hf.toolScopes) > 0) }} {
+		if err := check(); err != nil {
+			fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
+			return 2
+		}
 	}
 	if *maxRequest < server.MinMaxRequestBytes {
 		fmt.Fprintf(stderr, "toolgate serve: --max-request-bytes %d: want at least %d\n", *maxRequest, server.MinMaxRequestBytes)
@@ -67,6 +70,8 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	a.opts.KeepEscapes = keep
 	a.opts.Metrics = hf.listen != "" // served at /metrics
 	a.opts.Policy = pf.use(a.log)
+	a.opts.Rates = rates.rules
+	rates.warn(a.log, hf.listen == "")
 	srv := server.New(a.opts)
 	// Prepared sandboxes for every served test-class tool (and the
 	// built-ins' fixed helper runs), once the backend is ready.
