@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/escapes"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/status"
 )
 
 // Handler answers calls of one enabled tool of the server: what Register
@@ -33,7 +34,7 @@ func (d *Server) handler(tool string) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		call := jsonrpc.CallInfoFrom(ctx)
 		rec := &audit.Call{
-			RequestID: call.ID, Tool: served, Kind: "downstream", Server: d.srv.ID,
+			RequestID: call.ID, Tool: served, Kind: status.KindDownstream, Server: d.srv.ID,
 			Transport: string(d.srv.Transport), Backend: d.backend, Content: "external", Call: d.deps.CallID(),
 		}
 		rec.Annotate(ctx, req)

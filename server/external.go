@@ -20,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/internal/escapes"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/status"
 )
 
 // CallOutput is the structuredContent of an external tool call. It is
@@ -107,7 +108,7 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 	backend := s.backendName(t)
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		call := jsonrpc.CallInfoFrom(ctx)
-		rec := &audit.Call{RequestID: call.ID, Tool: t.Name, Kind: "external", Class: t.Class, Backend: backend}
+		rec := &audit.Call{RequestID: call.ID, Tool: t.Name, Kind: status.KindExternal, Class: t.Class, Backend: backend}
 		rec.Annotate(ctx, req)
 		refuse := func(reason string, res *mcp.CallToolResult) (*mcp.CallToolResult, error) {
 			rec.Refused = reason

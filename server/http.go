@@ -31,6 +31,7 @@ import (
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/status"
 )
 
 // MCPPath is the MCP endpoint of the HTTP transport.
@@ -884,7 +885,7 @@ func (s *Server) callTimeout(name string) time.Duration {
 }
 
 // kindOf and backendOf read the served tool's status line.
-func (s *Server) kindOf(name string) string {
+func (s *Server) kindOf(name string) status.Kind {
 	for _, t := range s.Served() {
 		if t.Name == name {
 			return t.Kind

@@ -206,7 +206,7 @@ func (s *Server) register() {
 		}
 		entries = append(entries, entry{
 			builtinTool(b), s.builtinHandler(b),
-			status.Tool{Name: b.Name, Kind: "builtin", Backend: s.builtinBackend(b)},
+			status.Tool{Name: b.Name, Kind: status.KindBuiltin, Backend: s.builtinBackend(b)},
 		})
 	}
 	if s.opts.Conf != nil && s.opts.Conf.State == conf.StateLoaded {
@@ -216,7 +216,7 @@ func (s *Server) register() {
 			}
 			entries = append(entries, entry{
 				externalTool(t), s.externalHandler(t),
-				status.Tool{Name: t.Name, Kind: "external", Class: string(t.Class), Backend: s.backendName(t), Egress: t.Egress.Strings()},
+				status.Tool{Name: t.Name, Kind: status.KindExternal, Class: string(t.Class), Backend: s.backendName(t), Egress: t.Egress.Strings()},
 			})
 		}
 	}
@@ -270,7 +270,7 @@ func (s *Server) builtinHandler(b builtin.Tool) mcpserver.ToolHandlerFunc {
 			res.Text = jsonrpc.BoundText(res.Text, jsonrpc.MaxErrorText) // it may quote the arguments
 		}
 		rec := &audit.Call{
-			RequestID: jsonrpc.CallInfoFrom(ctx).ID, Tool: b.Name, Kind: "builtin", Backend: s.builtinBackend(b),
+			RequestID: jsonrpc.CallInfoFrom(ctx).ID, Tool: b.Name, Kind: status.KindBuiltin, Backend: s.builtinBackend(b),
 			IsError: res.IsError, ElapsedMS: audit.Some(time.Since(start).Milliseconds()),
 		}
 		rec.Annotate(ctx, req)
