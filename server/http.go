@@ -30,6 +30,7 @@ import (
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
 )
@@ -838,7 +839,7 @@ func (h *HTTP) gate(ctx context.Context, req mcp.CallToolRequest, next mcpserver
 	backend := h.s.backendOf(name)
 	p, ok := auth.PrincipalFrom(ctx)
 	if !ok {
-		return errorResult("toolgate: %s: the request has no principal", name), nil
+		return toolcall.ErrorResult("toolgate: %s: the request has no principal", name), nil
 	}
 	h.calls.Add(1)
 	defer h.calls.Done()
@@ -850,7 +851,7 @@ func (h *HTTP) gate(ctx context.Context, req mcp.CallToolRequest, next mcpserver
 	}
 	start := time.Now()
 	if !h.opts.Scopes.Allows(p, name) {
-		return errorResult("toolgate: tool %q is not opened by the token's scopes", name), nil
+		return toolcall.ErrorResult("toolgate: tool %q is not opened by the token's scopes", name), nil
 	}
 	release, waited, err := h.limits.acquire(ctx, p.Key(), h.s.callTimeout(name))
 	if waited > 0 && h.metrics != nil {
@@ -863,7 +864,7 @@ func (h *HTTP) gate(ctx context.Context, req mcp.CallToolRequest, next mcpserver
 		}
 		rec.Annotate(ctx, req)
 		h.s.audit(rec, "call")
-		return errorResult("toolgate: %s: %v", name, err), nil
+		return toolcall.ErrorResult("toolgate: %s: %v", name, err), nil
 	}
 	defer release()
 	res, err := next(ctx, req)
