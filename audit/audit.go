@@ -20,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/egress"
+	"github.com/toolgate/toolgate/status"
 )
 
 // Call is the audit record of one tool call: what ran and how it ended.
@@ -27,16 +28,16 @@ import (
 // field is written when it is not zero, a bool one when it is true, a
 // Principal when set; an Opt field when it was set, zero or not.
 type Call struct {
-	RequestID string     // request_id: the JSON-RPC id as JSON; always written
-	Tool      string     // tool: always written
-	Kind      string     // kind: builtin, external or downstream; none for a call cancelled before it began
-	Class     conf.Class // class: an external's
-	Backend   string     // backend
-	Server    string     // server: a downstream call's
-	Transport string     // transport: a downstream call's
-	Content   string     // content: "external" for a downstream call's result
-	Call      string     // call: the call's id (an external once it has a slot)
-	Start     int        // start: which start of the downstream server served it
+	RequestID string      // request_id: the JSON-RPC id as JSON; always written
+	Tool      string      // tool: always written
+	Kind      status.Kind // kind: none for a call cancelled before it began
+	Class     conf.Class  // class: an external's
+	Backend   string      // backend
+	Server    string      // server: a downstream call's
+	Transport string      // transport: a downstream call's
+	Content   string      // content: "external" for a downstream call's result
+	Call      string      // call: the call's id (an external once it has a slot)
+	Start     int         // start: which start of the downstream server served it
 
 	Principal          *auth.Principal // principal, auth, client (when not empty) and peer_uid (a unix socket's): an HTTP call's
 	Traceparent        string          // traceparent: a valid one of the request's _meta
@@ -139,7 +140,7 @@ func (r *Call) fields() logrus.Fields {
 			f[key] = v
 		}
 	}
-	str("kind", r.Kind)
+	str("kind", string(r.Kind))
 	if r.Class != "" {
 		f["class"] = r.Class
 	}

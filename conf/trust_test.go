@@ -207,13 +207,6 @@ func TestLoadTrust(t *testing.T) {
 	}
 }
 
-func chown(t *testing.T, p string, uid int) {
-	t.Helper()
-	if err := os.Lchown(p, uid, uid); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestReadTrusted: a file read by ReadTrusted (the policy file) is held
 // to tools.conf's rules: refused when another user could change it, when
 // others may write it, when it is not a regular file, when it is too big.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/mcptest"
 	"github.com/toolgate/toolgate/internal/testbin"
 )
 
@@ -53,7 +54,7 @@ func TestHTTPUnixSocket(t *testing.T) {
 			if st := fi.Sys().(*syscall.Stat_t); fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != tc.mode || st.Gid != tc.gid {
 				t.Errorf("socket %s gid %d, want a socket %04o gid %d", fi.Mode(), st.Gid, tc.mode, tc.gid)
 			}
-			c := httpClientVia(t, unixHTTPClient(path), s.url, "", true)
+			c := mcptest.Connect(t, s.url, mcptest.Options{Legacy: true, HTTP: unixHTTPClient(path), Name: "toolgate-e2e-http"})
 			if res, err := call1(c, "hello"); err != nil || !strings.Contains(text(res), "hello") {
 				t.Fatalf("hello over the socket: %v %v", res, err)
 			}

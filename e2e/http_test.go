@@ -28,9 +28,9 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/toolgate/toolgate/internal/mcptest"
 	"github.com/toolgate/toolgate/internal/testbin"
 )
 
@@ -145,41 +145,6 @@ func unixHTTPClient(path string) *http.Client {
 	}}}
 }
 
-func httpClient(t *testing.T, url, token string, legacy bool) *client.Client {
-	t.Helper()
-	return httpClientVia(t, http.DefaultClient, url, token, legacy)
-}
-
-// httpClientVia is httpClient making its requests with hc.
-func httpClientVia(t *testing.T, hc *http.Client, url, token string, legacy bool) *client.Client {
-	t.Helper()
-	topts := []transport.StreamableHTTPCOption{transport.WithHTTPBasicClient(hc)}
-	if token != "" {
-		topts = append(topts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
-	}
-	tr, err := transport.NewStreamableHTTP(url, topts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var copts []client.ClientOption
-	if legacy {
-		copts = append(copts, client.WithLegacyProtocolOnly()) //nolint:staticcheck // SA1019: the 2025-11-25 session era is what this measures or tests
-	}
-	c := client.NewClient(tr, copts...)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	req := mcp.InitializeRequest{}
-	req.Params.ClientInfo = mcp.Implementation{Name: "toolgate-e2e-http", Version: "1"}
-	if _, err := c.Initialize(ctx, req); err != nil {
-		t.Fatalf("initialize over HTTP: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // writeTokens writes a 0600 token file.
 func writeTokens(t *testing.T, lines ...string) string {
 	t.Helper()
@@ -267,17 +232,13 @@ func TestHTTPServes(t *testing.T) {
 	conf := writeConf(t, fmt.Sprintf("tool net %[1]s test 20 4096 on %[2]s -- net %[3]s\ntool netdirect %[1]s read 20 4096 off %[2]s -- net %[3]s\n", probe, dir, l.Addr()))
 	s := startHTTPServer(t, conf, "--auth-tokens", writeTokens(t, "ci-runner "+e2eToken))
 	// No token: 401, nothing runs.
-	resp, err := http.Post(s.url, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"net"}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 401 || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer ") {
-		t.Fatalf("no token: %d %q, want 401 with a Bearer challenge", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+	resp := mcptest.Post(t, nil, s.url, mcptest.Request{Body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"net"}}`})
+	if resp.Status != 401 || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer ") {
+		t.Fatalf("no token: %d %q, want 401 with a Bearer challenge", resp.Status, resp.Header.Get("WWW-Authenticate"))
 	}
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	for _, legacy := range []bool{true, false} {
-		c := httpClient(t, s.url, e2eToken, legacy)
+		c := mcptest.Connect(t, s.url, mcptest.Options{Token: e2eToken, Legacy: legacy, Name: "toolgate-e2e-http"})
 		for _, tc := range []struct {
 			tool string
 			want string
@@ -376,18 +337,6 @@ func TestHTTPOAuth(t *testing.T) {
 		r.Body.Close()
 		return r.StatusCode == 200
 	})
-	post := func(token, body string) *http.Response {
-		req, _ := http.NewRequest(http.MethodPost, s.url, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp
-	}
 	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sbx"}}`
 	for _, tc := range []struct {
 		name, token string
@@ -398,15 +347,15 @@ func TestHTTPOAuth(t *testing.T) {
 		{"expired", is.token(t, resource, -time.Hour, "tools.test"), 401, []string{`error="invalid_token"`, `error_description="expired"`}},
 		{"another tool's scope", is.token(t, resource, time.Hour, "tools.read"), 403, []string{`error="insufficient_scope"`, `scope="tools.test"`}},
 	} {
-		resp := post(tc.token, call)
+		resp := mcptest.Post(t, nil, s.url, mcptest.Request{Token: tc.token, Body: call})
 		ch := resp.Header.Get("WWW-Authenticate")
 		has := true
 		for _, c := range tc.challenge {
 			has = has && strings.Contains(ch, c)
 		}
-		if resp.StatusCode != tc.status || !has ||
+		if resp.Status != tc.status || !has ||
 			!strings.Contains(ch, `resource_metadata="https://toolgate.e2e.test/.well-known/oauth-protected-resource/mcp"`) {
-			t.Errorf("%s: %d, WWW-Authenticate %q; want %d with %s and the metadata URL", tc.name, resp.StatusCode, ch, tc.status, tc.challenge)
+			t.Errorf("%s: %d, WWW-Authenticate %q; want %d with %s and the metadata URL", tc.name, resp.Status, ch, tc.status, tc.challenge)
 		}
 	}
 	if recs := s.auditRecords(t); len(recs) != 1 || recs[0]["refused"] != "scope" {
@@ -422,7 +371,7 @@ func TestHTTPOAuth(t *testing.T) {
 	if prm["resource"] != resource || fmt.Sprint(prm["authorization_servers"]) != "["+is.srv.URL+"]" {
 		t.Errorf("protected resource metadata %v", prm)
 	}
-	c := httpClient(t, s.url, is.token(t, resource, time.Hour, "tools.read"), false)
+	c := mcptest.Connect(t, s.url, mcptest.Options{Token: is.token(t, resource, time.Hour, "tools.read"), Name: "toolgate-e2e-http"})
 	if got := names(t, c); !slices.Equal(got, []string{"hello"}) {
 		t.Errorf("tools/list with tools.read = %v, want [hello]", got)
 	}
@@ -460,7 +409,7 @@ func TestHTTPSIGTERM(t *testing.T) {
 	} {
 		t.Run(tc.tool, func(t *testing.T) {
 			s := startHTTPServer(t, conf, "--shutdown-grace", tc.grace, "--auth-tokens", writeTokens(t, "ci "+e2eToken))
-			c := httpClient(t, s.url, e2eToken, false)
+			c := mcptest.Connect(t, s.url, mcptest.Options{Token: e2eToken, Name: "toolgate-e2e-http"})
 			type answer struct {
 				res *mcp.CallToolResult
 				err error

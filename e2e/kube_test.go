@@ -21,12 +21,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
-	"github.com/mark3labs/mcp-go/mcp"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/toolgate/toolgate/internal/mcptest"
 )
 
 // The Kubernetes workload of deploy/kubernetes, played with `podman kube
@@ -361,39 +360,16 @@ tool netdirect /usr/bin/git read 30 65536 off /workspace -- ls-remote %[1]s
 	url := "http://127.0.0.1:8080/mcp"
 
 	// A refused token runs nothing.
-	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"netdirect"}}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer not-"+p.token)
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 401 || accepted() != 0 {
-		t.Fatalf("a wrong token: %d, %d connections made; want 401 and none", resp.StatusCode, accepted())
+	resp := mcptest.Post(t, hc, url, mcptest.Request{Token: "not-" + p.token, Body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"netdirect"}}`})
+	if resp.Status != 401 || accepted() != 0 {
+		t.Fatalf("a wrong token: %d, %d connections made; want 401 and none", resp.Status, accepted())
 	}
 
 	for _, legacy := range []bool{true, false} {
-		tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPBasicClient(hc),
-			transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + p.token}))
+		c, err := mcptest.Dial(context.Background(), url, mcptest.Options{Token: p.token, Legacy: legacy, HTTP: hc, Name: "toolgate-e2e-kube", Timeout: 30 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var copts []client.ClientOption
-		if legacy {
-			copts = append(copts, client.WithLegacyProtocolOnly()) //nolint:staticcheck // SA1019: the 2025-11-25 session era is what this measures or tests
-		}
-		c := client.NewClient(tr, copts...)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := c.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		init := mcp.InitializeRequest{}
-		init.Params.ClientInfo = mcp.Implementation{Name: "toolgate-e2e-kube", Version: "1"}
-		if _, err := c.Initialize(ctx, init); err != nil {
-			t.Fatalf("initialize: %v", err)
-		}
-		cancel()
 		got := names(t, c)
 		for _, want := range []string{"checkpoint_status", "git_status", "net", "netdirect"} {
 			if !slices.Contains(got, want) {

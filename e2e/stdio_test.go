@@ -21,6 +21,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/toolgate/toolgate/internal/mcptest"
 	"github.com/toolgate/toolgate/internal/testbin"
 )
 
@@ -73,27 +74,11 @@ func call(t *testing.T, c *client.Client, name string, args any) (*mcp.CallToolR
 	return c.CallTool(ctx, req)
 }
 
-func text(r *mcp.CallToolResult) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		if tc, ok := c.(mcp.TextContent); ok {
-			b.WriteString(tc.Text)
-		}
-	}
-	return b.String()
-}
+func text(r *mcp.CallToolResult) string { return mcptest.Text(r) }
 
 func names(t *testing.T, c *client.Client) []string {
 	t.Helper()
-	res, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
-	if err != nil {
-		t.Fatalf("tools/list: %v", err)
-	}
-	var out []string
-	for _, tl := range res.Tools {
-		out = append(out, tl.Name)
-	}
-	return out
+	return mcptest.Names(t, c)
 }
 
 func probeConf(t *testing.T, extra string) string {

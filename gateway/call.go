@@ -5,7 +5,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -16,9 +15,10 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/audit"
-	"github.com/toolgate/toolgate/internal/escapes"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/status"
 )
 
 // Handler answers calls of one enabled tool of the server: what Register
@@ -33,7 +33,7 @@ func (d *Server) handler(tool string) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		call := jsonrpc.CallInfoFrom(ctx)
 		rec := &audit.Call{
-			RequestID: call.ID, Tool: served, Kind: "downstream", Server: d.srv.ID,
+			RequestID: call.ID, Tool: served, Kind: status.KindDownstream, Server: d.srv.ID,
 			Transport: string(d.srv.Transport), Backend: d.backend, Content: "external", Call: d.deps.CallID(),
 		}
 		rec.Annotate(ctx, req)
@@ -49,7 +49,7 @@ func (d *Server) handler(tool string) mcpserver.ToolHandlerFunc {
 		}
 		refuse := func(what, format string, a ...any) (*mcp.CallToolResult, error) {
 			rec.Refused = what
-			return done(errorResult("toolgate: %s: "+format, append([]any{served}, a...)...))
+			return done(toolcall.ErrorResult("toolgate: %s: "+format, append([]any{served}, a...)...))
 		}
 		if !d.srv.Enabled(tool) {
 			return refuse("not enabled", "not in enabled_tools of %q", d.srv.ID)
@@ -84,7 +84,7 @@ func (d *Server) handler(tool string) mcpserver.ToolHandlerFunc {
 		if err != nil {
 			rec.Error = audit.Some(err.Error())
 			d.log.WithError(err).Warn("downstream server could not be started")
-			return done(errorResult("toolgate: %s: the downstream server %q could not be started: %v", served, d.srv.ID, err))
+			return done(toolcall.ErrorResult("toolgate: %s: the downstream server %q could not be started: %v", served, d.srv.ID, err))
 		}
 		switch refused, why := d.servable(tool); refused {
 		case "":
@@ -95,7 +95,7 @@ func (d *Server) handler(tool string) mcpserver.ToolHandlerFunc {
 		}
 		var creq mcp.CallToolRequest
 		creq.Params.Name = tool
-		if args := rawArgs(req); args != nil {
+		if args := toolcall.Args(req); args != nil {
 			creq.Params.Arguments = args
 		}
 		cctx, cancel := context.WithTimeout(ctx, d.srv.ToolTimeout)
@@ -124,12 +124,12 @@ func (d *Server) callFailed(ctx, cctx context.Context, c *dconn, rec *audit.Call
 	msg := d.redact(err.Error())
 	if reason, ok := c.takeDiscarded(err); ok && ctx.Err() == nil {
 		rec.Truncated, rec.Error = audit.Some(true), audit.Some("oversized response")
-		return errorResult("toolgate: %s: the downstream server %q sent %s. Ask for less, or raise --downstream-max-bytes.", served, d.srv.ID, reason)
+		return toolcall.ErrorResult("toolgate: %s: the downstream server %q sent %s. Ask for less, or raise --downstream-max-bytes.", served, d.srv.ID, reason)
 	}
 	switch {
 	case ctx.Err() != nil:
 		rec.Limit = audit.Some(string(rt.LimitCancelled))
-		return errorResult("toolgate: %s: [cancelled] the caller cancelled the call", served)
+		return toolcall.ErrorResult("toolgate: %s: [cancelled] the caller cancelled the call", served)
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
 		rec.Limit, rec.TimedOut = audit.Some(string(rt.LimitTimeout)), audit.Some(true)
 		if c.proc != nil {
@@ -139,10 +139,10 @@ func (d *Server) callFailed(ctx, cctx context.Context, c *dconn, rec *audit.Call
 			} else {
 				d.drop(c, fmt.Sprintf("a call of %s exceeded tool_timeout_sec (%s)", served, d.srv.ToolTimeout))
 			}
-			return errorResult("toolgate: %s: [timeout] no result within tool_timeout_sec (%s); the downstream server %q was stopped with everything it started%s and is started again on the next call",
+			return toolcall.ErrorResult("toolgate: %s: [timeout] no result within tool_timeout_sec (%s); the downstream server %q was stopped with everything it started%s and is started again on the next call",
 				served, d.srv.ToolTimeout, d.srv.ID, why)
 		}
-		return errorResult("toolgate: %s: [timeout] no result within tool_timeout_sec (%s)", served, d.srv.ToolTimeout)
+		return toolcall.ErrorResult("toolgate: %s: [timeout] no result within tool_timeout_sec (%s)", served, d.srv.ToolTimeout)
 	case c.proc != nil && errors.Is(err, transport.ErrTransportClosed):
 		select {
 		case <-c.dead:
@@ -154,16 +154,16 @@ func (d *Server) callFailed(ctx, cctx context.Context, c *dconn, rec *audit.Call
 		}
 		rec.Error = audit.Some("server ended: " + reason)
 		d.log.WithFields(logrus.Fields{"start": c.n, "reason": reason}).Warn("downstream server ended during a call")
-		return errorResult("toolgate: %s: the downstream server %q ended during the call (%s); it is started again on the next call", served, d.srv.ID, reason)
+		return toolcall.ErrorResult("toolgate: %s: the downstream server %q ended during the call (%s); it is started again on the next call", served, d.srv.ID, reason)
 	case isRPCError(err):
 		rec.RPCError = audit.Some(msg)
-		return errorResult("toolgate: %s: the downstream server %q answered an error: %s", served, d.srv.ID, msg)
+		return toolcall.ErrorResult("toolgate: %s: the downstream server %q answered an error: %s", served, d.srv.ID, msg)
 	}
 	rec.Error = audit.Some(msg)
 	if c.proc == nil {
 		d.drop(c, "the HTTP session failed: "+msg)
 	}
-	return errorResult("toolgate: %s: the call to the downstream server %q failed: %s", served, d.srv.ID, msg)
+	return toolcall.ErrorResult("toolgate: %s: the call to the downstream server %q failed: %s", served, d.srv.ID, msg)
 }
 
 // isRPCError reports a JSON-RPC error answer of the server: mcp-go wraps
@@ -172,27 +172,4 @@ func (d *Server) callFailed(ctx, cctx context.Context, c *dconn, rec *audit.Call
 func isRPCError(err error) bool {
 	var te *transport.Error
 	return !errors.As(err, &te)
-}
-
-// errorResult is a tool error result; its text is bounded
-// (jsonrpc.MaxErrorText) and its terminal control sequences neutralised,
-// as it may quote what the caller or the downstream server sent.
-func errorResult(format string, a ...any) *mcp.CallToolResult {
-	text := jsonrpc.BoundText(escapes.Neutralize(fmt.Sprintf(format, a...)), jsonrpc.MaxErrorText)
-	return &mcp.CallToolResult{Content: []mcp.Content{mcp.NewTextContent(text)}, IsError: true}
-}
-
-// rawArgs returns the call's arguments as JSON, nil when absent.
-func rawArgs(req mcp.CallToolRequest) json.RawMessage {
-	if len(req.Params.RawArguments) > 0 {
-		return req.Params.RawArguments
-	}
-	if req.Params.Arguments == nil {
-		return nil
-	}
-	b, err := json.Marshal(req.Params.Arguments)
-	if err != nil {
-		return json.RawMessage(`"unencodable"`)
-	}
-	return b
 }

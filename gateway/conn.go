@@ -26,6 +26,7 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -287,7 +288,7 @@ func (d *Server) startStdio(ctx context.Context, c *dconn) error {
 	if len(d.srv.AllowedHosts) > 0 {
 		svc.Egress = d.srv.AllowedHosts
 		svc.EgressRecord = d.deps.Egress(&audit.Call{Tool: d.srv.ID, Server: d.srv.ID, Call: svc.ID})
-		svc.Inject = injections(d.srv.Credentials)
+		svc.Inject = toolcall.Injections(d.srv.Credentials)
 	}
 	p, err := d.starter.StartService(ctx, svc)
 	if err != nil {

@@ -11,9 +11,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-
-	"github.com/toolgate/toolgate/conf"
-	"github.com/toolgate/toolgate/egress"
 )
 
 // lookupEnv reads a variable of toolgate's environment.
@@ -121,17 +118,4 @@ func (d *Server) redact(s string) string {
 // stderrLine logs one line of the server's stderr.
 func (d *Server) stderrLine(line string) {
 	d.log.WithField("stderr", d.redact(line)).Info("downstream server stderr")
-}
-
-// injections are what the egress proxy of a server sets on its requests
-// for each credential of its entry (egress_credentials).
-func injections(creds []conf.Credential) map[string]egress.Injection {
-	if len(creds) == 0 {
-		return nil
-	}
-	m := make(map[string]egress.Injection, len(creds))
-	for _, c := range creds {
-		m[c.Dest.String()] = egress.Injection{Header: c.Header, Value: c.Value.Reveal()}
-	}
-	return m
 }

@@ -212,7 +212,7 @@ func (d *Server) apply(l *listing, start int) (put []Entry, drop []string) {
 		st.v = v
 		switch {
 		case v.serve && (!old.serve || !sameTool(old.tool, v.tool)):
-			put = append(put, Entry{v.tool, d.handler(tool), status.Tool{Name: name, Kind: "downstream", Backend: d.backend}})
+			put = append(put, Entry{v.tool, d.handler(tool), status.Tool{Name: name, Kind: status.KindDownstream, Backend: d.backend}})
 		case !v.serve && old.serve:
 			drop = append(drop, name)
 		}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolgate/toolgate/internal/mcptest"
 )
 
 func TestCapResult(t *testing.T) {
@@ -48,12 +50,4 @@ func TestCapResult(t *testing.T) {
 	}
 }
 
-func resultText(r *mcp.CallToolResult) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		if tc, ok := c.(mcp.TextContent); ok {
-			b.WriteString(tc.Text)
-		}
-	}
-	return b.String()
-}
+func resultText(r *mcp.CallToolResult) string { return mcptest.Text(r) }

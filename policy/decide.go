@@ -7,6 +7,8 @@ import (
 
 	cedar "github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
+
+	"github.com/toolgate/toolgate/status"
 )
 
 // Action is what a request asks: to see a tool in tools/list, or to call
@@ -56,7 +58,7 @@ var Stdio = Principal{Name: StdioPrincipal, Auth: AuthNone}
 // Tool is a served tool (Tool::"<Name>").
 type Tool struct {
 	Name    string
-	Kind    string // builtin, external or downstream
+	Kind    status.Kind
 	Class   string // an external's read or test
 	Server  string // a downstream tool's server id
 	Network bool

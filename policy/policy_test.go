@@ -30,11 +30,11 @@ var (
 	bob   = Principal{Name: "bob", Auth: AuthToken}
 	carol = Principal{Name: "carol", Auth: AuthOAuth, Issuer: "https://issuer.test", Client: "agent-1", Scopes: []string{"web"}}
 
-	hello  = Tool{Name: "hello", Kind: "external", Class: "read", Network: true}
-	sbx    = Tool{Name: "sbx", Kind: "external", Class: "test"}
-	other  = Tool{Name: "other", Kind: "external", Class: "read", Network: true}
-	fetch  = Tool{Name: "web__fetch", Kind: "downstream", Server: "web", Network: true}
-	status = Tool{Name: StatusTool, Kind: "builtin"}
+	hello   = Tool{Name: "hello", Kind: "external", Class: "read", Network: true}
+	sbx     = Tool{Name: "sbx", Kind: "external", Class: "test"}
+	other   = Tool{Name: "other", Kind: "external", Class: "read", Network: true}
+	fetch   = Tool{Name: "web__fetch", Kind: "downstream", Server: "web", Network: true}
+	statusT = Tool{Name: StatusTool, Kind: "builtin"}
 )
 
 // TestDecide: the team policy (alice two tools, bob one read-class tool,
@@ -56,8 +56,8 @@ func TestDecide(t *testing.T) {
 		{"bob calls sbx", Request{bob, ActionCall, sbx, nil}, Decision{Policies: []string{NoPermit}}},
 		{"bob calls hello were it test-class", Request{bob, ActionCall, Tool{Name: "hello", Kind: "external", Class: "test"}, nil}, Decision{Policies: []string{NoPermit}}},
 		{"stdio calls hello", Request{Stdio, ActionCall, hello, nil}, Decision{Policies: []string{NoPermit}}},
-		{"checkpoint_status for anyone", Request{bob, ActionCall, status, nil}, Decision{Allow: true, Reason: "checkpoint_status is always permitted (it is never off)"}},
-		{"checkpoint_status over stdio", Request{Stdio, ActionList, status, nil}, Decision{Allow: true, Reason: "checkpoint_status is always permitted (it is never off)"}},
+		{"checkpoint_status for anyone", Request{bob, ActionCall, statusT, nil}, Decision{Allow: true, Reason: "checkpoint_status is always permitted (it is never off)"}},
+		{"checkpoint_status over stdio", Request{Stdio, ActionList, statusT, nil}, Decision{Allow: true, Reason: "checkpoint_status is always permitted (it is never off)"}},
 		{"carol lists fetch", Request{carol, ActionList, fetch, nil}, Decision{Allow: true, Policies: []string{"list-fetch"}}},
 		{
 			"carol fetches the docs",
@@ -318,9 +318,9 @@ func TestFromScopes(t *testing.T) {
 		want   []string // the deciding policies; allowed unless NoPermit
 	}{
 		{[]string{"tools.read"}, hello, []string{"tool-scope tools.read"}},
-		{[]string{"tools.read"}, status, []string{"tool-scope tools.read"}},
+		{[]string{"tools.read"}, statusT, []string{"tool-scope tools.read"}},
 		{[]string{"tools.read"}, sbx, []string{NoPermit}},
-		{[]string{"tools.test"}, status, []string{NoPermit}},
+		{[]string{"tools.test"}, statusT, []string{NoPermit}},
 		{[]string{"tools.read", "tools.test"}, sbx, []string{"tool-scope tools.test"}},
 		{[]string{"openid"}, hello, []string{NoPermit}},
 		{nil, hello, []string{NoPermit}},

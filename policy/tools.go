@@ -3,24 +3,18 @@ package policy
 import (
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/conf/registry"
-)
-
-// The kinds of tool (Tool's kind attribute).
-const (
-	KindBuiltin    = "builtin"
-	KindExternal   = "external"
-	KindDownstream = "downstream"
+	"github.com/toolgate/toolgate/status"
 )
 
 // Builtin is the resource of a built-in tool: no class, no server, no
 // network (its helpers run sandboxed without one).
-func Builtin(name string) Tool { return Tool{Name: name, Kind: KindBuiltin} }
+func Builtin(name string) Tool { return Tool{Name: name, Kind: status.KindBuiltin} }
 
 // External is the resource of a tools.conf tool: its class, and network
 // when it has an egress line or is read class (it runs on the host).
 func External(t conf.Tool) Tool {
 	return Tool{
-		Name: t.Name, Kind: KindExternal, Class: string(t.Class),
+		Name: t.Name, Kind: status.KindExternal, Class: string(t.Class),
 		Network: t.Class == conf.ClassRead || len(t.Egress) > 0,
 	}
 }
@@ -31,7 +25,7 @@ func External(t conf.Tool) Tool {
 // reached over HTTP (it runs elsewhere).
 func Downstream(name string, s registry.ToolServer) Tool {
 	return Tool{
-		Name: name, Kind: KindDownstream, Server: s.ID,
+		Name: name, Kind: status.KindDownstream, Server: s.ID,
 		Network: s.Transport != registry.TransportStdio || !s.Sandbox || s.Network || len(s.AllowedHosts) > 0,
 	}
 }

@@ -16,10 +16,11 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/conf"
-	"github.com/toolgate/toolgate/egress"
 	"github.com/toolgate/toolgate/internal/escapes"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/status"
 )
 
 // CallOutput is the structuredContent of an external tool call. It is
@@ -107,7 +108,7 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 	backend := s.backendName(t)
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		call := jsonrpc.CallInfoFrom(ctx)
-		rec := &audit.Call{RequestID: call.ID, Tool: t.Name, Kind: "external", Class: t.Class, Backend: backend}
+		rec := &audit.Call{RequestID: call.ID, Tool: t.Name, Kind: status.KindExternal, Class: t.Class, Backend: backend}
 		rec.Annotate(ctx, req)
 		refuse := func(reason string, res *mcp.CallToolResult) (*mcp.CallToolResult, error) {
 			rec.Refused = reason
@@ -115,8 +116,8 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 			s.audit(rec, "call")
 			return res, nil
 		}
-		if err := jsonrpc.NoArgs(rawArgs(req)); err != nil {
-			return refuse("arguments", errorResult("toolgate: %s %v: callers pass no arguments, ever; what the operator configured is what runs", t.Name, err))
+		if err := jsonrpc.NoArgs(toolcall.Args(req)); err != nil {
+			return refuse("arguments", toolcall.ErrorResult("toolgate: %s %v: callers pass no arguments, ever; what the operator configured is what runs", t.Name, err))
 		}
 		runner := s.opts.Direct
 		if t.Class == conf.ClassTest {
@@ -133,9 +134,9 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 				// notifications/cancelled of a queued call: it never runs
 				// and answers nothing (the dispatcher writes no answer).
 				rec.Cancelled = true
-				return refuse("cancelled while queued", errorResult("toolgate: %s: %v", t.Name, err))
+				return refuse("cancelled while queued", toolcall.ErrorResult("toolgate: %s: %v", t.Name, err))
 			}
-			return refuse("queue", errorResult("toolgate: %s: %v", t.Name, err))
+			return refuse("queue", toolcall.ErrorResult("toolgate: %s: %v", t.Name, err))
 		}
 		defer release()
 		s.inFlight.Add(1)
@@ -165,7 +166,7 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 			rec.Error = audit.Some(err.Error())
 			rec.IsError = true
 			s.audit(rec, "call could not run")
-			return errorResult("toolgate: %s could not run: %v", t.Name, err), nil
+			return toolcall.ErrorResult("toolgate: %s could not run: %v", t.Name, err), nil
 		}
 		ran(rec, res)
 		if len(t.Egress) > 0 {
@@ -193,7 +194,7 @@ func InvocationOf(t conf.Tool) rt.Invocation {
 		Call: rt.Call{Timeout: t.Timeout, MaxBytes: t.MaxBytes},
 	}
 	if len(t.Egress) > 0 {
-		inv.Egress, inv.Inject = t.Egress, injections(t.Credentials)
+		inv.Egress, inv.Inject = t.Egress, toolcall.Injections(t.Credentials)
 	}
 	return inv
 }
@@ -201,7 +202,7 @@ func InvocationOf(t conf.Tool) rt.Invocation {
 // noSandbox is the answer of a test-class call while the sandbox backend
 // is unavailable.
 func (s *Server) noSandbox(name string, err error) *mcp.CallToolResult {
-	return errorResult("toolgate: %s is a test-class tool and runs only sandboxed, but the %s sandbox backend is unavailable: %v. It is never run unsandboxed; `toolgate doctor` says how to fix the backend.",
+	return toolcall.ErrorResult("toolgate: %s is a test-class tool and runs only sandboxed, but the %s sandbox backend is unavailable: %v. It is never run unsandboxed; `toolgate doctor` says how to fix the backend.",
 		name, s.opts.Sandbox.Name(), err)
 }
 
@@ -301,17 +302,4 @@ func renderResult(res rt.Result, backend string, keep, egress bool) *mcp.CallToo
 		Output:       text,
 	}
 	return toolResult(text, out, res.Failed())
-}
-
-// injections are a tool's credential lines as its egress proxy uses them:
-// by destination; nil for none.
-func injections(creds []conf.Credential) map[string]egress.Injection {
-	if len(creds) == 0 {
-		return nil
-	}
-	m := make(map[string]egress.Injection, len(creds))
-	for _, c := range creds {
-		m[c.Dest.String()] = egress.Injection{Header: c.Header, Value: c.Value.Reveal()}
-	}
-	return m
 }

@@ -29,8 +29,10 @@ import (
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/policy"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/status"
 )
 
 // MCPPath is the MCP endpoint of the HTTP transport.
@@ -663,7 +665,7 @@ func (h *HTTP) gate(ctx context.Context, req mcp.CallToolRequest, next mcpserver
 	backend := h.s.backendOf(name)
 	p, ok := auth.PrincipalFrom(ctx)
 	if !ok {
-		return errorResult("toolgate: %s: the request has no principal", name), nil
+		return toolcall.ErrorResult("toolgate: %s: the request has no principal", name), nil
 	}
 	h.calls.Add(1)
 	defer h.calls.Done()
@@ -675,7 +677,7 @@ func (h *HTTP) gate(ctx context.Context, req mcp.CallToolRequest, next mcpserver
 	}
 	start := time.Now()
 	if !h.scopeAllows(p, name) {
-		return errorResult("toolgate: tool %q is not opened by the token's scopes", name), nil
+		return toolcall.ErrorResult("toolgate: tool %q is not opened by the token's scopes", name), nil
 	}
 	release, waited, err := h.limits.acquire(ctx, p.Key(), h.s.callTimeout(name))
 	if waited > 0 && h.metrics != nil {
@@ -688,7 +690,7 @@ func (h *HTTP) gate(ctx context.Context, req mcp.CallToolRequest, next mcpserver
 		}
 		rec.Annotate(ctx, req)
 		h.s.audit(rec, "call")
-		return errorResult("toolgate: %s: %v", name, err), nil
+		return toolcall.ErrorResult("toolgate: %s: %v", name, err), nil
 	}
 	defer release()
 	res, err := next(ctx, req)
@@ -710,7 +712,7 @@ func (s *Server) callTimeout(name string) time.Duration {
 }
 
 // kindOf and backendOf read the served tool's status line.
-func (s *Server) kindOf(name string) string {
+func (s *Server) kindOf(name string) status.Kind {
 	for _, t := range s.Served() {
 		if t.Name == name {
 			return t.Kind

@@ -8,13 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/internal/mcptest"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -56,26 +55,7 @@ func BenchmarkHTTPCall(b *testing.B) {
 		legacy bool
 	}{{"2025-11-25", true}, {"2026-07-28", false}} {
 		b.Run(era.name, func(b *testing.B) {
-			tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + aliceToken}))
-			if err != nil {
-				b.Fatal(err)
-			}
-			var copts []client.ClientOption
-			if era.legacy {
-				copts = append(copts, client.WithLegacyProtocolOnly()) //nolint:staticcheck // SA1019: the 2025-11-25 session era is what this measures
-			}
-			c := client.NewClient(tr, copts...)
-			ictx, icancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer icancel()
-			if err := c.Start(ictx); err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			ireq := mcp.InitializeRequest{}
-			ireq.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "1"}
-			if _, err := c.Initialize(ictx, ireq); err != nil {
-				b.Fatal(err)
-			}
+			c := mcptest.Connect(b, url, mcptest.Options{Token: aliceToken, Legacy: era.legacy, Name: "bench", Timeout: 10 * time.Second})
 			req := mcp.CallToolRequest{}
 			req.Params.Name = "hello"
 			b.ResetTimer()

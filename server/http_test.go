@@ -31,7 +31,6 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
@@ -39,6 +38,7 @@ import (
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/auth/authtest"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/internal/mcptest"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -238,33 +238,8 @@ type rpcResp struct {
 
 func (f *httpFixture) post(t *testing.T, r rpcReq) rpcResp {
 	t.Helper()
-	m := r.method
-	if m == "" {
-		m = http.MethodPost
-	}
-	req, err := http.NewRequest(m, f.url, strings.NewReader(r.body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if r.token != "" {
-		req.Header.Set("Authorization", "Bearer "+r.token)
-	}
-	for k, v := range r.headers {
-		if k == "Host" {
-			req.Host = v
-			continue
-		}
-		req.Header.Set(k, v)
-	}
-	resp, err := testHTTPClient(f.url).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return rpcResp{status: resp.StatusCode, header: resp.Header, body: string(b)}
+	resp := mcptest.Post(t, testHTTPClient(f.url), f.url, mcptest.Request{Method: r.method, Token: r.token, Body: r.body, Header: r.headers})
+	return rpcResp{status: resp.Status, header: resp.Header, body: resp.Body}
 }
 
 const initBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
@@ -273,35 +248,11 @@ func callBody(tool string) string {
 	return `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"` + tool + `"}}`
 }
 
-// mcpClient connects mcp-go's streamable HTTP client with token, in the
-// 2025-11-25 session era (legacy) or the stateless 2026-07-28 one.
+// mcpClient connects mcptest's client with token through testHTTPClient,
+// in the 2025-11-25 session era (legacy) or the stateless 2026-07-28 one.
 func mcpClient(t *testing.T, url, token string, legacy bool) *client.Client {
 	t.Helper()
-	topts := []transport.StreamableHTTPCOption{transport.WithHTTPBasicClient(testHTTPClient(url))}
-	if token != "" {
-		topts = append(topts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
-	}
-	tr, err := transport.NewStreamableHTTP(url, topts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var copts []client.ClientOption
-	if legacy {
-		copts = append(copts, client.WithLegacyProtocolOnly()) //nolint:staticcheck // SA1019: the 2025-11-25 session era is what this measures or tests
-	}
-	c := client.NewClient(tr, copts...)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	req := mcp.InitializeRequest{}
-	req.Params.ClientInfo = mcp.Implementation{Name: "http-test", Version: "1"}
-	if _, err := c.Initialize(ctx, req); err != nil {
-		t.Fatalf("initialize: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return mcptest.Connect(t, url, mcptest.Options{Token: token, Legacy: legacy, HTTP: testHTTPClient(url), Name: "http-test", Timeout: 10 * time.Second})
 }
 
 // tokenFile writes a token file of name → token (scopes after a space).

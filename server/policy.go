@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -150,5 +151,5 @@ func (s *Server) authorizeCall(ctx context.Context, req mcp.CallToolRequest) *mc
 	}
 	rec.Annotate(ctx, req)
 	s.audit(rec, "call")
-	return errorResult("toolgate: %s: not permitted by the policy: %s", name, d)
+	return toolcall.ErrorResult("toolgate: %s: not permitted by the policy: %s", name, d)
 }

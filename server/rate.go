@@ -36,6 +36,7 @@ import (
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
+	"github.com/toolgate/toolgate/internal/toolcall"
 )
 
 // AnyPrincipal in a rate rule stands for every principal without a rule
@@ -210,7 +211,7 @@ func (s *Server) rateLimited(ctx context.Context, req mcp.CallToolRequest, p *au
 	}
 	rec.Annotate(ctx, req)
 	s.audit(rec, "call")
-	return errorResult("toolgate: %s: principal %q is over its rate limit of %s calls a second, burst %d (serve --rate); retry in %d s",
+	return toolcall.ErrorResult("toolgate: %s: principal %q is over its rate limit of %s calls a second, burst %d (serve --rate); retry in %d s",
 		name, bounded(who, 128), strconv.FormatFloat(r.PerSecond, 'f', -1, 64), r.Burst, retryAfter(wait))
 }
 

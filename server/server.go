@@ -6,9 +6,7 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"runtime"
 	"slices"
@@ -25,8 +23,8 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
-	"github.com/toolgate/toolgate/internal/escapes"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/policy"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
@@ -224,7 +222,7 @@ func (s *Server) register() {
 		}
 		entries = append(entries, entry{
 			builtinTool(b), s.builtinHandler(b),
-			status.Tool{Name: b.Name, Kind: "builtin", Backend: s.builtinBackend(b)},
+			status.Tool{Name: b.Name, Kind: status.KindBuiltin, Backend: s.builtinBackend(b)},
 		})
 		resources[b.Name] = policy.Builtin(b.Name)
 	}
@@ -235,7 +233,7 @@ func (s *Server) register() {
 			}
 			entries = append(entries, entry{
 				externalTool(t), s.externalHandler(t),
-				status.Tool{Name: t.Name, Kind: "external", Class: string(t.Class), Backend: s.backendName(t), Egress: t.Egress.Strings()},
+				status.Tool{Name: t.Name, Kind: status.KindExternal, Class: string(t.Class), Backend: s.backendName(t), Egress: t.Egress.Strings()},
 			})
 			resources[t.Name] = policy.External(t)
 		}
@@ -283,7 +281,7 @@ func builtinTool(b builtin.Tool) mcp.Tool {
 func (s *Server) builtinHandler(b builtin.Tool) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		start := time.Now()
-		res, err := b.Handler(ctx, rawArgs(req))
+		res, err := b.Handler(ctx, toolcall.Args(req))
 		if err != nil {
 			return nil, err
 		}
@@ -291,28 +289,13 @@ func (s *Server) builtinHandler(b builtin.Tool) mcpserver.ToolHandlerFunc {
 			res.Text = jsonrpc.BoundText(res.Text, jsonrpc.MaxErrorText) // it may quote the arguments
 		}
 		rec := &audit.Call{
-			RequestID: jsonrpc.CallInfoFrom(ctx).ID, Tool: b.Name, Kind: "builtin", Backend: s.builtinBackend(b),
+			RequestID: jsonrpc.CallInfoFrom(ctx).ID, Tool: b.Name, Kind: status.KindBuiltin, Backend: s.builtinBackend(b),
 			IsError: res.IsError, ElapsedMS: audit.Some(time.Since(start).Milliseconds()),
 		}
 		rec.Annotate(ctx, req)
 		s.audit(rec, "call")
 		return toolResult(res.Text, res.Structured, res.IsError), nil
 	}
-}
-
-// rawArgs returns the call's arguments as JSON, nil when absent.
-func rawArgs(req mcp.CallToolRequest) json.RawMessage {
-	if len(req.Params.RawArguments) > 0 {
-		return req.Params.RawArguments
-	}
-	if req.Params.Arguments == nil {
-		return nil
-	}
-	b, err := json.Marshal(req.Params.Arguments)
-	if err != nil {
-		return json.RawMessage(`"unencodable"`)
-	}
-	return b
 }
 
 func toolResult(text string, structured any, isError bool) *mcp.CallToolResult {
@@ -352,11 +335,4 @@ func (s *Server) report(ctx context.Context) status.Report {
 
 func (s *Server) nextID() string {
 	return "c" + strconv.FormatUint(s.callSeq.Add(1), 10)
-}
-
-// errorResult is a tool error result; its text is bounded (jsonrpc.MaxErrorText)
-// and its terminal control sequences neutralised, as it may quote what the
-// caller or a downstream server sent.
-func errorResult(format string, a ...any) *mcp.CallToolResult {
-	return toolResult(jsonrpc.BoundText(escapes.Neutralize(fmt.Sprintf(format, a...)), jsonrpc.MaxErrorText), nil, true)
 }

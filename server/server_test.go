@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
+	"github.com/toolgate/toolgate/internal/mcptest"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
 )
@@ -107,27 +108,11 @@ func callTool(t *testing.T, c *client.Client, name string, args any) (*mcp.CallT
 	return c.CallTool(ctx, req)
 }
 
-func resultText(r *mcp.CallToolResult) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		if tc, ok := c.(mcp.TextContent); ok {
-			b.WriteString(tc.Text)
-		}
-	}
-	return b.String()
-}
+func resultText(r *mcp.CallToolResult) string { return mcptest.Text(r) }
 
 func listNames(t *testing.T, c *client.Client) []string {
 	t.Helper()
-	res, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, tl := range res.Tools {
-		out = append(out, tl.Name)
-	}
-	return out
+	return mcptest.Names(t, c)
 }
 
 func fakeBuiltin(name string) builtin.Tool {

@@ -134,10 +134,20 @@ type Sandbox struct {
 	Pool *rt.PoolStatus `json:"pool,omitempty"`
 }
 
+// Kind is where a served tool comes from.
+type Kind string
+
+// The kinds of a served tool (Tool.Kind, and an audit record's kind).
+const (
+	KindBuiltin    Kind = "builtin"    // a built-in of the server, checkpoint_status included
+	KindExternal   Kind = "external"   // a tools.conf line
+	KindDownstream Kind = "downstream" // a downstream MCP server's, through the gateway
+)
+
 // Tool is one served tool.
 type Tool struct {
 	Name    string `json:"name"`
-	Kind    string `json:"kind"` // builtin, external, downstream
+	Kind    Kind   `json:"kind"`
 	Class   string `json:"class,omitempty"`
 	Backend string `json:"backend"`
 	// Egress are the destinations the tool's sandbox may reach through

@@ -49,7 +49,7 @@ func writeCheck(w io.Writer, c *conf.Config, srv *server.Server) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tKIND\tCLASS\tSANDBOX\tBACKEND\tTIMEOUT\tMAX-BYTES\tDIR\tARGV")
 	for _, st := range srv.Served() {
-		if st.Kind != "external" {
+		if st.Kind != status.KindExternal {
 			fmt.Fprintf(tw, "%s\t%s\t-\t-\t%s\t-\t-\t-\t-\n", st.Name, st.Kind, st.Backend)
 			continue
 		}
@@ -74,7 +74,7 @@ func writeCheck(w io.Writer, c *conf.Config, srv *server.Server) {
 	var creds, env []string
 	for _, st := range srv.Served() {
 		t, ok := c.Tool(st.Name)
-		if !ok || st.Kind != "external" {
+		if !ok || st.Kind != status.KindExternal {
 			continue
 		}
 		for _, cr := range t.Credentials {

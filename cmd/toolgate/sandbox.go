@@ -125,7 +125,7 @@ func (f *sandboxFlags) fixedFlag(uid bool) func(string) error {
 func poolTemplates(c *conf.Config, served []status.Tool, helpers []rt.Template) []rt.Template {
 	names := map[string]bool{}
 	for _, t := range served {
-		if t.Kind == "external" {
+		if t.Kind == status.KindExternal {
 			names[t.Name] = true
 		}
 	}

@@ -16,31 +16,15 @@ import (
 
 func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var s settings
-	var down downstreamFlags
-	var keep keepEscapes
-	var hf httpFlags
-	var rates rateFlags
+	var f serveFlags
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	s.register(fs)
-	down.register(fs)
-	keep.register(fs)
-	hf.register(fs)
-	rates.register(fs)
-	maxRequest := fs.Int("max-request-bytes", server.DefaultMaxRequestBytes,
-		"longest request line served; a longer one is discarded as it is read and answered -32600")
-	var pf policyFlag
-	pf.register(fs)
+	f.register(fs)
 	if !parse(fs, args, stderr) {
 		return 2
 	}
-	for _, check := range []func() error{hf.check, rates.check, down.check, func() error { return pf.load(len(hf.toolScopes) > 0) }} {
-		if err := check(); err != nil {
-			fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
-			return 2
-		}
-	}
-	if *maxRequest < server.MinMaxRequestBytes {
-		fmt.Fprintf(stderr, "toolgate serve: --max-request-bytes %d: want at least %d\n", *maxRequest, server.MinMaxRequestBytes)
+	if err := f.check(); err != nil {
+		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
 		return 2
 	}
 	a, err := s.build(stderr, true)
@@ -52,7 +36,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, cancel := signalContext()
 	defer cancel()
 	life := ctx
-	if hf.listen != "" {
+	if f.hf.listen != "" {
 		// Over HTTP a signal starts a drain (--shutdown-grace): what the
 		// calls still running need lives on until it ends.
 		var stop context.CancelFunc
@@ -61,17 +45,17 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	rt.StartReaper(life)
 
-	dopts := down.options(a, s.backend)
-	if err := keep.check(a.conf, dopts.Registry, a.log); err != nil {
+	dopts := f.down.options(a, s.backend)
+	if err := f.keep.check(a.conf, dopts.Registry, a.log); err != nil {
 		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
 		return 2
 	}
-	a.opts.MaxRequestBytes = *maxRequest
-	a.opts.KeepEscapes = keep
-	a.opts.Metrics = hf.listen != "" // served at /metrics
-	a.opts.Policy = pf.use(a.log)
-	a.opts.Rates = rates.rules
-	rates.warn(a.log, hf.listen == "")
+	a.opts.MaxRequestBytes = f.maxRequest
+	a.opts.KeepEscapes = f.keep
+	a.opts.Metrics = f.hf.listen != "" // served at /metrics
+	a.opts.Policy = f.pf.use(a.log)
+	a.opts.Rates = f.rates.rules
+	f.rates.warn(a.log, f.hf.listen == "")
 	srv := server.New(a.opts)
 	// Prepared sandboxes for every served test-class tool (and the
 	// built-ins' fixed helper runs), once the backend is ready.
@@ -81,8 +65,8 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// for the self-test, tools/list for the listing).
 	srv.StartDownstream(life, dopts)
 	defer srv.Close()
-	if hf.listen != "" {
-		return serveHTTP(ctx, a, srv, &hf, *maxRequest, stderr)
+	if f.hf.listen != "" {
+		return serveHTTP(ctx, a, srv, &f.hf, f.maxRequest, stderr)
 	}
 	killed := make(chan int, 1)
 	stop := context.AfterFunc(ctx, func() { killed <- srv.InFlight() })
@@ -100,6 +84,41 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		a.log.Info("signal: exiting")
 	}
 	return 0
+}
+
+// serveFlags are serve's flags beyond the settings every subcommand
+// shares.
+type serveFlags struct {
+	down       downstreamFlags
+	keep       keepEscapes
+	hf         httpFlags
+	rates      rateFlags
+	pf         policyFlag
+	maxRequest int
+}
+
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	f.down.register(fs)
+	f.keep.register(fs)
+	f.hf.register(fs)
+	f.rates.register(fs)
+	fs.IntVar(&f.maxRequest, "max-request-bytes", server.DefaultMaxRequestBytes,
+		"longest request line served; a longer one is discarded as it is read and answered -32600")
+	f.pf.register(fs)
+}
+
+// check refuses, before anything starts, what the flags cannot serve; it
+// also loads the policy file.
+func (f *serveFlags) check() error {
+	for _, check := range []func() error{f.hf.check, f.rates.check, f.down.check} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	if f.maxRequest < server.MinMaxRequestBytes {
+		return fmt.Errorf("--max-request-bytes %d: want at least %d", f.maxRequest, server.MinMaxRequestBytes)
+	}
+	return f.pf.load(len(f.hf.toolScopes) > 0)
 }
 
 // policyFlag is serve's --policy: the file, and its engine once loaded.

@@ -10,9 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
-	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/toolgate/toolgate/internal/mcptest"
 )
 
 // The HTTP rows: toolgate serve --listen 127.0.0.1:0 --auth-tokens (a TCP
@@ -77,28 +75,15 @@ func (h *httpServer) close() {
 // dialHTTP connects one client (its own connections) to h: a 2025-11-25
 // session, or the stateless 2026-07-28 revision.
 func dialHTTP(h *httpServer, stateless bool) (*session, error) {
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-	tr, err := transport.NewStreamableHTTP(h.url, transport.WithHTTPBasicClient(hc),
-		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + benchToken}))
+	s := &session{cmd: h.cmd, started: time.Now()}
+	c, err := mcptest.Dial(context.Background(), h.url, mcptest.Options{
+		Token: benchToken, Legacy: !stateless, Name: "toolgate-bench-http", Timeout: 60 * time.Second,
+		HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}},
+	})
 	if err != nil {
 		return nil, err
 	}
-	var opts []client.ClientOption
-	if !stateless {
-		opts = append(opts, client.WithLegacyProtocolOnly()) //nolint:staticcheck // SA1019: the 2025-11-25 session era is what this measures or tests
-	}
-	s := &session{c: client.NewClient(tr, opts...), cmd: h.cmd, started: time.Now()}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := s.c.Start(ctx); err != nil {
-		return nil, err
-	}
-	req := mcp.InitializeRequest{}
-	req.Params.ClientInfo = mcp.Implementation{Name: "toolgate-bench-http", Version: "1"}
-	if _, err := s.c.Initialize(ctx, req); err != nil {
-		s.close()
-		return nil, fmt.Errorf("initialize over HTTP: %w", err)
-	}
+	s.c = c
 	s.ready = time.Now()
 	return s, nil
 }
