@@ -342,16 +342,44 @@ func (h *HTTP) Serve(ctx context.Context, ln, metrics net.Listener) error {
 	return nil
 }
 
-// ready reports whether the server should get traffic: the conf loaded,
-// the sandbox backend's self-test answered ready, the issuer's keys
-// loaded, not shutting down; with the reason when not.
+// ready reports whether the server should get traffic: tools.conf and
+// the registry not refused (absent is a valid deployment: built-ins
+// only), the sandbox backend's self-test answered ready, the issuer's
+// keys loaded, not shutting down; with the reason when not. A refused conf
+// or registry serves on (built-ins only) but is never ready, so that a
+// broken rollout stops instead of replacing the pods that work.
 func (h *HTTP) ready() (bool, map[string]any) {
 	st := map[string]any{}
 	ok := true
 	if c := h.s.opts.Conf; c != nil {
 		st["conf"] = string(c.State)
+		if c.State == conf.StateRefused {
+			ok = false
+			first := "refused"
+			if len(c.Errors) > 0 {
+				first = c.Errors[0].Error()
+			}
+			st["conf_reason"] = refusedReason("tools.conf "+c.Path, len(c.Errors), first, conf.RefusedEffect)
+		}
 	} else {
 		st["conf"] = "none"
+	}
+	switch r := h.s.registryStatus(); {
+	case r != nil:
+		st["registry"] = r.State
+		if r.State == string(conf.StateRefused) {
+			ok = false
+			first := r.Reason
+			if len(r.Errors) > 0 {
+				first = r.Errors[0]
+			}
+			st["registry_reason"] = refusedReason("the tool-MCP registry "+r.Dir, len(r.Errors), first, "every downstream server is disabled; built-in and tools.conf tools are unaffected")
+		}
+	case h.s.listed != nil:
+		// StartDownstream began but has not recorded the registry's
+		// state yet: it may still refuse it (a name collision).
+		st["registry"] = "pending"
+		ok = false
 	}
 	state, err := h.s.opts.Sandbox.State()
 	st["sandbox"] = map[string]any{"backend": h.s.opts.Sandbox.Name(), "state": string(state)}
@@ -376,6 +404,17 @@ func (h *HTTP) ready() (bool, map[string]any) {
 	}
 	st["ready"] = ok
 	return ok, st
+}
+
+// refusedReason says in one line why a refused conf or registry keeps the
+// server unready: what, how many refusals, the first, and their effect.
+// The full list is in the log, checkpoint_status and toolgate check.
+func refusedReason(what string, n int, first, effect string) string {
+	more := ""
+	if n > 1 {
+		more = fmt.Sprintf(" (and %d more: see the log or toolgate check)", n-1)
+	}
+	return fmt.Sprintf("%s refused: %s%s; %s", what, first, more, effect)
 }
 
 func (h *HTTP) healthz(w http.ResponseWriter, _ *http.Request) {

@@ -104,7 +104,9 @@ func Load(dir string, opts Options) *Registry {
 		return dirErr("not a directory (mode %s)", fi.Mode().Type())
 	}
 	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
-		return dirErr("group- or world-writable (mode %04o): anyone who can add a fragment can run a server as toolgate; chmod go-w %s", perm, dir)
+		if err := conf.ReadOnlyDir(dir, fi); err != nil {
+			return dirErr("group- or world-writable (mode %04o): anyone who can add a fragment can run a server as toolgate; chmod go-w %s (not a read-only mount toolgate can trust: %v)", perm, dir, err)
+		}
 	}
 	if err := conf.CheckTrusted(dir, fi); err != nil {
 		return dirErr("%w", err)
