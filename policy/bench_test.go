@@ -3,7 +3,6 @@ package policy
 import (
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -104,19 +103,7 @@ func TestDecideUnder50us(t *testing.T) {
 func wholeSet(e *Engine, r Request) Decision {
 	tags, _ := arguments(r.Arguments)
 	ents, req := cedarRequest(r, tags)
-	ok, diag := cedar.Authorize(e.set, ents, req)
-	d := Decision{Allow: ok == cedar.Allow}
-	for _, reason := range diag.Reasons {
-		d.Policies = append(d.Policies, string(reason.PolicyID))
-	}
-	slices.SortFunc(d.Policies, func(a, b string) int { return e.order[a] - e.order[b] })
-	if !d.Allow && len(d.Policies) == 0 {
-		d.Policies = []string{NoPermit}
-	}
-	for _, de := range diag.Errors {
-		d.Errors = append(d.Errors, string(de.PolicyID)+": "+de.Message)
-	}
-	return d
+	return e.decision(cedar.Authorize(e.set, ents, req))
 }
 
 // TestIndexDecidesAsTheSet: the index evaluates fewer policies, never

@@ -130,7 +130,12 @@ func (e *Engine) Decide(r Request) Decision {
 		return Decision{Policies: []string{NoPermit}, Reason: "the arguments cannot be given to the policy: " + err.Error()}
 	}
 	entities, req := cedarRequest(r, tags)
-	ok, diag := cedar.Authorize(candidates{e.index, types.String(p.Name), types.String(r.Tool.Name)}, entities, req)
+	return e.decision(cedar.Authorize(candidates{e.index, types.String(p.Name), types.String(r.Tool.Name)}, entities, req))
+}
+
+// decision is Cedar's answer as toolgate's: the deciding policies in file
+// order, "no permit" for a denial no policy decided, the evaluation errors.
+func (e *Engine) decision(ok cedar.Decision, diag cedar.Diagnostic) Decision {
 	d := Decision{Allow: ok == cedar.Allow}
 	for _, reason := range diag.Reasons {
 		d.Policies = append(d.Policies, string(reason.PolicyID))
