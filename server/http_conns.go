@@ -94,8 +94,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		l.mu.Unlock()
 		if refused != "" {
-			_ = c.Close()
+			// Counted before the close: a client that sees its
+			// connection closed finds the refusal in /metrics.
 			l.m.connRefused(l.name, refused)
+			_ = c.Close()
 			continue
 		}
 		l.m.connOpened(l.name, 1)
