@@ -47,6 +47,8 @@ type Manager struct {
 	V1 map[string]string
 	// Notes say why a part is unusable, for doctor.
 	Notes []string
+	// host is the layout Setup made the directories in (ServerDirs).
+	host Host
 }
 
 // Limits are the per-call cgroup limits; zero means unlimited.
@@ -103,7 +105,7 @@ func Setup() *Manager { return ReadHost().Setup() }
 // usable hierarchy of h and returns the cgroup support they give. It never
 // fails: what is unusable is recorded in Notes. Call Close at exit.
 func (h Host) Setup() *Manager {
-	c := &Manager{V1: map[string]string{}, Notes: slices.Clone(h.Notes)}
+	c := &Manager{V1: map[string]string{}, Notes: slices.Clone(h.Notes), host: h}
 	if h.own == nil {
 		return c
 	}
