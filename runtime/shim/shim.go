@@ -68,6 +68,8 @@ func MaybeShim() {
 		os.Exit(hold(spec))
 	case Mask:
 		maskExec(spec)
+	case Guard:
+		os.Exit(guard(spec))
 	}
 	die(127, "unknown shim mode %q", spec.Mode)
 }

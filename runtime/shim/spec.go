@@ -70,10 +70,11 @@ const (
 	Standby Mode = "standby"
 	Hold    Mode = "hold"
 	Mask    Mode = "mask"
+	Guard   Mode = "guard"
 )
 
 // KnownModes lists the shim modes.
-func KnownModes() []Mode { return []Mode{Reap, Enter, Init, Service, Standby, Hold, Mask} }
+func KnownModes() []Mode { return []Mode{Reap, Enter, Init, Service, Standby, Hold, Mask, Guard} }
 
 // Rlimit is one resource limit a shim sets (soft = hard) before it execs.
 type Rlimit struct {
@@ -123,8 +124,15 @@ type Spec struct {
 	Start   []string
 	PidFile string
 	Mask    string
-	Path    string   // what to execve (hold: the runtime's create)
-	Argv    []string // its argv
+	// Cgroups (guard) are the server's cgroup directories
+	// (cgroup.Manager.ServerDirs); Parent is the server's pid, and
+	// ParentFD the guard's end of a pipe the server holds the other end
+	// of: its end of file is the server's death.
+	Cgroups  []string
+	Parent   int
+	ParentFD int
+	Path     string   // what to execve (hold: the runtime's create; guard: none)
+	Argv     []string // its argv
 }
 
 // IDs is a uid and gid to drop to, both set.
@@ -167,6 +175,18 @@ func (s Spec) Args() []string {
 	}
 	for _, x := range s.Start {
 		a = append(a, "--start", x)
+	}
+	for _, d := range s.Cgroups {
+		a = append(a, "--cgroup", d)
+	}
+	if s.Parent > 0 {
+		a = append(a, "--parent", strconv.Itoa(s.Parent))
+	}
+	if s.ParentFD > 0 {
+		a = append(a, "--parent-fd", strconv.Itoa(s.ParentFD))
+	}
+	if s.Mode == Guard {
+		return a // it runs nothing
 	}
 	a = append(a, "--", s.Path)
 	return append(a, s.Argv...)
@@ -230,6 +250,23 @@ func parse(args []string) (Spec, error) {
 			s.Mask = val
 		case "--start":
 			s.Start = append(s.Start, val)
+		case "--cgroup":
+			if !filepath.IsAbs(val) || filepath.Clean(val) != val {
+				return s, fmt.Errorf("bad --cgroup %q: want an absolute, clean path", val)
+			}
+			s.Cgroups = append(s.Cgroups, val)
+		case "--parent":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 1 {
+				return s, fmt.Errorf("bad --parent %q", val)
+			}
+			s.Parent = n
+		case "--parent-fd":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 3 {
+				return s, fmt.Errorf("bad --parent-fd %q", val)
+			}
+			s.ParentFD = n
 		case "--uid", "--gid":
 			n, err := strconv.Atoi(val)
 			if err != nil || n < 0 {
@@ -249,6 +286,15 @@ func parse(args []string) (Spec, error) {
 		s.Drop = &IDs{UID: uid, GID: gid}
 	case uid >= 0 || gid >= 0:
 		return s, errors.New("--uid and --gid go together")
+	}
+	if s.Mode == Guard {
+		switch {
+		case len(args) > 0:
+			return s, errors.New("guard runs nothing: want no -- PATH")
+		case s.Parent == 0 || s.ParentFD == 0:
+			return s, errors.New("guard needs --parent and --parent-fd")
+		}
+		return s, nil
 	}
 	if len(args) < 3 {
 		return s, errors.New("want -- PATH ARGV0 [ARGS...]")

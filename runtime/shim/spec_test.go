@@ -109,6 +109,9 @@ func TestEnterDrop(t *testing.T) {
 func TestModes(t *testing.T) {
 	for _, m := range KnownModes() {
 		spec := Spec{Mode: m, Path: "/usr/bin/true", Argv: []string{"true"}}
+		if m == Guard { // it runs nothing, and needs its server
+			spec = Spec{Mode: m, Parent: 42, ParentFD: 3}
+		}
 		back, err := parse(spec.Args()[1:])
 		if err != nil || back.Mode != m {
 			t.Errorf("parse(%q) = mode %q, %v; want %q", spec.Args(), back.Mode, err, m)
@@ -118,6 +121,37 @@ func TestModes(t *testing.T) {
 		_, err := parse([]string{bad, "--", "/usr/bin/true", "true"})
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("unknown mode %q", bad)) {
 			t.Errorf("parse(mode %q) = %v, want unknown mode", bad, err)
+		}
+	}
+}
+
+// TestGuardArgs pins the guard's argv and its parse; what it must have
+// (its server, the pipe) and must not (anything to run) is refused.
+func TestGuardArgs(t *testing.T) {
+	spec := Spec{Mode: Guard, Cgroups: []string{"/sys/fs/cgroup/unified/toolgate-42", "/sys/fs/cgroup/pids/toolgate-42.oci"}, Parent: 42, ParentFD: 3}
+	got := strings.Join(spec.Args(), " ")
+	if want := "__toolgate_shim guard --cgroup /sys/fs/cgroup/unified/toolgate-42 --cgroup /sys/fs/cgroup/pids/toolgate-42.oci --parent 42 --parent-fd 3"; got != want {
+		t.Errorf("Args() = %q, want %q", got, want)
+	}
+	back, err := parse(spec.Args()[1:])
+	if err != nil || strings.Join(back.Args(), " ") != got {
+		t.Errorf("parse(Args()) = %q, %v; want %q", back.Args(), err, got)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--parent", "42"}, "guard needs --parent and --parent-fd"},
+		{[]string{"--parent-fd", "3"}, "guard needs --parent and --parent-fd"},
+		{[]string{"--parent", "0", "--parent-fd", "3"}, `bad --parent "0"`},
+		{[]string{"--parent", "42", "--parent-fd", "2"}, `bad --parent-fd "2"`},
+		{[]string{"--cgroup", "sys/fs/cgroup/toolgate-42", "--parent", "42", "--parent-fd", "3"}, `bad --cgroup "sys/fs/cgroup/toolgate-42"`},
+		{[]string{"--cgroup", "/sys/fs/cgroup/x/../toolgate-42", "--parent", "42", "--parent-fd", "3"}, `bad --cgroup "/sys/fs/cgroup/x/../toolgate-42"`},
+		{[]string{"--parent", "42", "--parent-fd", "3", "--", "/bin/sh", "sh"}, "guard runs nothing"},
+	} {
+		_, err := parse(append([]string{string(Guard)}, tc.args...))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parse(guard %q) = %v, want %q", tc.args, err, tc.want)
 		}
 	}
 }
