@@ -21,6 +21,9 @@ import (
 
 func TestMain(m *testing.M) {
 	MaybeShim() // the test binary provides the reap and service shims
+	if mode := os.Getenv(guardServerEnv); mode != "" {
+		guardServer(mode) // TestGuardKillsWhatOutlivesTheServer's server
+	}
 	os.Exit(m.Run())
 }
 
