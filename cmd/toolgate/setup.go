@@ -99,7 +99,11 @@ type app struct {
 	auditFile io.Closer
 	conf      *conf.Config
 	cgroups   *cgroup.Manager
-	opts      server.Options
+	// guard kills what is left in the cgroups when this process dies
+	// (nil without cgroups, and for check).
+	guard  *rt.Guard
+	closed chan struct{}
+	opts   server.Options
 	// helperTemplates are the built-ins' helper runs the sandbox pool
 	// can prepare for (poolTemplates).
 	helperTemplates []rt.Template
@@ -124,7 +128,7 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 	if err != nil && live {
 		return nil, err
 	}
-	a := &app{log: log}
+	a := &app{log: log, closed: make(chan struct{})}
 	// check starts no backend: it lists the built-ins as serve does where
 	// the backend can run.
 	sandbox := rt.FailedSandbox(s.backend, errors.New("not set up (check does not start backends)"))
@@ -139,6 +143,15 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 			log.WithField("dir", d).Info("removed the cgroup of a server that did not exit cleanly")
 		}
 		log.WithField("cgroups", a.cgroups.String()).Debug("cgroups detected")
+		// Before any sandbox starts: what a SIGKILL of this process
+		// would leave in its cgroups dies a moment after it.
+		errFile, _ := stderr.(*os.File)
+		a.guard, err = rt.StartGuard(shim, a.cgroups.ServerDirs(s.backend == string(rt.BackendOCI)), errFile)
+		if err != nil {
+			a.cgroups.Close()
+			return nil, err
+		}
+		a.watchGuard()
 		var prepErr error
 		sandbox, prepErr = s.newSandbox(shim, a.cgroups, log)
 		if prepErr != nil {
@@ -151,6 +164,7 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 	if err != nil {
 		_ = sandbox.Close()
 		a.cgroups.Close()
+		a.closeGuard()
 		return nil, err
 	}
 	a.conf = conf.Load(s.confPath, s.confOptions())
@@ -176,8 +190,33 @@ func (s *settings) build(stderr io.Writer, live bool) (*app, error) {
 func (a *app) close() {
 	_ = a.opts.Sandbox.Close()
 	a.cgroups.Close()
+	a.closeGuard()
 	if a.auditFile != nil {
 		a.auditFile.Close()
+	}
+}
+
+// watchGuard says, once, if the guard ends before the app closes.
+func (a *app) watchGuard() {
+	if a.guard == nil {
+		return
+	}
+	go func() {
+		<-a.guard.Done()
+		select {
+		case <-a.closed: // closeGuard ended it
+		default:
+			a.log.WithError(a.guard.Err()).Error("sandbox guard exited: what a SIGKILL of toolgate leaves in its cgroups survives until the next start's sweep")
+		}
+	}()
+}
+
+// closeGuard ends the guard, after the sandboxes and cgroups are closed:
+// it finds nothing left to kill.
+func (a *app) closeGuard() {
+	close(a.closed)
+	if err := a.guard.Close(); err != nil {
+		a.log.WithError(err).Warn("sandbox guard")
 	}
 }
 
