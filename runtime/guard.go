@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"syscall"
@@ -53,8 +54,16 @@ func StartGuard(shimPath string, dirs []string, stderr *os.File) (*Guard, error)
 		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: shim.GuardSignal},
 		ExtraFiles:  []*os.File{r},
 	}
-	cmd, err := p.start(nil, nil, stderr)
+	ready, armed, err := os.Pipe()
+	if err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("guard: %w", err)
+	}
+	defer ready.Close()
+	cmd, err := p.start(nil, armed, stderr)
 	r.Close()
+	armed.Close()
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("guard: %w", err)
@@ -65,8 +74,18 @@ func StartGuard(shimPath string, dirs []string, stderr *os.File) (*Guard, error)
 		untrack(cmd.Process.Pid)
 		close(g.done)
 	}()
+	// No sandbox starts before the guard is armed.
+	_ = ready.SetReadDeadline(time.Now().Add(guardArmTimeout))
+	line := make([]byte, len(shim.GuardReady))
+	if _, err := io.ReadFull(ready, line); err != nil || string(line) != shim.GuardReady {
+		g.Close()
+		return nil, fmt.Errorf("guard: not armed within %s: %w (exit: %v)", guardArmTimeout, err, g.Err())
+	}
 	return g, nil
 }
+
+// guardArmTimeout bounds the wait for the guard's first line.
+const guardArmTimeout = 10 * time.Second
 
 // Done is closed when the guard has exited: before Close, the server runs
 // unguarded from then on (Err says why).

@@ -20,6 +20,9 @@ import (
 // SIGTERM would end the guard before it did its job.
 const GuardSignal = syscall.SIGWINCH
 
+// GuardReady is what the guard writes on its stdout once it is armed.
+const GuardReady = "armed\n"
+
 // guard waits for the server (s.Parent) to die, then kills every process
 // in the server's cgroup directories (s.Cgroups) and removes them, and
 // exits: what a server killed with SIGKILL leaves (a bwrap child still
@@ -49,6 +52,13 @@ func guard(s Spec) int {
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(GuardSignal), 0, 0, 0); err != nil {
 		die(126, "guard: parent-death signal: %v", err)
 	}
+	// Armed: the server waits for this line before it starts a sandbox
+	// (rt.StartGuard), so that none runs unguarded, and a signal sent to
+	// the guard from now on finds its handler.
+	if _, err := os.Stdout.WriteString(GuardReady); err != nil {
+		die(126, "guard: tell the server it is armed: %v", err)
+	}
+	os.Stdout.Close()
 	eof := make(chan struct{})
 	go func() {
 		// The server never writes: the read ends at its death.
