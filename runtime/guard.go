@@ -77,9 +77,13 @@ func StartGuard(shimPath string, dirs []string, stderr *os.File) (*Guard, error)
 	// No sandbox starts before the guard is armed.
 	_ = ready.SetReadDeadline(time.Now().Add(guardArmTimeout))
 	line := make([]byte, len(shim.GuardReady))
-	if _, err := io.ReadFull(ready, line); err != nil || string(line) != shim.GuardReady {
+	_, err = io.ReadFull(ready, line)
+	if err == nil && string(line) != shim.GuardReady {
+		err = fmt.Errorf("it said %q", line)
+	}
+	if err != nil {
 		g.Close()
-		return nil, fmt.Errorf("guard: not armed within %s: %w (exit: %v)", guardArmTimeout, err, g.Err())
+		return nil, fmt.Errorf("guard: not armed within %s: %w", guardArmTimeout, errors.Join(err, g.Err()))
 	}
 	return g, nil
 }
