@@ -200,3 +200,67 @@ func bounded(s string) string {
 	}
 	return s
 }
+
+// ArgumentsOf is what a policy judges of a call's raw arguments: their
+// decoding, once it is shown that every reader decodes them alike. JSON
+// that names a key twice in one object, or two keys equal but for case,
+// means one thing to this decoder (the last wins, case matters) and
+// another to a tool's (the first may win; Go's encoding/json matches
+// fields regardless of case): the policy would judge arguments the tool
+// never sees, so such arguments are refused.
+func ArgumentsOf(raw json.RawMessage) (any, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, nil
+	}
+	if err := unambiguous(json.NewDecoder(bytes.NewReader(raw)), 1); err != nil {
+		return nil, err
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, fmt.Errorf("the arguments are not JSON: %w", err)
+	}
+	return v, nil
+}
+
+// unambiguous reads one JSON value from dec and fails on an object that
+// names a key twice, or two keys that fold to the same case.
+func unambiguous(dec *json.Decoder, depth int) error {
+	if depth > MaxArgumentDepth {
+		return fmt.Errorf("nested deeper than %d", MaxArgumentDepth)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return fmt.Errorf("the arguments are not JSON: %w", err)
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]string{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return fmt.Errorf("the arguments are not JSON: %w", err)
+			}
+			k, _ := kt.(string)
+			fold := strings.ToLower(strings.ToUpper(k))
+			if prev, ok := seen[fold]; ok {
+				return fmt.Errorf("keys %q and %q of one object are the same to some decoders (a key twice, or two equal but for case): refused under a policy", bounded(prev), bounded(k))
+			}
+			seen[fold] = k
+			if err := unambiguous(dec, depth+1); err != nil {
+				return err
+			}
+		}
+		_, err = dec.Token() // }
+	case json.Delim('['):
+		for dec.More() {
+			if err := unambiguous(dec, depth+1); err != nil {
+				return err
+			}
+		}
+		_, err = dec.Token() // ]
+	}
+	if err != nil {
+		return fmt.Errorf("the arguments are not JSON: %w", err)
+	}
+	return nil
+}

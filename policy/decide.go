@@ -147,6 +147,17 @@ func (e *Engine) decision(ok cedar.Decision, diag cedar.Diagnostic) Decision {
 	for _, de := range diag.Errors {
 		d.Errors = append(d.Errors, string(de.PolicyID)+": "+de.Message)
 	}
+	// Cedar skips a policy whose evaluation fails: a forbid that errs
+	// would forbid nothing. toolgate fails closed instead: any error
+	// denies, naming the policies that erred.
+	if len(diag.Errors) > 0 {
+		d.Allow = false
+		d.Policies = d.Policies[:0]
+		for _, de := range diag.Errors {
+			d.Policies = append(d.Policies, string(de.PolicyID))
+		}
+		d.Reason = "a policy could not be evaluated, and an error never permits"
+	}
 	return d
 }
 

@@ -433,3 +433,63 @@ func TestSchemaInDocs(t *testing.T) {
 		t.Errorf("docs/policy.md's schema differs from policy/toolgate.cedarschema (-code +docs):\n%s", diff)
 	}
 }
+
+// TestEvaluationErrorDenies: Cedar skips a policy whose evaluation fails,
+// so a forbid that overflows would forbid nothing; toolgate denies
+// instead, naming the policy that erred. Arguments under the bound
+// evaluate as before.
+func TestEvaluationErrorDenies(t *testing.T) {
+	e, err := Parse("p.cedar", []byte(`@id("all")
+permit (principal, action, resource);
+@id("area")
+forbid (principal, action, resource)
+when {
+  context.arguments.hasTag("w") && context.arguments.getTag("w") has long &&
+  context.arguments.hasTag("h") && context.arguments.getTag("h") has long &&
+  context.arguments.getTag("w").long * context.arguments.getTag("h").long > 1000
+};
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args  map[string]any
+		allow bool
+		ids   []string
+	}{
+		{map[string]any{"w": float64(10), "h": float64(10)}, true, []string{"all"}},
+		{map[string]any{"w": float64(100), "h": float64(100)}, false, []string{"area"}},
+		{map[string]any{"w": float64(1 << 32), "h": float64(1 << 32)}, false, []string{"area"}}, // overflows: an error
+	} {
+		d := e.Decide(Request{alice, ActionCall, hello, tc.args})
+		if d.Allow != tc.allow || !slices.Equal(d.Policies, tc.ids) {
+			t.Errorf("w×h of %v: %+v, want allow %v by %v", tc.args, d, tc.allow, tc.ids)
+		}
+	}
+}
+
+// TestArgumentsOf: raw arguments that decoders read alike are decoded;
+// a key twice or two keys equal but for case, at any depth, are refused.
+func TestArgumentsOf(t *testing.T) {
+	for _, raw := range []string{``, `{}`, `{"path":"a","Path2":"b","list":[{"k":1},{"k":2}]}`} {
+		if _, err := ArgumentsOf(json.RawMessage(raw)); err != nil {
+			t.Errorf("ArgumentsOf(%s) = %v, want decoded", raw, err)
+		}
+	}
+	v, err := ArgumentsOf(json.RawMessage(`{"n":3}`))
+	if m, ok := v.(map[string]any); err != nil || !ok || m["n"] != float64(3) {
+		t.Errorf(`ArgumentsOf({"n":3}) = %#v, %v`, v, err)
+	}
+	for _, raw := range []string{
+		`{"path":"ok","path":"secret/x"}`,
+		`{"path":"ok","PATH":"secret/x"}`,
+		`{"a":{"x":1,"X":2}}`,
+		`{"a":[{"k":1,"k":2}]}`,
+		"{\"k\":1,\"\u212a\":2}", // the Kelvin sign folds to k
+		`{"a":`,
+	} {
+		if _, err := ArgumentsOf(json.RawMessage(raw)); err == nil {
+			t.Errorf("ArgumentsOf(%s) decoded, want refused", raw)
+		}
+	}
+}

@@ -138,7 +138,14 @@ func (s *Server) authorizeCall(ctx context.Context, req mcp.CallToolRequest) *mc
 		return nil
 	}
 	name := req.Params.Name
-	d := s.decide(e, principalOf(ctx), policy.ActionCall, name, req.Params.Arguments)
+	// The policy judges the very bytes the tool is given (toolcall.Args),
+	// and only when every decoder reads them alike.
+	var d policy.Decision
+	if args, err := policy.ArgumentsOf(toolcall.Args(req)); err != nil {
+		d = policy.Decision{Policies: []string{policy.NoPermit}, Reason: "the arguments cannot be given to the policy: " + err.Error()}
+	} else {
+		d = s.decide(e, principalOf(ctx), policy.ActionCall, name, args)
+	}
 	if d.Allow {
 		return nil
 	}

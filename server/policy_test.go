@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -218,7 +219,16 @@ when {
 			t.Errorf("echo %v = %v %q, want isError %q", args, res.IsError, resultText(res), want)
 		}
 	}
-	if n := len(policyLines(t, buf, "fake__echo")); n != 4 {
-		t.Errorf("%d policy records of fake__echo, want the 4 refused calls:\n%s", n, buf.String())
+	// Arguments that decoders read differently (a key twice, the last
+	// one what the policy would judge; a key equal but for case, which
+	// Go's encoding/json matches to the field) are never judged: refused.
+	for _, raw := range []string{`{"text":"goodbye","text":"hello"}`, `{"text":"hello","TEXT":"goodbye"}`, `{"text":"hello","o":{"a":1,"A":2}}`} {
+		res := h.call(t, "fake__echo", json.RawMessage(raw))
+		if !res.IsError || !strings.Contains(resultText(res), "are the same to some decoders") {
+			t.Errorf("echo %s = %v %q, want refused as ambiguous", raw, res.IsError, resultText(res))
+		}
+	}
+	if n := len(policyLines(t, buf, "fake__echo")); n != 7 {
+		t.Errorf("%d policy records of fake__echo, want the 7 refused calls:\n%s", n, buf.String())
 	}
 }

@@ -34,9 +34,9 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/auth"
-	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
 	"github.com/toolgate/toolgate/internal/toolcall"
+	"github.com/toolgate/toolgate/policy"
 )
 
 // AnyPrincipal in a rate rule stands for every principal without a rule
@@ -190,9 +190,9 @@ func retryAfter(wait time.Duration) int {
 }
 
 // rateCounted reports whether a call of tool counts toward a rate limit:
-// every tool but checkpoint_status (checkpoint_*: seed 000 says they are
-// never off).
-func rateCounted(tool string) bool { return !strings.HasPrefix(tool, conf.ProtectedPrefix) }
+// every tool but checkpoint_status (seed 000 says it is never off). Only
+// that built-in: a tools.conf tool may be named checkpoint_*.
+func rateCounted(tool string) bool { return tool != policy.StatusTool }
 
 // rateTakenKey marks a request whose token HTTP.takeRate took.
 type rateTakenKey struct{}

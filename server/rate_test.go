@@ -435,3 +435,13 @@ func checkRateCounted(t *testing.T, f *httpFixture) {
 		t.Errorf("audit refused=rate: %v", limited)
 	}
 }
+
+// TestRateCountsEveryToolButStatus: only the built-in checkpoint_status is
+// exempt; a tools.conf tool may be named checkpoint_* and counts.
+func TestRateCountsEveryToolButStatus(t *testing.T) {
+	for tool, want := range map[string]bool{"checkpoint_status": false, "checkpoint_x": true, "hello": true, "srv__checkpoint_status": true} {
+		if got := rateCounted(tool); got != want {
+			t.Errorf("rateCounted(%q) = %v, want %v", tool, got, want)
+		}
+	}
+}
