@@ -36,11 +36,14 @@ const maxLinks = 40
 // euid. So /tmp/d/tools.conf is trusted when d is ours and not writable by
 // others, and never when d (or a symlink /tmp/d) belongs to someone else.
 //
-// A second exception, a read-only mount (the kubelet's ConfigMap and
-// Secret volumes): a directory others may write by its mode is accepted
-// when no one can write it through any mount toolgate's mount namespace
-// has (readOnlyDir): the mount it is on is read-only, and its filesystem
-// has no read-write mount there that reaches it. From that directory on,
+// A second exception, a read-only mount of a volume only the kubelet
+// writes (ConfigMap, projected, downward API): a directory others may
+// write by its mode is accepted when the mount shows such a volume
+// (kubeletVolume) and no one can write it through any mount toolgate's
+// mount namespace has (readOnlyDir): the mount it is on is read-only, and
+// its filesystem has no read-write mount there that reaches it. Any other
+// volume (an emptyDir, a PVC, NFS, a host directory, a Secret's tmpfs)
+// may be mounted read-write where this namespace cannot see it. From that directory on,
 // the rest of the path — every entry, directory, symlink and the file —
 // must be on that same mount, so the symlinks of the kubelet's atomic
 // writer (tools.conf -> ..data/tools.conf, ..data -> ..2026_12_02_...)
@@ -345,12 +348,33 @@ func readOnlyDir(dir string, fi fs.FileInfo) (*roMount, error) {
 	if self.writable() {
 		return nil, fmt.Errorf("its mount %s is read-write", self.point)
 	}
+	if !kubeletVolume(self.root) {
+		return nil, fmt.Errorf("its read-only mount %s shows %s, not a kubelet's ConfigMap, projected or downward API volume (…/volumes/kubernetes.io~configmap/NAME): another mount of it elsewhere (a sidecar's, another pod's, an NFS client's) could write it", self.point, self.root)
+	}
 	for _, m := range mounts {
 		if m.dev == self.dev && m.writable() && overlaps(m.root, self.root) {
 			return nil, fmt.Errorf("it is on the read-only mount %s, but its filesystem is also mounted read-write at %s, through which it can be written", self.point, m.point)
 		}
 	}
 	return &roMount{id: id, point: self.point, dir: dir}, nil
+}
+
+// kubeletVolumes are the volume kinds whose only writer is the kubelet
+// (its atomic writer), by the directory the kubelet keeps them in.
+var kubeletVolumes = []string{"kubernetes.io~configmap", "kubernetes.io~projected", "kubernetes.io~downward-api"}
+
+// kubeletVolume reports whether root, the directory a mount shows of its
+// filesystem, is a volume the kubelet alone writes:
+// …/volumes/kubernetes.io~configmap/NAME (or ~projected, ~downward-api),
+// a path only the node's root makes. An emptyDir, a PVC, an NFS export or
+// a hostPath may be mounted read-write elsewhere, by a sidecar or another
+// pod or host, where toolgate's mount table cannot see it, so a read-only
+// mount of one proves nothing. A Secret's is a tmpfs of its own, which a
+// mount cannot tell from an emptyDir in memory: it is not trusted so.
+func kubeletVolume(root string) bool {
+	parts := strings.Split(root, "/")
+	n := len(parts)
+	return n >= 3 && parts[n-3] == "volumes" && slices.Contains(kubeletVolumes, parts[n-2]) && parts[n-1] != ""
 }
 
 // ReadOnlyDir returns nil when dir (fi is its Stat), a directory whose

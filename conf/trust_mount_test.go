@@ -130,8 +130,8 @@ func TestLoadTrustReadOnlyBindOfWritable(t *testing.T) {
 	disk := filepath.Join(base, "disk")
 	must(t, os.Mkdir(disk, 0o755))
 	mountOrSkip(t, "tmpfs", disk, "tmpfs", 0, "mode=0755,size=1m")
-	src := filepath.Join(disk, "src")
-	must(t, os.Mkdir(src, 0o755))
+	src := filepath.Join(disk, "pods", "u", "volumes", "kubernetes.io~configmap", "cm")
+	must(t, os.MkdirAll(src, 0o755))
 	kubeVolume(t, src, map[string]string{"tools.conf": "# a tools.conf\n"}, 0o644)
 	mnt := filepath.Join(base, "etc")
 	must(t, os.Mkdir(mnt, 0o755))
@@ -175,10 +175,42 @@ func TestParseMountinfo(t *testing.T) {
 	}
 }
 
+// TestLoadTrustReadOnlyOnlyKubeletVolumes: a read-only mount proves that
+// no one writes a directory only where the kubelet alone writes it (a
+// ConfigMap's, a projected or downward API volume's). The same layout in
+// an emptyDir, a PVC, an NFS export or a host directory could be mounted
+// read-write elsewhere (a sidecar, another pod or host) where toolgate's
+// mount table cannot see it: refused, read-only or not. So is a Secret's
+// tmpfs, which no mount tells from an emptyDir in memory.
+func TestLoadTrustReadOnlyOnlyKubeletVolumes(t *testing.T) {
+	requireRoot(t)
+	for _, kind := range []string{"kubernetes.io~empty-dir", "kubernetes.io~nfs", "kubernetes.io~secret-as-dir"} {
+		base := t.TempDir()
+		must(t, os.Chmod(base, 0o755))
+		disk := filepath.Join(base, "disk")
+		must(t, os.Mkdir(disk, 0o755))
+		mountOrSkip(t, "tmpfs", disk, "tmpfs", 0, "mode=0755,size=1m")
+		src := filepath.Join(disk, "pods", "u", "volumes", kind, "shared")
+		must(t, os.MkdirAll(src, 0o755))
+		kubeVolume(t, src, map[string]string{"tools.conf": "# a tools.conf\n"}, 0o644)
+		mnt := filepath.Join(base, "etc")
+		must(t, os.Mkdir(mnt, 0o755))
+		mountOrSkip(t, src, mnt, "", unix.MS_BIND, "")
+		remountRO(t, mnt)
+		must(t, unix.Unmount(disk, 0)) // the read-only bind is the only way to it here
+		e := firstErr(t, Load(filepath.Join(mnt, "tools.conf"), Options{}))
+		if !errors.Is(e, ErrUntrusted) || !strings.Contains(e.Error(), "not a kubelet's ConfigMap, projected or downward API volume") {
+			t.Errorf("%s: Load = %q, want refused: not a kubelet volume", kind, e)
+		}
+	}
+}
+
 // TestLoadTokensKubeletSecret: the token file in a Secret volume as the
 // kubelet makes it (a tmpfs of its own, 2777 with fsGroup, the atomic
-// writer's symlinks, the file 0440 root:fsGroup, the mount read-only) is
-// loaded; the same tmpfs read-write is refused.
+// writer's symlinks, the file 0440 root:fsGroup) is refused, read-only or
+// not: a tmpfs of its own is not told from an emptyDir in memory, which a
+// sidecar may write. (A Secret whose directory others may not write
+// passes the ordinary rule.)
 func TestLoadTokensKubeletSecret(t *testing.T) {
 	requireRoot(t)
 	tokens := map[string]string{"tokens": "ci-runner sha256:" + strings.Repeat("ab", 32) + "\n"}
@@ -192,12 +224,9 @@ func TestLoadTokensKubeletSecret(t *testing.T) {
 		if ro {
 			remountRO(t, mnt)
 		}
-		tk, err := LoadTokens(filepath.Join(mnt, "tokens"))
-		switch {
-		case ro && (err != nil || len(tk.Tokens) != 1):
-			t.Errorf("read-only: LoadTokens = %v, want the one token", err)
-		case !ro && (!errors.Is(err, ErrUntrusted) || !strings.Contains(err.Error(), "directory "+mnt+" (mode 2777, owner uid 0) is writable by group or others")):
-			t.Errorf("read-write: LoadTokens = %v, want refused: the directory is writable by others", err)
+		_, err := LoadTokens(filepath.Join(mnt, "tokens"))
+		if !errors.Is(err, ErrUntrusted) || !strings.Contains(err.Error(), "directory "+mnt+" (mode 2777, owner uid 0) is writable by group or others") {
+			t.Errorf("read-only %v: LoadTokens = %v, want refused: the directory is writable by others", ro, err)
 		}
 	}
 }
