@@ -35,7 +35,8 @@ func (s *Server) engineFor(ctx context.Context) (e *policy.Engine, fromFile bool
 	if h, ok := servedBy(ctx); ok && h.scopes != nil {
 		return h.scopes, false
 	}
-	return s.opts.Policy, s.opts.Policy != nil
+	e = s.policy.Load()
+	return e, e != nil
 }
 
 // principalOf is ctx's principal as policies see it: over HTTP the
