@@ -10,7 +10,9 @@ import (
 	"testing"
 
 	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/policy"
@@ -184,5 +186,60 @@ func TestReloadPolicy(t *testing.T) {
 	res, err := callTool(t, c, "b", nil)
 	if err != nil || !res.IsError {
 		t.Errorf("b after the policy reload: %v %v, want isError", res, err)
+	}
+}
+
+// TestHTTPReloadKeepsSessions: over HTTP (both eras), a reload of the
+// conf, the policy and the tokens while three sessions are open and a
+// call is in flight: the call answers, every session stays and lists the
+// new tools, a token dropped by the reload is refused from its next
+// request, and the policy's new decision holds for the next call.
+func TestHTTPReloadKeepsSessions(t *testing.T) {
+	dir := t.TempDir()
+	all, err := policy.Parse("p", []byte(`@id("all") permit (principal, action, resource);`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	notOther, err := policy.Parse("p", []byte(`@id("all-but-other") permit (principal, action, resource) unless { resource == Tool::"other" };`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken, "bob "+bobToken))
+	f := startHTTP(t, HTTPOptions{Auth: tokens}, func(o *Options) {
+		o.Conf, o.Policy = confIn(t, dir, "tool hello EXE read 5 100 off DIR --\ntool other EXE read 5 100 off DIR --\n"), all
+	})
+	f.direct.block = make(chan struct{})
+	sessions := []*client.Client{mcpClient(t, f.url, aliceToken, false), mcpClient(t, f.url, aliceToken, true), mcpClient(t, f.url, bobToken, false)}
+	done := make(chan string, 1)
+	go func() {
+		res, err := callTool(t, sessions[0], "hello", nil)
+		if err != nil {
+			done <- "error: " + err.Error()
+			return
+		}
+		done <- resultText(res)
+	}()
+	waitFor(t, func() bool { return len(f.direct.invocations()) == 1 })
+
+	tokens.Replace(tokenFile(t, "alice "+aliceToken))
+	f.srv.Reload(Snapshot{
+		Conf:    confIn(t, dir, "tool hello EXE read 5 100 off DIR --\ntool other EXE read 5 100 off DIR --\ntool fresh EXE read 5 100 off DIR --\n"),
+		Policy:  notOther,
+		Trigger: "watch", Changed: []string{"tools.conf", "tokens", "policy"},
+	})
+	for i, c := range sessions[:2] {
+		if got := strings.Join(listNames(t, c), ","); got != "checkpoint_status,hello,fresh" {
+			t.Errorf("session %d: tools/list after the reload = %s, want checkpoint_status,hello,fresh", i, got)
+		}
+	}
+	if res, err := callTool(t, sessions[1], "other", nil); err != nil || !res.IsError {
+		t.Errorf("other after the policy reload: %v %v, want isError", res, err)
+	}
+	if _, err := sessions[2].ListTools(t.Context(), mcp.ListToolsRequest{}); err == nil {
+		t.Errorf("bob's token, dropped by the reload, still lists")
+	}
+	close(f.direct.block)
+	if got := <-done; !strings.Contains(got, "hi") {
+		t.Errorf("the call in flight answered %q, want its result", got)
 	}
 }
