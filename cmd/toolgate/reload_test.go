@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -18,7 +19,9 @@ import (
 
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/internal/kubevol"
 	"github.com/toolgate/toolgate/internal/mcptest"
+	"github.com/toolgate/toolgate/internal/testbin"
 	"github.com/toolgate/toolgate/policy"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/server"
@@ -185,5 +188,54 @@ func TestReloadFiles(t *testing.T) {
 	if st.Conf.State != "refused" || st.Reload.Trigger != "sighup" || strings.Join(st.Reload.Changed, ",") != "tools.conf,tokens,policy" ||
 		len(st.Reload.Refused) != 2 || st.Reload.Refused[0].File != fileConf || st.Reload.Refused[0].Effect != conf.RefusedEffect {
 		t.Errorf("status after a refused tools.conf: conf %s, reload %+v", st.Conf.State, st.Reload)
+	}
+}
+
+// TestReloadConfigMapSwap: tools.conf and the policy in a ConfigMap
+// volume (the kubelet's layout, internal/kubevol) are reloaded by the
+// watch when the kubelet's atomic writer swaps `..data`.
+func TestReloadConfigMapSwap(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testbin.Missing(t, "the kubelet's layout chowns to fsGroup, and needs root (uid %d)", os.Geteuid())
+	}
+	f := newReloadFixture(t)
+	vol := t.TempDir()
+	text := func(tools string) string { return strings.NewReplacer("EXE", f.exe, "DIR", f.dir).Replace(tools) }
+	// The kubelet's layout with trusted modes (kubevol.Volume's fsGroup
+	// modes make the directory world-writable, which only a read-only
+	// mount makes trusted; the swap is the same).
+	ts := filepath.Join(vol, kubevol.TSDir)
+	if err := os.Mkdir(ts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{"tools.conf": text("tool hello EXE read 20 4096 off DIR -- hi\n"), "policy.cedar": "permit (principal, action, resource);\n"} {
+		writeFile(t, filepath.Join(ts, name), body)
+		kubevol.Must(t, os.Symlink(filepath.Join("..data", name), filepath.Join(vol, name)))
+	}
+	kubevol.Must(t, os.Symlink(kubevol.TSDir, filepath.Join(vol, "..data")))
+	f.r.paths[fileConf], f.r.paths[filePolicy] = filepath.Join(vol, "tools.conf"), filepath.Join(vol, "policy.cedar")
+	f.r.reload("sighup")
+	if got := f.names(t); got != "checkpoint_status,hello" {
+		t.Fatalf("tools/list from the volume = %s (%+v)", got, f.status(t).Reload)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.r.run(ctx, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	time.Sleep(100 * time.Millisecond) // the watch is set up
+	kubevol.Update(t, vol, "..2026_12_02_10_05_00.000000001", map[string]string{
+		"tools.conf":   text("tool hello EXE read 20 4096 off DIR -- hi\ntool fresh EXE read 20 4096 off DIR --\n"),
+		"policy.cedar": "@id(\"not-hello\")\npermit (principal, action, resource) unless { resource == Tool::\"hello\" };\n",
+	}, 0o644)
+	deadline := time.Now().Add(10 * time.Second)
+	for f.names(t) != "checkpoint_status,fresh" {
+		if time.Now().After(deadline) {
+			t.Fatalf("tools/list 10 s after the ..data swap = %s, want checkpoint_status,fresh", f.names(t))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	st := f.status(t)
+	if st.Reload.Trigger != "watch" || strings.Join(st.Reload.Changed, ",") != "tools.conf,policy" || len(st.Reload.Refused) != 0 {
+		t.Errorf("checkpoint_status reload after the swap: %+v", st.Reload)
 	}
 }
