@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"maps"
 	"reflect"
 	"slices"
@@ -71,10 +72,11 @@ func (r *reloadState) setBase(c *conf.Config, entries []entry) {
 func (s *Server) Reload(snap Snapshot) status.Reload {
 	s.reloads.mu.Lock()
 	defer s.reloads.mu.Unlock()
-	entries, resources := s.baseEntries(snap.Conf)
 	oldBase, oldExternals := slices.Clone(s.reloads.base), s.reloads.externals
+	rec := status.Reload{Trigger: snap.Trigger, Changed: snap.Changed, Refused: slices.Clone(snap.Refused)}
+	entries, resources := s.baseEntries(snap.Conf)
+	entries = s.dropTaken(snap.Conf, entries, resources, oldBase, &rec)
 	s.reloads.setBase(snap.Conf, entries)
-	rec := status.Reload{Trigger: snap.Trigger, Changed: snap.Changed, Refused: snap.Refused}
 	var put []mcpserver.ServerTool
 	for _, e := range entries {
 		name := e.tool.Name
@@ -116,6 +118,26 @@ func (s *Server) Reload(snap Snapshot) status.Reload {
 		Added: rec.Added, Removed: rec.Removed, Replaced: rec.Replaced,
 	}.Write(s.auditLog)
 	return rec
+}
+
+// dropTaken withholds the externals whose names a downstream server's
+// tools hold (at start the registry refuses those; a reload cannot
+// take a name from a server already serving it), each a refusal of rec.
+func (s *Server) dropTaken(c *conf.Config, entries []entry, resources map[string]policy.Tool, oldBase []string, rec *status.Reload) []entry {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.DeleteFunc(entries, func(e entry) bool {
+		_, held := s.order[e.tool.Name]
+		if !held || slices.Contains(oldBase, e.tool.Name) {
+			return false
+		}
+		delete(resources, e.tool.Name)
+		rec.Refused = append(rec.Refused, status.Refusal{
+			File: "tools.conf", Path: c.Path, Reason: fmt.Sprintf("tool %q: the name of a downstream server's tool", e.tool.Name),
+			Effect: "that tool is not served; the downstream tool keeps its name",
+		})
+		return true
+	})
 }
 
 // sameTool reports whether a and b serve and run alike: only where

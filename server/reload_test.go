@@ -15,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/policy"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
@@ -241,5 +242,29 @@ func TestHTTPReloadKeepsSessions(t *testing.T) {
 	close(f.direct.block)
 	if got := <-done; !strings.Contains(got, "hi") {
 		t.Errorf("the call in flight answered %q, want its result", got)
+	}
+}
+
+// TestReloadNameOfDownstreamTool: a reloaded conf cannot take the name of
+// a downstream tool (the registry refuses that at start): that external
+// is not served, the refusal says why, and the downstream tool keeps it.
+func TestReloadNameOfDownstreamTool(t *testing.T) {
+	dir := t.TempDir()
+	s := New(Options{Conf: confIn(t, dir, "tool a EXE read 5 100 off DIR --\n"), Direct: &fakeRunner{}})
+	s.reserve(registry.ToolServer{ID: "web", EnabledTools: []string{"fetch"}})
+	next := confIn(t, dir, "tool a EXE read 5 100 off DIR --\ntool web__fetch EXE read 5 100 off DIR --\ntool b EXE read 5 100 off DIR --\n")
+	if next.State != conf.StateLoaded {
+		t.Fatalf("conf %s: %v", next.State, next.Errors)
+	}
+	rec := s.Reload(Snapshot{Conf: next, Trigger: "watch", Changed: []string{"tools.conf"}})
+	if strings.Join(rec.Added, ",") != "b" || len(rec.Refused) != 1 || rec.Refused[0].File != "tools.conf" ||
+		rec.Refused[0].Reason != `tool "web__fetch": the name of a downstream server's tool` {
+		t.Errorf("Reload = %+v", rec)
+	}
+	if got := strings.Join(listNames(t, session(t, s)), ","); got != "checkpoint_status,a,b" {
+		t.Errorf("tools/list = %s, want checkpoint_status,a,b", got)
+	}
+	if p, _ := s.resource("web__fetch"); p.Kind != status.KindDownstream {
+		t.Errorf("web__fetch's resource = %+v, want the downstream tool's", p)
 	}
 }
