@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 
@@ -77,7 +78,21 @@ func (r *reloader) sum(name string) [sha256.Size]byte {
 // run reloads on every SIGHUP of hup and every change the watch sees,
 // until ctx ends.
 func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
-	w, err := watch.New(watch.DefaultDebounce, r.paths[fileConf], r.paths[fileTokens], r.paths[filePolicy])
+	var paths []string
+	for _, name := range []string{fileConf, fileTokens, filePolicy} {
+		p := r.paths[name]
+		if p == "" {
+			continue
+		}
+		// The default tools.conf's directory need not exist: without
+		// it there is nothing to watch there (SIGHUP still re-reads).
+		if _, err := os.Stat(filepath.Dir(p)); err != nil {
+			r.log.WithField("file", p).WithError(err).Debug("reload: not watched")
+			continue
+		}
+		paths = append(paths, p)
+	}
+	w, err := watch.New(watch.DefaultDebounce, paths...)
 	if err != nil {
 		r.log.WithError(err).Error("reload: no file watch: SIGHUP still reloads")
 	} else {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -238,4 +239,49 @@ func TestReloadConfigMapSwap(t *testing.T) {
 	if st.Reload.Trigger != "watch" || strings.Join(st.Reload.Changed, ",") != "tools.conf,policy" || len(st.Reload.Refused) != 0 {
 		t.Errorf("checkpoint_status reload after the swap: %+v", st.Reload)
 	}
+}
+
+// TestReloadWatchQuietWithoutConfDir: the default tools.conf's directory
+// need not exist (built-ins only): the watch skips it without a word at
+// the default level (stderr is the client's error log), and watches the
+// rest.
+func TestReloadWatchQuietWithoutConfDir(t *testing.T) {
+	f := newReloadFixture(t)
+	var buf syncBuf
+	f.r.log.SetOutput(&buf)
+	f.r.log.SetLevel(logrus.InfoLevel)
+	f.r.paths[fileConf] = "/nonexistent/toolgate/tools.conf"
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.r.run(ctx, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	time.Sleep(100 * time.Millisecond) // the watch is set up
+	writeFile(t, f.tokens, tokenLine("bob", "bob-token"))
+	deadline := time.Now().Add(10 * time.Second)
+	for f.authenticates("bob-token") != "bob" {
+		if time.Now().After(deadline) {
+			t.Fatal("the token file was not reloaded within 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := buf.String(); strings.Contains(got, "level=error") || strings.Contains(got, "level=warn") {
+		t.Errorf("log at the default level:\n%s\nwant no warning or error", got)
+	}
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
