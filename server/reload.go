@@ -96,9 +96,7 @@ func (s *Server) Reload(snap Snapshot) status.Reload {
 			rec.Removed = append(rec.Removed, name)
 		}
 	}
-	s.swapBase(oldBase, entries, resources)
-	s.conf.Store(snap.Conf)
-	oldPolicy := s.policy.Swap(snap.Policy)
+	oldPolicy := s.swapBase(snap, oldBase, entries, resources)
 	// Added before removed: a tool served by both confs is never absent.
 	if len(put) > 0 {
 		s.mcp.AddTools(put...)
@@ -149,11 +147,15 @@ func sameTool(a, b conf.Tool) bool {
 }
 
 // swapBase replaces the built-ins and externals of oldBase with entries
-// in the tools/list order, status and policy resources; the downstream
-// tools keep their places after them.
-func (s *Server) swapBase(oldBase []string, entries []entry, resources map[string]policy.Tool) {
+// in the tools/list order, status and policy resources, and the conf and
+// the policy with snap's, in one critical section of s.mu (decide reads
+// a resource and the policy in one); the downstream tools keep their
+// places after them. It returns the policy replaced.
+func (s *Server) swapBase(snap Snapshot, oldBase []string, entries []entry, resources map[string]policy.Tool) *policy.Engine {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.conf.Store(snap.Conf)
+	old := s.policy.Swap(snap.Policy)
 	down := make([]string, 0, len(s.order))
 	for name := range s.order {
 		if !slices.Contains(oldBase, name) {
@@ -180,4 +182,5 @@ func (s *Server) swapBase(oldBase []string, entries []entry, resources map[strin
 	}
 	maps.Copy(s.resources, resources)
 	s.order, s.served = order, served
+	return old
 }

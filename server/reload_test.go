@@ -264,7 +264,10 @@ func TestReloadNameOfDownstreamTool(t *testing.T) {
 	if got := strings.Join(listNames(t, session(t, s)), ","); got != "checkpoint_status,a,b" {
 		t.Errorf("tools/list = %s, want checkpoint_status,a,b", got)
 	}
-	if p, _ := s.resource("web__fetch"); p.Kind != status.KindDownstream {
+	s.mu.RLock()
+	p := s.resources["web__fetch"]
+	s.mu.RUnlock()
+	if p.Kind != status.KindDownstream {
 		t.Errorf("web__fetch's resource = %+v, want the downstream tool's", p)
 	}
 }
