@@ -6,6 +6,7 @@ require (
 	github.com/cedar-policy/cedar-go v1.9.1
 	github.com/containers/common v0.64.2
 	github.com/elazarl/goproxy v1.9.3
+	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/google/go-cmp v0.7.0
 	github.com/mark3labs/mcp-go v1.2.1

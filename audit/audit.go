@@ -324,6 +324,39 @@ func (r Conf) Write(l *logrus.Logger) {
 	write(l, logrus.Fields{"kind": "conf", "conf": r.Conf, "state": r.State, "line": r.Line, "field": r.Field, "reason": r.Reason}, "conf refused")
 }
 
+// Reload is the audit record of one reload of the configuration (kind
+// "reload", msg "reload"): its generation, its trigger, the files changed
+// and refused, the tools added, removed and replaced. Every field is
+// always written.
+type Reload struct {
+	Generation int              // generation
+	Trigger    string           // trigger: "sighup" or "watch"
+	Changed    []string         // changed: the files re-read with new contents
+	Refused    []status.Refusal // refused: "file: reason (effect)" each
+	Added      []string         // added
+	Removed    []string         // removed
+	Replaced   []string         // replaced
+}
+
+// Write writes the record to l.
+func (r Reload) Write(l *logrus.Logger) {
+	refused := make([]string, 0, len(r.Refused))
+	for _, f := range r.Refused {
+		refused = append(refused, f.File+": "+f.Reason+" ("+f.Effect+")")
+	}
+	write(l, logrus.Fields{
+		"kind": "reload", "generation": r.Generation, "trigger": r.Trigger, "changed": nonNil(r.Changed),
+		"refused": refused, "added": nonNil(r.Added), "removed": nonNil(r.Removed), "replaced": nonNil(r.Replaced),
+	}, "reload")
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
 // write is the one writer of every record: one entry of l at level info.
 func write(l *logrus.Logger, f logrus.Fields, msg string) {
 	l.WithFields(f).Info(msg)

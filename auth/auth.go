@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/toolgate/toolgate/conf"
 )
@@ -127,13 +128,23 @@ func invalidToken(format string, a ...any) error {
 }
 
 // StaticTokens authenticates the bearer tokens of a token file.
+// Replace swaps the whole set at once (a reload of the token file).
 type StaticTokens struct {
-	tokens []conf.Token
+	tokens atomic.Pointer[[]conf.Token]
 }
 
 // NewStaticTokens serves the tokens of t.
 func NewStaticTokens(t *conf.Tokens) *StaticTokens {
-	return &StaticTokens{tokens: slices.Clone(t.Tokens)}
+	s := &StaticTokens{}
+	s.Replace(t)
+	return s
+}
+
+// Replace serves the tokens of t from the next request on, and no
+// other: a request already authenticated keeps its principal.
+func (s *StaticTokens) Replace(t *conf.Tokens) {
+	tokens := slices.Clone(t.Tokens)
+	s.tokens.Store(&tokens)
 }
 
 // Authenticate compares the SHA-256 of token with every entry's, in
@@ -143,15 +154,16 @@ func NewStaticTokens(t *conf.Tokens) *StaticTokens {
 func (s *StaticTokens) Authenticate(_ context.Context, token string) (Principal, error) {
 	sum := sha256.Sum256([]byte(token))
 	match := -1
-	for i := range s.tokens {
-		if subtle.ConstantTimeCompare(sum[:], s.tokens[i].Digest[:]) == 1 {
+	tokens := *s.tokens.Load()
+	for i := range tokens {
+		if subtle.ConstantTimeCompare(sum[:], tokens[i].Digest[:]) == 1 {
 			match = i
 		}
 	}
 	if match < 0 {
 		return Principal{}, errUnknownToken
 	}
-	t := s.tokens[match]
+	t := tokens[match]
 	return Principal{Name: t.Name, Method: MethodToken, Scopes: slices.Clone(t.Scopes)}, nil
 }
 

@@ -16,7 +16,8 @@ var statusOutputSchema = json.RawMessage(`{
     "conf": {"type": "object"},
     "sandbox": {"type": "object"},
     "tools": {"type": "array", "items": {"type": "object"}},
-    "registry": {"type": "object"}
+    "registry": {"type": "object"},
+    "reload": {"type": "object"}
   },
   "required": ["version", "protocol", "conf", "sandbox", "tools"]
 }`)

@@ -24,6 +24,7 @@ import (
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/status"
 )
 
 // The audit log is read by operators' tooling, by the e2e suites and by
@@ -336,6 +337,18 @@ default_tools_approval_mode = "auto"
 		}
 		checkAudit(t, got,
 			`{"backend":"http","call":"c1","content":"external","elapsed_ms":"*","is_error":true,"kind":"downstream","level":"info","msg":"call","queued_ms":"*","request_id":"2","rpc_error":"internal error: kaboom","server":"web","start":2,"time":"*","tool":"web__boom","transport":"streamable_http"}`)
+	})
+
+	t.Run("reload", func(t *testing.T) {
+		alog, buf := jsonAudit()
+		dir := t.TempDir()
+		s := New(Options{Conf: confIn(t, dir, "tool a EXE read 5 100 off DIR --\n"), Direct: &fakeRunner{}, Audit: alog})
+		s.Reload(Snapshot{
+			Conf: confIn(t, dir, "tool b EXE read 5 100 off DIR --\n"), Trigger: "sighup", Changed: []string{"tools.conf", "policy"},
+			Refused: []status.Refusal{{File: "policy", Path: "/etc/toolgate/policy.cedar", Reason: "line 3: unexpected token", Effect: "the last good policy still decides"}},
+		})
+		checkAudit(t, kindLines(t, buf, "reload"),
+			`{"added":["b"],"changed":["tools.conf","policy"],"generation":1,"kind":"reload","level":"info","msg":"reload","refused":["policy: line 3: unexpected token (the last good policy still decides)"],"removed":["a"],"replaced":[],"time":"*","trigger":"sighup"}`)
 	})
 
 	t.Run("pin", func(t *testing.T) {

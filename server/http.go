@@ -348,7 +348,7 @@ func (h *HTTP) Serve(ctx context.Context, ln, metrics net.Listener) error {
 func (h *HTTP) ready() (bool, map[string]any) {
 	st := map[string]any{}
 	ok := true
-	if c := h.s.opts.Conf; c != nil {
+	if c := h.s.conf.Load(); c != nil {
 		st["conf"] = string(c.State)
 		if c.State == conf.StateRefused {
 			ok = false

@@ -172,8 +172,8 @@ func (h *HTTP) gate(ctx context.Context, req mcp.CallToolRequest, next mcpserver
 // callTimeout is how long a call of name may wait for a principal's slot:
 // its own timeout for an external, builtinQueueTimeout otherwise.
 func (s *Server) callTimeout(name string) time.Duration {
-	if s.opts.Conf != nil && s.opts.Conf.State == conf.StateLoaded {
-		for _, t := range s.opts.Conf.Tools {
+	if c := s.conf.Load(); c != nil && c.State == conf.StateLoaded {
+		for _, t := range c.Tools {
 			if t.Name == name {
 				return t.Timeout
 			}

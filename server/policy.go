@@ -35,7 +35,8 @@ func (s *Server) engineFor(ctx context.Context) (e *policy.Engine, fromFile bool
 	if h, ok := servedBy(ctx); ok && h.scopes != nil {
 		return h.scopes, false
 	}
-	return s.opts.Policy, s.opts.Policy != nil
+	e = s.policy.Load()
+	return e, e != nil
 }
 
 // principalOf is ctx's principal as policies see it: over HTTP the
@@ -63,15 +64,6 @@ func policyPrincipal(p auth.Principal) policy.Principal {
 	return out
 }
 
-// resource is the served tool name as policies see it. ok is false for
-// a name the server never served.
-func (s *Server) resource(name string) (policy.Tool, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	t, ok := s.resources[name]
-	return t, ok
-}
-
 // setResources records the policy resources of tools served (or that
 // may be served: a downstream server's enabled tools).
 func (s *Server) setResources(tools map[string]policy.Tool) {
@@ -82,8 +74,15 @@ func (s *Server) setResources(tools map[string]policy.Tool) {
 
 // decide asks e about action on the tool name for p. A name with no
 // resource is denied: nothing can permit what toolgate does not serve.
-func (s *Server) decide(e *policy.Engine, p policy.Principal, action policy.Action, name string, args any) policy.Decision {
-	t, ok := s.resource(name)
+// fromFile decides with the policy file's engine read with the resource,
+// so that a reload (which swaps both under s.mu) is never seen half done.
+func (s *Server) decide(e *policy.Engine, fromFile bool, p policy.Principal, action policy.Action, name string, args any) policy.Decision {
+	s.mu.RLock()
+	t, ok := s.resources[name]
+	if fromFile {
+		e = s.policy.Load()
+	}
+	s.mu.RUnlock()
 	if !ok {
 		return policy.Decision{Policies: []string{policy.NoPermit}, Reason: "the tool is not served"}
 	}
@@ -93,7 +92,7 @@ func (s *Server) decide(e *policy.Engine, p policy.Principal, action policy.Acti
 // scopeAllows reports whether --tool-scope lets p list and call name
 // (true without --tool-scope).
 func (h *HTTP) scopeAllows(p auth.Principal, name string) bool {
-	return h.scopes == nil || h.s.decide(h.scopes, policyPrincipal(p), policy.ActionCall, name, nil).Allow
+	return h.scopes == nil || h.s.decide(h.scopes, false, policyPrincipal(p), policy.ActionCall, name, nil).Allow
 }
 
 // isCall reports whether ctx is a tools/call request's: both transports
@@ -116,7 +115,7 @@ func (s *Server) gateTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	}
 	out := tools[:0:0]
 	for _, t := range tools {
-		d := s.decide(e, p, policy.ActionList, t.Name, nil)
+		d := s.decide(e, fromFile, p, policy.ActionList, t.Name, nil)
 		if d.Allow {
 			out = append(out, t)
 			continue
@@ -144,7 +143,7 @@ func (s *Server) authorizeCall(ctx context.Context, req mcp.CallToolRequest) *mc
 	if args, err := policy.ArgumentsOf(toolcall.Args(req)); err != nil {
 		d = policy.Decision{Policies: []string{policy.NoPermit}, Reason: "the arguments cannot be given to the policy: " + err.Error()}
 	} else {
-		d = s.decide(e, principalOf(ctx), policy.ActionCall, name, args)
+		d = s.decide(e, fromFile, principalOf(ctx), policy.ActionCall, name, args)
 	}
 	if d.Allow {
 		return nil

@@ -103,10 +103,17 @@ type Server struct {
 	stopDiscovery context.CancelFunc
 	// stopping is set by Close: no downstream server starts after it.
 	stopping atomic.Bool
+
+	// conf and policy are Options.Conf and Options.Policy until a
+	// Reload replaces them (reload.go); a call reads each once.
+	conf   atomic.Pointer[conf.Config]
+	policy atomic.Pointer[policy.Engine]
+	// reloads is the state of Reload.
+	reloads reloadState
 }
 
 // New builds the server and its tool registry. The built-ins and
-// tools.conf tools are fixed here (a reload is a restart); the downstream
+// tools.conf tools are set here and by Reload; the downstream
 // tools join once listed and change when a listing does
 // (downstream_pins.go), so listChanged is true: mcp-go tells every session
 // when a tool is added or withdrawn.
@@ -134,6 +141,8 @@ func New(opts Options) *Server {
 		keepEscapes: map[string]bool{},
 		rates:       newRateLimits(opts.Rates),
 	}
+	s.conf.Store(opts.Conf)
+	s.policy.Store(opts.Policy)
 	for _, name := range opts.KeepEscapes {
 		s.keepEscapes[name] = true
 	}
@@ -213,11 +222,20 @@ func (s *Server) add(entries ...entry) {
 }
 
 func (s *Server) register() {
+	entries, resources := s.baseEntries(s.opts.Conf)
+	s.setResources(resources)
+	s.reloads.setBase(s.opts.Conf, entries)
+	s.add(entries...)
+}
+
+// baseEntries are the built-ins and the externals c serves, in
+// tools/list order, and their policy resources.
+func (s *Server) baseEntries(c *conf.Config) ([]entry, map[string]policy.Tool) {
 	var entries []entry
 	resources := map[string]policy.Tool{}
 	checkpoint := builtin.CheckpointStatus(s.report)
 	for _, b := range append([]builtin.Tool{checkpoint}, s.opts.Builtins...) {
-		if s.hidden(b.Name) {
+		if hidden(c, b.Name) {
 			continue
 		}
 		entries = append(entries, entry{
@@ -226,9 +244,9 @@ func (s *Server) register() {
 		})
 		resources[b.Name] = policy.Builtin(b.Name)
 	}
-	if s.opts.Conf != nil && s.opts.Conf.State == conf.StateLoaded {
-		for _, t := range s.opts.Conf.Tools {
-			if s.opts.Conf.Hidden(t.Name) {
+	if c != nil && c.State == conf.StateLoaded {
+		for _, t := range c.Tools {
+			if c.Hidden(t.Name) {
 				continue
 			}
 			entries = append(entries, entry{
@@ -238,17 +256,16 @@ func (s *Server) register() {
 			resources[t.Name] = policy.External(t)
 		}
 	}
-	s.setResources(resources)
-	s.add(entries...)
+	return entries, resources
 }
 
-// hidden applies `expose <name> off` to built-ins; checkpoint_* never hides
-// (conf refuses such a line anyway).
-func (s *Server) hidden(name string) bool {
-	if strings.HasPrefix(name, conf.ProtectedPrefix) || s.opts.Conf == nil {
+// hidden applies c's `expose <name> off` to built-ins; checkpoint_* never
+// hides (conf refuses such a line anyway).
+func hidden(c *conf.Config, name string) bool {
+	if strings.HasPrefix(name, conf.ProtectedPrefix) || c == nil {
 		return false
 	}
-	return s.opts.Conf.Hidden(name)
+	return c.Hidden(name)
 }
 
 func (s *Server) backendName(t conf.Tool) string {
@@ -308,7 +325,7 @@ func toolResult(text string, structured any, isError bool) *mcp.CallToolResult {
 
 // report is the checkpoint_status source.
 func (s *Server) report(ctx context.Context) status.Report {
-	c := s.opts.Conf
+	c := s.conf.Load()
 	state, err := s.opts.Sandbox.State()
 	st := status.Report{
 		Version:  s.opts.Version,
@@ -320,6 +337,7 @@ func (s *Server) report(ctx context.Context) status.Report {
 		},
 		Tools:    s.Served(),
 		Registry: s.registryStatus(),
+		Reload:   s.reloads.last.Load(),
 	}
 	if err != nil {
 		st.Sandbox.Reason = err.Error()

@@ -27,6 +27,37 @@ type Report struct {
 	// Registry is the tool-MCP registry of downstream servers; nil when
 	// serve was not given one.
 	Registry *Registry `json:"registry,omitempty"`
+	// Reload is the last reload (SIGHUP or a watched file's change);
+	// nil before the first.
+	Reload *Reload `json:"reload,omitempty"`
+}
+
+// Reload is the outcome of one reload of the configuration.
+type Reload struct {
+	// Generation counts the reloads since start (the first is 1).
+	Generation int `json:"generation"`
+	// At is when it was applied (RFC 3339, UTC).
+	At string `json:"at"`
+	// Trigger is what started it: "sighup" or "watch".
+	Trigger string `json:"trigger"`
+	// Changed are the files whose contents changed (or, after a SIGHUP,
+	// every file re-read): "tools.conf", "tokens", "policy".
+	Changed []string `json:"changed"`
+	// Refused are the files refused, and what was kept or disabled.
+	Refused []Refusal `json:"refused,omitempty"`
+	// Added, Removed and Replaced are the tools served since, withdrawn,
+	// and served with a new definition.
+	Added    []string `json:"added,omitempty"`
+	Removed  []string `json:"removed,omitempty"`
+	Replaced []string `json:"replaced,omitempty"`
+}
+
+// Refusal is one file a reload refused.
+type Refusal struct {
+	File   string `json:"file"`   // "tools.conf", "tokens", "policy"
+	Path   string `json:"path"`   // the file's path
+	Reason string `json:"reason"` // why
+	Effect string `json:"effect"` // what is served instead
 }
 
 // Registry is the tool-MCP registry's load outcome and each
@@ -243,6 +274,7 @@ func (s Report) Text() string {
 			}
 		}
 	}
+	s.Reload.write(&b)
 	fmt.Fprintf(&b, "tools (%d):\n", len(s.Tools))
 	for _, t := range s.Tools {
 		fmt.Fprintf(&b, "  %-32s %-10s %-5s %s", t.Name, t.Kind, t.Class, t.Backend)
@@ -252,4 +284,23 @@ func (s Report) Text() string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// write renders the last reload, if any.
+func (r *Reload) write(b *strings.Builder) {
+	if r == nil {
+		return
+	}
+	fmt.Fprintf(b, "reload %d (%s, %s): changed %s\n", r.Generation, r.Trigger, r.At, strings.Join(r.Changed, " "))
+	for _, f := range r.Refused {
+		fmt.Fprintf(b, "  refused %s %s: %s; %s\n", f.File, f.Path, f.Reason, f.Effect)
+	}
+	for _, l := range []struct {
+		what  string
+		names []string
+	}{{"added", r.Added}, {"removed", r.Removed}, {"replaced", r.Replaced}} {
+		if len(l.names) > 0 {
+			fmt.Fprintf(b, "  %s: %s\n", l.what, strings.Join(l.names, " "))
+		}
+	}
 }

@@ -22,6 +22,11 @@ func TestReportJSON(t *testing.T) {
 			State: DownstreamListed, Pinned: true, Served: []string{"s__a"}, NotServed: []string{"b", "c"}, Unpinned: []string{"a"},
 			Refused: []ToolRefusal{{Tool: "b", Reason: "big"}, {Tool: "c", Reason: "drifted", Diff: "--- pinned\n+++ listed\n"}},
 		}}},
+		Reload: &Reload{
+			Generation: 3, At: "2026-12-02T10:00:00Z", Trigger: "watch", Changed: []string{"tools.conf", "policy"},
+			Refused: []Refusal{{File: "policy", Path: "/etc/toolgate/policy.cedar", Reason: "line 2: does not parse", Effect: "kept"}},
+			Added:   []string{"t"}, Removed: []string{"u"}, Replaced: []string{"v"},
+		},
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -32,14 +37,17 @@ func TestReportJSON(t *testing.T) {
 		`"sandbox":{"backend":"bwrap","state":"ready","available":true},` +
 		`"tools":[{"name":"t","kind":"external","class":"test","backend":"bwrap","egress":["a:443"]}],` +
 		`"registry":{"dir":"/etc/mcp","state":"loaded","pins":"/etc/mcp/pins.json","require_pins":true,"servers":[{"id":"s","transport":"stdio","sandbox":"on, no network","state":"listed",` +
-		`"pinned":true,"served":["s__a"],"not_served":["b","c"],"unpinned":["a"],"refused":[{"tool":"b","reason":"big"},{"tool":"c","reason":"drifted","diff":"--- pinned\n+++ listed\n"}]}]}}`
+		`"pinned":true,"served":["s__a"],"not_served":["b","c"],"unpinned":["a"],"refused":[{"tool":"b","reason":"big"},{"tool":"c","reason":"drifted","diff":"--- pinned\n+++ listed\n"}]}]},` +
+		`"reload":{"generation":3,"at":"2026-12-02T10:00:00Z","trigger":"watch","changed":["tools.conf","policy"],` +
+		`"refused":[{"file":"policy","path":"/etc/toolgate/policy.cedar","reason":"line 2: does not parse","effect":"kept"}],"added":["t"],"removed":["u"],"replaced":["v"]}}`
 	if string(b) != want {
 		t.Errorf("json.Marshal(Report) =\n%s\nwant\n%s", b, want)
 	}
 	text := r.Text()
 	for _, line := range []string{
 		"  pins: /etc/mcp/pins.json\n", "  --require-pins: a tool without a pin is not served\n",
-		"    served without a pin: a\n", "    not served: c: drifted\n      --- pinned\n      +++ listed\n",
+		"    served without a pin: a\n",
+		"reload 3 (watch, 2026-12-02T10:00:00Z): changed tools.conf policy\n  refused policy /etc/toolgate/policy.cedar: line 2: does not parse; kept\n  added: t\n  removed: u\n  replaced: v\n", "    not served: c: drifted\n      --- pinned\n      +++ listed\n",
 	} {
 		if !strings.Contains(text, line) {
 			t.Errorf("Text() lacks %q:\n%s", line, text)

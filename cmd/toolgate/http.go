@@ -44,6 +44,23 @@ type httpFlags struct {
 	oauthConfigured bool
 	unixPath        string // --listen unix:PATH
 	gid             int    // --listen-group, resolved (-1: none)
+	// static are --auth-tokens' tokens once loaded (loadTokens); a
+	// reload replaces them.
+	static *auth.StaticTokens
+}
+
+// loadTokens loads --auth-tokens, when given.
+func (f *httpFlags) loadTokens(a *app) error {
+	if f.tokens == "" {
+		return nil
+	}
+	t, err := conf.LoadTokens(f.tokens)
+	if err != nil {
+		return fmt.Errorf("--auth-tokens: %w", err)
+	}
+	f.static = auth.NewStaticTokens(t)
+	a.log.WithField("tokens", len(t.Tokens)).Info("static bearer tokens loaded")
+	return nil
 }
 
 // listFlag is a flag that may be given more than once.
@@ -170,13 +187,8 @@ func serveHTTP(ctx context.Context, a *app, srv *server.Server, f *httpFlags, ma
 		TLSCert:           f.tlsCert,
 		TLSKey:            f.tlsKey,
 	}
-	if f.tokens != "" {
-		t, err := conf.LoadTokens(f.tokens)
-		if err != nil {
-			return fail(2, "--auth-tokens: %v", err)
-		}
-		auths = append(auths, auth.NewStaticTokens(t))
-		a.log.WithField("tokens", len(t.Tokens)).Info("static bearer tokens loaded")
+	if f.static != nil {
+		auths = append(auths, f.static)
 	}
 	if f.oauthConfigured {
 		var algs []string

@@ -97,16 +97,17 @@ run "toolgate serve -h" for the flags
 `)
 }
 
-// signalContext is cancelled by SIGTERM, SIGINT or SIGHUP.
+// signalContext is cancelled by SIGTERM or SIGINT, and by each of also
+// (registry --live: SIGHUP; serve reloads on SIGHUP instead, reload.go).
 //
 // SIGPIPE gets a handler too: a client that closed its end of stdout then
 // makes a write fail with EPIPE, which stops the server as the end of
 // stdin does, instead of killing toolgate before it ends its sandboxes
 // and removes its cgroups. A handler, not SIG_IGN: tools still start with
 // the default disposition.
-func signalContext() (context.Context, context.CancelFunc) {
+func signalContext(also ...os.Signal) (context.Context, context.CancelFunc) {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	return signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	return signal.NotifyContext(context.Background(), append([]os.Signal{syscall.SIGTERM, syscall.SIGINT}, also...)...)
 }
 
 // parse parses flags, printing errors to stderr; it returns false on error.

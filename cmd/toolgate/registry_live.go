@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 
 	"github.com/toolgate/toolgate/conf"
@@ -41,7 +42,7 @@ func listLive(s *settings, dir string, r *registry.Registry, ids []string, requi
 	dopts := down.options(a, s.backend)
 	dopts.Registry = r // the registry this command judged and prints
 	dopts.RequirePins = requirePins
-	ctx, cancel := signalContext()
+	ctx, cancel := signalContext(syscall.SIGHUP)
 	defer cancel()
 	live, err := gateway.ListLive(ctx, gateway.LiveOptions{
 		Downstream: dopts, Sandbox: a.opts.Sandbox.Name(), Version: version,

@@ -27,6 +27,10 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
 		return 2
 	}
+	// SIGHUP reloads (reload.go), from before anything starts: it never
+	// stops serve.
+	hup, stopHup := hupSignals()
+	defer stopHup()
 	a, err := s.build(stderr, true)
 	if err != nil {
 		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
@@ -56,6 +60,10 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	a.opts.Policy = f.pf.use(a.log)
 	a.opts.Rates = f.rates.rules
 	f.rates.warn(a.log, f.hf.listen == "")
+	if err := f.hf.loadTokens(a); err != nil {
+		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
+		return 2
+	}
 	srv := server.New(a.opts)
 	// Prepared sandboxes for every served test-class tool (and the
 	// built-ins' fixed helper runs), once the backend is ready.
@@ -65,6 +73,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// for the self-test, tools/list for the listing).
 	srv.StartDownstream(life, dopts)
 	defer srv.Close()
+	go newReloader(a, srv, &s, &f).run(ctx, hup)
 	if f.hf.listen != "" {
 		return serveHTTP(ctx, a, srv, &f.hf, f.maxRequest, stderr)
 	}

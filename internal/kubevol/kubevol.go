@@ -115,3 +115,31 @@ func Pod(t testing.TB, files map[string]string, ro bool) (base, mnt string) {
 	Must(t, unix.Unmount(node, 0))
 	return base, mnt
 }
+
+// Update replaces the contents of the volume Volume laid out in dir as
+// the kubelet's atomic writer does on a ConfigMap or Secret edit: the
+// files are written into a new timestamped directory, a `..data_tmp`
+// symlink to it is renamed over `..data` (the one atomic step), a new
+// key gets its symlink, and the old directory is removed. ts names the
+// new directory (each update its own).
+func Update(t testing.TB, dir, ts string, files map[string]string, fileMode os.FileMode) {
+	t.Helper()
+	old, err := os.Readlink(filepath.Join(dir, "..data"))
+	Must(t, err)
+	p := filepath.Join(dir, ts)
+	Must(t, os.Mkdir(p, 0o755))
+	for name, text := range files {
+		f := filepath.Join(p, name)
+		Must(t, os.WriteFile(f, []byte(text), 0o600), os.Chmod(f, fileMode), os.Lchown(f, 0, FSGroup))
+	}
+	Must(t, os.Chmod(p, TSMode), os.Lchown(p, 0, FSGroup))
+	tmp := filepath.Join(dir, "..data_tmp")
+	Must(t, os.Symlink(ts, tmp), os.Rename(tmp, filepath.Join(dir, "..data")))
+	for name := range files {
+		link := filepath.Join(dir, name)
+		if _, err := os.Lstat(link); errors.Is(err, os.ErrNotExist) {
+			Must(t, os.Symlink(filepath.Join("..data", name), link))
+		}
+	}
+	Must(t, os.RemoveAll(filepath.Join(dir, old)))
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/toolgate/toolgate/auth"
+	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/internal/watch"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/status"
+)
+
+// The files a reload re-reads, as status.Reload names them.
+const (
+	fileConf   = "tools.conf"
+	fileTokens = "tokens"
+	filePolicy = "policy"
+)
+
+// What serves on after a refused file (status.Refusal.Effect).
+const (
+	effectTokens = "the tokens loaded before are still served"
+	effectPolicy = "the last good policy still decides: nothing it did not permit is permitted"
+)
+
+// reloader re-reads tools.conf, the token file and the policy file on
+// SIGHUP and when one changes on disk, and hands the server the new
+// snapshot. The load functions are conf's, auth's and policy's own: a
+// reload refuses what a start would.
+type reloader struct {
+	a      *app
+	srv    *server.Server
+	log    *logrus.Logger
+	tokens *auth.StaticTokens // nil without --auth-tokens
+	// paths are the files by name; "" when not given.
+	paths    map[string]string
+	confOpts conf.Options
+
+	mu     sync.Mutex
+	conf   *conf.Config
+	policy *policy.Engine
+	sums   map[string][sha256.Size]byte
+}
+
+func newReloader(a *app, srv *server.Server, s *settings, f *serveFlags) *reloader {
+	r := &reloader{
+		a: a, srv: srv, log: a.log, tokens: f.hf.static, confOpts: s.confOptions(),
+		paths:  map[string]string{fileConf: s.confPath, fileTokens: f.hf.tokens, filePolicy: f.pf.path},
+		conf:   a.conf,
+		policy: a.opts.Policy,
+		sums:   map[string][sha256.Size]byte{},
+	}
+	for name := range r.paths {
+		r.sums[name] = r.sum(name)
+	}
+	return r
+}
+
+// sum is the digest of the file's contents now (of its read error when
+// it cannot be read).
+func (r *reloader) sum(name string) [sha256.Size]byte {
+	b, err := os.ReadFile(r.paths[name])
+	if err != nil {
+		return sha256.Sum256([]byte("error: " + err.Error()))
+	}
+	return sha256.Sum256(b)
+}
+
+// run reloads on every SIGHUP of hup and every change the watch sees,
+// until ctx ends.
+func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
+	var paths []string
+	for _, name := range []string{fileConf, fileTokens, filePolicy} {
+		p := r.paths[name]
+		if p == "" {
+			continue
+		}
+		// The default tools.conf's directory need not exist: without
+		// it there is nothing to watch there (SIGHUP still re-reads).
+		if _, err := os.Stat(filepath.Dir(p)); err != nil {
+			r.log.WithField("file", p).WithError(err).Debug("reload: not watched")
+			continue
+		}
+		paths = append(paths, p)
+	}
+	w, err := watch.New(watch.DefaultDebounce, paths...)
+	if err != nil {
+		r.log.WithError(err).Error("reload: no file watch: SIGHUP still reloads")
+	} else {
+		go w.Run(ctx, func() { r.reload("watch") }, func(err error) {
+			r.log.WithError(err).Error("reload: file watch")
+		})
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			r.reload("sighup")
+		}
+	}
+}
+
+// reload re-reads the files: after a SIGHUP every file given, after a
+// watch event those whose contents changed (none: nothing happens).
+func (r *reloader) reload(trigger string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var changed []string
+	for _, name := range []string{fileConf, fileTokens, filePolicy} {
+		if r.paths[name] == "" {
+			continue
+		}
+		sum := r.sum(name)
+		if trigger == "watch" && sum == r.sums[name] {
+			continue
+		}
+		r.sums[name] = sum
+		changed = append(changed, name)
+	}
+	if len(changed) == 0 {
+		return
+	}
+	snap := server.Snapshot{Trigger: trigger, Changed: changed}
+	for _, name := range changed {
+		if ref, ok := r.load(name); !ok {
+			snap.Refused = append(snap.Refused, ref)
+		}
+	}
+	snap.Conf, snap.Policy = r.conf, r.policy
+	rec := r.srv.Reload(snap)
+	// Prepared sandboxes of tools changed or gone are discarded.
+	r.a.opts.Sandbox.Keep(poolTemplates(r.conf, r.srv.Served(), r.a.helperTemplates))
+	e := r.log.WithFields(logrus.Fields{
+		"generation": rec.Generation, "trigger": trigger, "changed": changed,
+		"added": rec.Added, "removed": rec.Removed, "replaced": rec.Replaced,
+	})
+	if len(rec.Refused) > 0 {
+		e.WithField("refused", len(rec.Refused)).Error("reloaded, refusing a file")
+		return
+	}
+	e.Info("reloaded")
+}
+
+// load loads the file name into the next snapshot; ok is false, with
+// the refusal, when the file is refused.
+func (r *reloader) load(name string) (status.Refusal, bool) {
+	path := r.paths[name]
+	ref := status.Refusal{File: name, Path: path}
+	switch name {
+	case fileConf:
+		r.conf = conf.Load(path, r.confOpts)
+		logConf(r.log, r.conf)
+		auditConf(r.a.opts.Audit, r.conf)
+		if r.conf.State == conf.StateRefused {
+			ref.Reason, ref.Effect = confReason(r.conf), conf.RefusedEffect
+			return ref, false
+		}
+	case fileTokens:
+		t, err := conf.LoadTokens(path)
+		if err != nil {
+			ref.Reason, ref.Effect = err.Error(), effectTokens
+			r.log.WithError(err).Error("reload: --auth-tokens refused: " + effectTokens)
+			return ref, false
+		}
+		r.tokens.Replace(t)
+		r.log.WithField("tokens", len(t.Tokens)).Info("static bearer tokens reloaded")
+	case filePolicy:
+		e, err := policy.Load(path)
+		if err != nil {
+			ref.Reason, ref.Effect = err.Error(), effectPolicy
+			r.log.WithError(err).Error("reload: --policy refused: " + effectPolicy)
+			return ref, false
+		}
+		r.policy = e
+		r.log.WithFields(logrus.Fields{"policy": e.Name(), "policies": len(e.IDs())}).Info("policy reloaded")
+	}
+	return ref, true
+}
+
+// confReason is the first reason a refused conf gives.
+func confReason(c *conf.Config) string {
+	if len(c.Errors) > 0 {
+		return c.Errors[0].Error()
+	}
+	return c.Reason
+}
+
+// hupSignals makes SIGHUP a reload request of serve, never a stop.
+func hupSignals() (<-chan os.Signal, func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGHUP)
+	return ch, func() { signal.Stop(ch) }
+}
