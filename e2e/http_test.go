@@ -20,7 +20,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -39,31 +38,13 @@ import (
 // eras), the official TypeScript SDK's StreamableHTTPClientTransport and
 // the MCP conformance suite; the played Kubernetes pod is kube_test.go.
 
-// lockedBuffer collects a process's stderr.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // httpServer is a toolgate serving MCP over HTTP.
 type httpServer struct {
 	url    string // http://127.0.0.1:PORT/mcp (http://localhost/mcp through sock)
 	base   string
 	sock   string // the unix socket, with --listen unix:/PATH
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *testbin.Buffer
 	audit  string
 	exited chan error
 }
@@ -75,7 +56,7 @@ func startHTTPServer(t *testing.T, conf string, extra ...string) *httpServer {
 	t.Helper()
 	onlyBinary(t)
 	requireTarget(t)
-	s := &httpServer{stderr: &lockedBuffer{}, audit: filepath.Join(t.TempDir(), "audit.log"), exited: make(chan error, 1)}
+	s := &httpServer{stderr: &testbin.Buffer{}, audit: filepath.Join(t.TempDir(), "audit.log"), exited: make(chan error, 1)}
 	args := []string{"serve", "--conf", conf, "--audit-log", s.audit, "--tool-mcp-dir", t.TempDir()}
 	if !slices.Contains(extra, "--listen") {
 		args = append(args, "--listen", "127.0.0.1:0")

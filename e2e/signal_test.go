@@ -102,7 +102,7 @@ type rawServer struct {
 	stdin  io.WriteCloser
 	stdout io.ReadCloser
 	out    *bufio.Reader
-	stderr *lockedBuffer
+	stderr *testbin.Buffer
 }
 
 // startInitialized starts `toolgate serve` with conf (its audit in a file,
@@ -110,7 +110,7 @@ type rawServer struct {
 func startInitialized(t *testing.T, conf string) rawServer {
 	t.Helper()
 	srv := serveCmd(t, conf, "--audit-log", t.TempDir()+"/audit.jsonl")
-	s := rawServer{cmd: exec.Command(srv.argv[0], srv.argv[1:]...), stderr: &lockedBuffer{}}
+	s := rawServer{cmd: exec.Command(srv.argv[0], srv.argv[1:]...), stderr: &testbin.Buffer{}}
 	s.stdin, _ = s.cmd.StdinPipe()
 	s.stdout, _ = s.cmd.StdoutPipe()
 	s.cmd.Stderr = s.stderr

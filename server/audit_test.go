@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/auth/authtest"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
+	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
 )
@@ -34,8 +35,8 @@ import (
 // measured milliseconds are masked.
 
 // jsonAudit is an audit logger writing JSON lines, as serve's does.
-func jsonAudit() (*logrus.Logger, *syncBuffer) {
-	buf := &syncBuffer{}
+func jsonAudit() (*logrus.Logger, *testbin.Buffer) {
+	buf := &testbin.Buffer{}
 	l := logrus.New()
 	l.SetFormatter(&logrus.JSONFormatter{})
 	l.SetOutput(buf)

@@ -26,7 +26,7 @@ type stamped struct {
 	sent  map[string]time.Time
 	got   map[string]time.Time
 	lines map[string]map[string]any
-	audit *syncBuffer
+	audit *testbin.Buffer
 	done  chan error
 }
 
@@ -42,7 +42,7 @@ func serveStamped(t *testing.T, confText string, max int) *stamped {
 	audit := logrus.New()
 	st := &stamped{
 		t: t, sent: map[string]time.Time{}, got: map[string]time.Time{}, lines: map[string]map[string]any{},
-		audit: &syncBuffer{}, done: make(chan error, 1),
+		audit: &testbin.Buffer{}, done: make(chan error, 1),
 	}
 	audit.SetOutput(st.audit)
 	audit.SetFormatter(&logrus.JSONFormatter{})

@@ -81,7 +81,7 @@ func livePins(t testing.TB, r *registry.Registry) (*registry.Pins, []gateway.Liv
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	log := logrus.New()
-	log.SetOutput(&syncBuffer{})
+	log.SetOutput(&testbin.Buffer{})
 	live, err := gateway.ListLive(ctx, gateway.LiveOptions{
 		Downstream: gateway.Options{Registry: r, DirectServices: &rt.DirectServices{Shim: testbin.Shim(t)}},
 		Sandbox:    "bwrap", Version: "test", Log: log,
@@ -506,7 +506,7 @@ func BenchmarkDownstreamCallPins(b *testing.B) {
 				r = pinRegistry(b, changes, "", pins)
 			}
 			log := logrus.New()
-			log.SetOutput(&syncBuffer{})
+			log.SetOutput(&testbin.Buffer{})
 			s := New(Options{Log: log, Audit: log, Direct: &fakeRunner{}})
 			s.ConnectDownstream(context.Background(), gateway.Options{Registry: r, Eager: true, DirectServices: &rt.DirectServices{Shim: testbin.Shim(b)}})
 			b.Cleanup(s.Close)

@@ -452,7 +452,7 @@ tool_timeout_sec = 30
 		t.Fatalf("registry %s: %v", r.State, r.Err())
 	}
 	log := logrus.New()
-	log.SetOutput(&syncBuffer{})
+	log.SetOutput(&testbin.Buffer{})
 	live, err := gateway.ListLive(context.Background(), gateway.LiveOptions{Downstream: gateway.Options{Registry: r, Services: services}, Sandbox: "bwrap", Log: log}, nil)
 	if err != nil || len(live) != 1 || live[0].Err != nil {
 		t.Fatalf("ListLive = %+v, %v", live, err)

@@ -112,24 +112,6 @@ func runFakeMCP() {
 	}
 }
 
-// syncBuffer is a log destination safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // envMap is a LookupEnv whose variables a test can change while serving.
 type envMap struct {
 	mu sync.Mutex
@@ -199,13 +181,13 @@ approval_mode = "approve"
 type harness struct {
 	s    *Server
 	sess *client.Client
-	logs *syncBuffer
+	logs *testbin.Buffer
 	env  *envMap
 }
 
 func newHarness(t *testing.T, opts Options, dopts gateway.Options, env map[string]string) *harness {
 	t.Helper()
-	h := &harness{logs: &syncBuffer{}, env: &envMap{m: env}}
+	h := &harness{logs: &testbin.Buffer{}, env: &envMap{m: env}}
 	log := logrus.New()
 	log.SetOutput(h.logs)
 	log.SetLevel(logrus.DebugLevel)

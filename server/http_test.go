@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -39,6 +38,7 @@ import (
 	"github.com/toolgate/toolgate/auth/authtest"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/mcptest"
+	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -53,24 +53,6 @@ tool sbx EXE test 1 100 on DIR --
 tool other EXE read 1 100 off DIR --
 `
 
-// httpLog is a log sink written from several goroutines.
-type httpLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *httpLog) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *httpLog) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type httpFixture struct {
 	url     string
 	base    string
@@ -80,8 +62,8 @@ type httpFixture struct {
 	srv     *Server
 	direct  *fakeRunner
 	sandbox *fakeRunner
-	log     *httpLog
-	audit   *httpLog
+	log     *testbin.Buffer
+	audit   *testbin.Buffer
 	stop    context.CancelFunc
 	done    chan error
 }
@@ -143,8 +125,8 @@ func startHTTPWith(t *testing.T, hopts HTTPOptions, metrics bool, fopts ...fixtu
 	f := &httpFixture{
 		direct:  &fakeRunner{res: rt.Result{Output: []byte("hi\n")}},
 		sandbox: &fakeRunner{res: rt.Result{Output: []byte("sandboxed\n")}},
-		log:     &httpLog{},
-		audit:   &httpLog{},
+		log:     &testbin.Buffer{},
+		audit:   &testbin.Buffer{},
 	}
 	log := logrus.New()
 	log.SetOutput(f.log)
@@ -929,7 +911,7 @@ func TestHTTPProgressAndCancel(t *testing.T) {
 // record carries the _meta traceparent too, and an invalid one is noted,
 // never copied.
 func TestAuditTraceparentWithoutHTTP(t *testing.T) {
-	audit := &httpLog{}
+	audit := &testbin.Buffer{}
 	alog := logrus.New()
 	alog.SetOutput(audit)
 	alog.SetFormatter(&logrus.JSONFormatter{})

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -247,7 +246,7 @@ func TestReloadConfigMapSwap(t *testing.T) {
 // rest.
 func TestReloadWatchQuietWithoutConfDir(t *testing.T) {
 	f := newReloadFixture(t)
-	var buf syncBuf
+	var buf testbin.Buffer
 	f.r.log.SetOutput(&buf)
 	f.r.log.SetLevel(logrus.InfoLevel)
 	f.r.paths[fileConf] = "/nonexistent/toolgate/tools.conf"
@@ -267,21 +266,4 @@ func TestReloadWatchQuietWithoutConfDir(t *testing.T) {
 	if got := buf.String(); strings.Contains(got, "level=error") || strings.Contains(got, "level=warn") {
 		t.Errorf("log at the default level:\n%s\nwant no warning or error", got)
 	}
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
