@@ -116,29 +116,24 @@ type Conf struct {
 	Errors []ConfError `json:"errors,omitempty"`
 }
 
-// writeProblems renders why the conf is not loaded, if it is not: the
-// reason, each refused line with its text, and what refusal disables.
-// check and checkpoint_status both show them so.
-func (c Conf) writeProblems(b *strings.Builder) {
+// Problems renders why the conf is not loaded, if it is not: the reason,
+// each refused line with its text, and what refusal disables. check and
+// checkpoint_status both show them so.
+func (c Conf) Problems() string {
+	var b strings.Builder
 	if c.Reason != "" {
-		fmt.Fprintf(b, "  %s\n", c.Reason)
+		fmt.Fprintf(&b, "  %s\n", c.Reason)
 	}
 	for _, e := range c.Errors {
 		if e.Line > 0 {
-			fmt.Fprintf(b, "  refused line %d: %s: %s\n    | %s\n", e.Line, e.Field, e.Reason, e.Text)
+			fmt.Fprintf(&b, "  refused line %d: %s: %s\n    | %s\n", e.Line, e.Field, e.Reason, e.Text)
 		} else {
-			fmt.Fprintf(b, "  refused: %s: %s\n", e.Field, e.Reason)
+			fmt.Fprintf(&b, "  refused: %s: %s\n", e.Field, e.Reason)
 		}
 	}
 	if c.State == string(conf.StateRefused) {
-		fmt.Fprintf(b, "  refused: %s\n", conf.RefusedEffect)
+		fmt.Fprintf(&b, "  refused: %s\n", conf.RefusedEffect)
 	}
-}
-
-// Problems is writeProblems as a string.
-func (c Conf) Problems() string {
-	var b strings.Builder
-	c.writeProblems(&b)
 	return b.String()
 }
 
@@ -216,7 +211,7 @@ func (s Report) Text() string {
 		fmt.Fprintf(&b, " (sha256 %s)", s.Conf.SHA256)
 	}
 	b.WriteString("\n")
-	s.Conf.writeProblems(&b)
+	b.WriteString(s.Conf.Problems())
 	fmt.Fprintf(&b, "sandbox: %s", s.Sandbox.Backend)
 	switch {
 	case s.Sandbox.Available:

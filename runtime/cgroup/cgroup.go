@@ -288,14 +288,22 @@ func removeTree(dir string, v2 bool) {
 			removeTree(filepath.Join(dir, e.Name()), v2)
 		}
 	}
+	g := dirGroup(dir, v2)
+	g.Kill()
+	_ = g.remove()
+}
+
+// dirGroup is the Group of the one cgroup directory dir, of the cgroup2
+// hierarchy or (v2 false) of a v1 one: what Sweep and the guard kill and
+// remove.
+func dirGroup(dir string, v2 bool) *Group {
 	g := &Group{fd: -1}
 	if v2 {
 		g.v2 = dir
 	} else {
 		g.v1 = []string{dir}
 	}
-	g.Kill()
-	_ = g.remove()
+	return g
 }
 
 // Group is one call's cgroup: a directory in the cgroup2 hierarchy (joined

@@ -139,13 +139,7 @@ func KillServerDirs(dirs []string, pid int) ([]string, error) {
 // killTree SIGKILLs every process in dir and its descendants, top-down
 // (a cgroup2 directory's cgroup.kill takes its subtree at once).
 func killTree(dir string, v2 bool) {
-	g := &Group{fd: -1}
-	if v2 {
-		g.v2 = dir
-	} else {
-		g.v1 = []string{dir}
-	}
-	g.Kill()
+	dirGroup(dir, v2).Kill()
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
 		if e.IsDir() {
