@@ -54,6 +54,10 @@ func (d *Server) handler(tool string) mcpserver.ToolHandlerFunc {
 		if !d.srv.Enabled(tool) {
 			return refuse("not enabled", "not in enabled_tools of %q", d.srv.ID)
 		}
+		if !d.enter() {
+			return refuse("reloaded", "the downstream server %q was replaced or removed by a reload of the registry as this call arrived; not called: call it again", d.srv.ID)
+		}
+		defer d.calls.Done()
 		if d.unavailable != nil {
 			return refuse("unavailable", "the downstream server %q cannot run here: %v. It is never run unsandboxed; `toolgate doctor` says how to fix the backend.", d.srv.ID, d.unavailable)
 		}

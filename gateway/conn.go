@@ -441,5 +441,33 @@ func (d *Server) Shutdown() {
 	}
 }
 
+// Retire ends the server for good, a reload having replaced or removed
+// it: no call enters it from now on (each answers isError: call again,
+// and the call reaches the server that replaced it), and once the calls
+// already in it have finished, within their own tool_timeout_sec, its
+// connection is ended as Shutdown does. The server never starts again
+// for a later call.
+func (d *Server) Retire() {
+	d.mu.Lock()
+	d.retired = true
+	d.mu.Unlock()
+	d.calls.Wait()
+	d.Shutdown()
+}
+
+// enter counts a call into the server; false once Retire has begun.
+func (d *Server) enter() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.retired {
+		return false
+	}
+	d.calls.Add(1)
+	return true
+}
+
+// ID is the server's id in the registry.
+func (d *Server) ID() string { return d.srv.ID }
+
 // errStopping refuses to start a downstream server once Close has begun.
 var errStopping = errors.New("toolgate is stopping")

@@ -140,6 +140,11 @@ type Server struct {
 	slot chan struct{}
 	// starting is held by the one call that starts the server (get).
 	starting chan struct{}
+
+	// calls counts the calls in the server (under mu when added);
+	// retired, set by Retire, turns every later call away.
+	calls   sync.WaitGroup
+	retired bool
 }
 
 // Discover connects, lists and, without --eager, disconnects again: the

@@ -363,7 +363,7 @@ default_tools_approval_mode = "auto"
 		h.call(t, "probe__pid", nil) // start 2: echo drifted
 		writeChanges(t, changes, `{}`)
 		h.s.mu.RLock()
-		h.s.down.servers[0].Shutdown()
+		h.s.down.servers[0].d.Shutdown()
 		h.s.mu.RUnlock()
 		h.call(t, "probe__pid", nil) // start 3: echo as pinned again
 		checkAudit(t, pinLines(t, buf),
@@ -388,7 +388,7 @@ default_tools_approval_mode = "auto"
 		h.env.set("TOOLGATE_FAKE_SECRET", "now-set-value")
 		h.call(t, "fake__pid", nil) // starts and lists it: the server does not offer "absent"
 		h.s.mu.RLock()
-		d := h.s.down.servers[0]
+		d := h.s.down.servers[0].d
 		h.s.mu.RUnlock()
 		req := mcp.CallToolRequest{}
 		req.Params.Name = "fake__absent"

@@ -27,7 +27,7 @@ import (
 // is held to the same rule).
 func (s *Server) collisions(r *registry.Registry) []error {
 	s.mu.RLock()
-	taken := registry.TakenNames(nil, s.opts.Conf)
+	taken := registry.TakenNames(nil, s.conf.Load())
 	for name := range s.order {
 		if _, ok := taken[name]; !ok {
 			taken[name] = "the built-in tool"
@@ -37,16 +37,40 @@ func (s *Server) collisions(r *registry.Registry) []error {
 	return registry.Collisions(r.Servers, taken)
 }
 
-// downstreamSet is the Server's part for downstream servers. servers and
-// status are written by ConnectDownstream under Server.mu.
+// downstreamSet is the Server's part for downstream servers, written
+// under Server.mu by ConnectDownstream and by a reload of the registry.
 type downstreamSet struct {
-	servers []*gateway.Server
-	status  *status.Registry
+	// opts are the registry served now and what runs its servers.
+	opts    gateway.Options
+	servers []*downstream // in the registry's (id) order
+	// status is checkpoint_status's registry section but its servers,
+	// which are each downstream's own.
+	status *status.Registry
 }
 
-// downstreamDeps are the Server's parts the downstream server at index
-// i of the registry uses.
-func (s *Server) downstreamDeps(opts gateway.Options, i int) gateway.Deps {
+// downstream is one server of the registry as the Server holds it.
+type downstream struct {
+	srv registry.ToolServer
+	d   *gateway.Server
+	// status is the server's part of checkpoint_status (under
+	// Server.mu); served the names it serves now and retired whether
+	// a reload replaced or removed it, after which its changes of what
+	// is served are ignored (both under Server.downMu).
+	status  status.Downstream
+	served  map[string]bool
+	retired bool
+}
+
+// newDownstream is the server srv of the registry opts holds, not yet
+// listed.
+func (s *Server) newDownstream(opts gateway.Options, srv registry.ToolServer) *downstream {
+	h := &downstream{srv: srv, served: map[string]bool{}}
+	h.d = gateway.New(srv, s.downstreamDeps(opts, h), s.opts.Sandbox.Name())
+	return h
+}
+
+// downstreamDeps are the Server's parts the downstream server h uses.
+func (s *Server) downstreamDeps(opts gateway.Options, h *downstream) gateway.Deps {
 	return gateway.Deps{
 		Options:     opts,
 		Version:     s.opts.Version,
@@ -57,9 +81,11 @@ func (s *Server) downstreamDeps(opts gateway.Options, i int) gateway.Deps {
 		KeepEscapes: func(tool string) bool { return s.keepEscapes[tool] },
 		Stopping:    s.stopping.Load,
 		Pin:         func(r audit.Pin) { r.Write(s.auditLog) },
-		Update:      s.updateDownstream,
+		Update:      func(put []gateway.Entry, drop []string) { s.updateDownstream(h, put, drop) },
 		SetStatus: func(ds status.Downstream) {
-			s.updateStatus(func(st *status.Registry) { st.Servers[i] = ds })
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			h.status = ds
 		},
 	}
 }
@@ -74,7 +100,10 @@ func (s *Server) registryStatus() *status.Registry {
 	}
 	st := *s.down.status
 	st.Errors = slices.Clone(st.Errors)
-	st.Servers = slices.Clone(st.Servers)
+	st.Servers = make([]status.Downstream, 0, len(s.down.servers))
+	for _, h := range s.down.servers {
+		st.Servers = append(st.Servers, h.status)
+	}
 	return &st
 }
 
@@ -133,7 +162,7 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts gateway.Options) {
 		st.Listing = true
 	}
 	s.mu.Lock()
-	s.down = &downstreamSet{status: st}
+	s.down = &downstreamSet{opts: opts, status: st}
 	s.mu.Unlock()
 	e := s.log.WithFields(logrus.Fields{"registry": r.Dir, "state": r.State})
 	switch r.State {
@@ -148,22 +177,17 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts gateway.Options) {
 		s.refuseRegistry(st, errs)
 		return
 	}
-	downs := make([]*gateway.Server, 0, len(r.Servers))
-	for i, srv := range r.Servers {
-		downs = append(downs, gateway.New(srv, s.downstreamDeps(opts, i), s.opts.Sandbox.Name()))
+	downs := make([]*downstream, 0, len(r.Servers))
+	for _, srv := range r.Servers {
+		downs = append(downs, s.newDownstream(opts, srv))
 	}
-	var wg sync.WaitGroup
-	for _, d := range downs {
-		wg.Go(func() { d.Discover(ctx) })
-	}
-	wg.Wait()
-	for i, d := range downs {
-		s.reserve(r.Servers[i])
-		s.updateStatus(func(st *status.Registry) {
-			s.down.servers = append(s.down.servers, d)
-			st.Servers = append(st.Servers, status.Downstream{})
-		})
-		d.Register()
+	s.discover(ctx, downs)
+	s.mu.Lock()
+	s.down.servers = downs
+	s.mu.Unlock()
+	for _, h := range downs {
+		s.reserve(h.srv)
+		h.d.Register()
 	}
 	s.updateStatus(func(st *status.Registry) { st.Listing = false })
 	// The pages read are garbage now; give their memory back to the
@@ -205,8 +229,18 @@ func (s *Server) Close() {
 		return
 	}
 	var wg sync.WaitGroup
-	for _, d := range ds.servers {
-		wg.Go(d.Shutdown)
+	for _, h := range ds.servers {
+		wg.Go(h.d.Shutdown)
+	}
+	wg.Wait()
+	s.retiring.Wait()
+}
+
+// discover lists the servers downs, in parallel (gateway.Server.Discover).
+func (s *Server) discover(ctx context.Context, downs []*downstream) {
+	var wg sync.WaitGroup
+	for _, h := range downs {
+		wg.Go(func() { h.d.Discover(ctx) })
 	}
 	wg.Wait()
 }
@@ -226,12 +260,18 @@ func (s *Server) reserve(srv registry.ToolServer) {
 	}
 }
 
-// updateDownstream changes what is served of the downstream tools: put are
-// served (added, or replacing the definition served under the same name),
-// drop withdrawn. mcp-go sends every session
-// notifications/tools/list_changed (New declares listChanged).
-func (s *Server) updateDownstream(put []gateway.Entry, drop []string) {
+// updateDownstream changes what is served of the downstream server h's
+// tools: put are served (added, or replacing the definition served under
+// the same name), drop withdrawn. mcp-go sends every session
+// notifications/tools/list_changed (New declares listChanged). A retired
+// server changes nothing: the server that replaced it owns its names.
+func (s *Server) updateDownstream(h *downstream, put []gateway.Entry, drop []string) {
 	if len(put) == 0 && len(drop) == 0 {
+		return
+	}
+	s.downMu.Lock()
+	defer s.downMu.Unlock()
+	if h.retired {
 		return
 	}
 	tools := make([]mcpserver.ServerTool, 0, len(put))
@@ -245,6 +285,10 @@ func (s *Server) updateDownstream(put []gateway.Entry, drop []string) {
 		}
 		tools = append(tools, mcpserver.ServerTool{Tool: e.Tool, Handler: e.Handler})
 		served = append(served, e.Status)
+		h.served[e.Tool.Name] = true
+	}
+	for _, name := range drop {
+		delete(h.served, name)
 	}
 	slices.SortStableFunc(served, func(a, b status.Tool) int { return s.order[a.Name] - s.order[b.Name] })
 	s.served = served

@@ -43,7 +43,7 @@ func TestDownstreamAllowlistRecheck(t *testing.T) {
 	h := fakeHarness(t, true, 0)
 	var d *gateway.Server
 	h.s.mu.RLock()
-	d = h.s.down.servers[0]
+	d = h.s.down.servers[0].d
 	h.s.mu.RUnlock()
 	req := mcp.CallToolRequest{}
 	req.Params.Name = "fake__hidden"

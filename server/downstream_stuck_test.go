@@ -212,7 +212,7 @@ supports_parallel_tool_calls = true
 	}
 	h := newHarness(t, Options{}, gateway.Options{Registry: r}, nil) // lazy: the first call starts it
 	h.s.mu.RLock()
-	d := h.s.down.servers[0]
+	d := h.s.down.servers[0].d
 	h.s.mu.RUnlock()
 	req := mcp.CallToolRequest{}
 	req.Params.Name = "slow__echo"

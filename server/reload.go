@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/status"
 )
@@ -27,6 +28,11 @@ type Snapshot struct {
 	// Policy is the policy engine to decide with (the last good one when
 	// a policy file was refused); nil serves every tool to everyone.
 	Policy *policy.Engine
+	// Registry, when not nil, reads the tool-MCP registry again, its
+	// served names kept from those taken (registry.Options.Taken), once
+	// Conf serves: its servers are kept, replaced or removed as it says
+	// (reload_registry.go).
+	Registry func(taken map[string]string) *registry.Registry
 	// Trigger, Changed and Refused are reported as they are
 	// (status.Reload).
 	Trigger string
@@ -106,6 +112,9 @@ func (s *Server) Reload(snap Snapshot) status.Reload {
 	}
 	if len(put) == 0 && len(rec.Removed) == 0 && oldPolicy != snap.Policy {
 		s.mcp.SendNotificationToAllClients(string(mcp.MethodNotificationToolsListChanged), nil)
+	}
+	if snap.Registry != nil {
+		s.reloadRegistry(snap.Registry, &rec)
 	}
 	s.reloads.generation++
 	rec.Generation = s.reloads.generation

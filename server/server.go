@@ -103,6 +103,11 @@ type Server struct {
 	stopDiscovery context.CancelFunc
 	// stopping is set by Close: no downstream server starts after it.
 	stopping atomic.Bool
+	// downMu orders the changes of what is served of the downstream
+	// servers with their retirement by a reload (downstream.go);
+	// retiring counts the retired servers still draining their calls.
+	downMu   sync.Mutex
+	retiring sync.WaitGroup
 
 	// conf and policy are Options.Conf and Options.Policy until a
 	// Reload replaces them (reload.go); a call reads each once.

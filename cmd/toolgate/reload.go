@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/internal/watch"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/server"
@@ -21,10 +24,14 @@ import (
 
 // The files a reload re-reads, as status.Reload names them.
 const (
-	fileConf   = "tools.conf"
-	fileTokens = "tokens"
-	filePolicy = "policy"
+	fileConf     = "tools.conf"
+	fileTokens   = "tokens"
+	filePolicy   = "policy"
+	fileRegistry = "registry" // the directory: its fragments and pins
 )
+
+// reloadFiles are the files a reload reads, in the order it applies them.
+var reloadFiles = []string{fileConf, fileTokens, filePolicy, fileRegistry}
 
 // What serves on after a refused file (status.Refusal.Effect).
 const (
@@ -32,10 +39,11 @@ const (
 	effectPolicy = "the last good policy still decides: nothing it did not permit is permitted"
 )
 
-// reloader re-reads tools.conf, the token file and the policy file on
-// SIGHUP and when one changes on disk, and hands the server the new
-// snapshot. The load functions are conf's, auth's and policy's own: a
-// reload refuses what a start would.
+// reloader re-reads tools.conf, the token file, the policy file and the
+// registry directory (its fragments and pins) on SIGHUP and when one
+// changes on disk, and hands the server the new snapshot. The load
+// functions are conf's, auth's, policy's and registry's own: a reload
+// refuses what a start would.
 type reloader struct {
 	a      *app
 	srv    *server.Server
@@ -54,7 +62,9 @@ type reloader struct {
 func newReloader(a *app, srv *server.Server, s *settings, f *serveFlags) *reloader {
 	r := &reloader{
 		a: a, srv: srv, log: a.log, tokens: f.hf.static, confOpts: s.confOptions(),
-		paths:  map[string]string{fileConf: s.confPath, fileTokens: f.hf.tokens, filePolicy: f.pf.path},
+		paths: map[string]string{
+			fileConf: s.confPath, fileTokens: f.hf.tokens, filePolicy: f.pf.path, fileRegistry: f.down.dir,
+		},
 		conf:   a.conf,
 		policy: a.opts.Policy,
 		sums:   map[string][sha256.Size]byte{},
@@ -66,13 +76,43 @@ func newReloader(a *app, srv *server.Server, s *settings, f *serveFlags) *reload
 }
 
 // sum is the digest of the file's contents now (of its read error when
-// it cannot be read).
+// it cannot be read); of the registry, that of its every entry's name and
+// contents.
 func (r *reloader) sum(name string) [sha256.Size]byte {
+	if name == fileRegistry {
+		return sumDir(r.paths[name])
+	}
 	b, err := os.ReadFile(r.paths[name])
 	if err != nil {
 		return sha256.Sum256([]byte("error: " + err.Error()))
 	}
 	return sha256.Sum256(b)
+}
+
+// sumDir is the digest of dir's entries (their names, and the contents
+// of each a regular file or a link to one, read up to the largest
+// fragment registry.Load reads and one byte: a larger one is refused
+// anyway), or of why it cannot be read.
+func sumDir(dir string) [sha256.Size]byte {
+	h := sha256.New()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		fmt.Fprintf(h, "error: %v", err)
+	}
+	for _, e := range entries {
+		fmt.Fprintf(h, "%q\n", e.Name())
+		f, err := os.Open(filepath.Join(dir, e.Name()))
+		if err != nil {
+			fmt.Fprintf(h, "error: %v\n", err)
+			continue
+		}
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+			n, _ := io.Copy(h, io.LimitReader(f, registry.MaxFragmentSize+1))
+			fmt.Fprintf(h, "\n%d\n", n)
+		}
+		_ = f.Close()
+	}
+	return [sha256.Size]byte(h.Sum(nil))
 }
 
 // run reloads on every SIGHUP of hup and every change the watch sees,
@@ -96,6 +136,9 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 	if err != nil {
 		r.log.WithError(err).Error("reload: no file watch: SIGHUP still reloads")
 	} else {
+		if err := r.watchRegistry(w); err != nil {
+			r.log.WithError(err).Error("reload: the registry directory is not watched: SIGHUP still reloads it")
+		}
 		go w.Run(ctx, func() { r.reload("watch") }, func(err error) {
 			r.log.WithError(err).Error("reload: file watch")
 		})
@@ -116,7 +159,7 @@ func (r *reloader) reload(trigger string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var changed []string
-	for _, name := range []string{fileConf, fileTokens, filePolicy} {
+	for _, name := range reloadFiles {
 		if r.paths[name] == "" {
 			continue
 		}
@@ -132,6 +175,10 @@ func (r *reloader) reload(trigger string) {
 	}
 	snap := server.Snapshot{Trigger: trigger, Changed: changed}
 	for _, name := range changed {
+		if name == fileRegistry {
+			snap.Registry = r.loadRegistry
+			continue
+		}
 		if ref, ok := r.load(name); !ok {
 			snap.Refused = append(snap.Refused, ref)
 		}
@@ -185,6 +232,26 @@ func (r *reloader) load(name string) (status.Refusal, bool) {
 		r.log.WithFields(logrus.Fields{"policy": e.Name(), "policies": len(e.IDs())}).Info("policy reloaded")
 	}
 	return ref, true
+}
+
+// watchRegistry adds the registry directory to w, unless its parent is
+// missing (SIGHUP still re-reads it).
+func (r *reloader) watchRegistry(w *watch.Watcher) error {
+	dir := r.paths[fileRegistry]
+	if dir == "" {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Dir(dir)); err != nil {
+		r.log.WithField("dir", dir).WithError(err).Debug("reload: not watched")
+		return nil
+	}
+	return w.AddDir(dir)
+}
+
+// loadRegistry is Snapshot.Registry: the registry directory read again,
+// as serve reads it, beside the conf served now.
+func (r *reloader) loadRegistry(taken map[string]string) *registry.Registry {
+	return registry.Load(r.paths[fileRegistry], registry.Options{Taken: taken, Visible: sandboxVisible, Conf: r.conf})
 }
 
 // confReason is the first reason a refused conf gives.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/conf/registry"
+	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/kubevol"
 	"github.com/toolgate/toolgate/internal/mcptest"
 	"github.com/toolgate/toolgate/internal/testbin"
@@ -237,6 +240,76 @@ func TestReloadConfigMapSwap(t *testing.T) {
 	st := f.status(t)
 	if st.Reload.Trigger != "watch" || strings.Join(st.Reload.Changed, ",") != "tools.conf,policy" || len(st.Reload.Refused) != 0 {
 		t.Errorf("checkpoint_status reload after the swap: %+v", st.Reload)
+	}
+}
+
+// probeServer is a registry fragment of the probe's MCP server (run
+// unsandboxed, from the host) under id, serving tools.
+func probeServer(t *testing.T, id, tools string) string {
+	return fmt.Sprintf(`schema_version = 8
+
+[tool_mcp_servers.%s]
+transport = "stdio"
+command = %q
+args = ["mcp"]
+sandbox = false
+enabled_tools = [%s]
+default_tools_approval_mode = "auto"
+startup_timeout_sec = 30
+`, id, testbin.Probe(t), tools)
+}
+
+// TestReloadRegistryConfigMapSwap: the registry directory as a ConfigMap
+// volume (the kubelet's layout, trusted modes): the kubelet's `..data`
+// swap that changes one server's fragment and adds another is seen by
+// the watch, and the next tools/list serves the new registry.
+func TestReloadRegistryConfigMapSwap(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testbin.Missing(t, "the kubelet's layout chowns to fsGroup, and needs root (uid %d)", os.Geteuid())
+	}
+	f := newReloadFixture(t)
+	vol := t.TempDir()
+	ts := filepath.Join(vol, kubevol.TSDir)
+	kubevol.Must(t, os.Mkdir(ts, 0o755))
+	writeFile(t, filepath.Join(ts, "10-a.toml"), probeServer(t, "a", `"echo"`))
+	kubevol.Must(t, os.Symlink(filepath.Join("..data", "10-a.toml"), filepath.Join(vol, "10-a.toml")),
+		os.Symlink(kubevol.TSDir, filepath.Join(vol, "..data")))
+	f.r.paths[fileRegistry] = vol
+	f.r.sums[fileRegistry] = f.r.sum(fileRegistry)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	reg := f.r.loadRegistry(registry.TakenNames(nil, f.r.conf))
+	if reg.State != conf.StateLoaded {
+		t.Fatalf("registry %s: %v", reg.State, reg.Err())
+	}
+	f.srv.ConnectDownstream(ctx, gateway.Options{Registry: reg, DirectServices: &rt.DirectServices{Shim: testbin.Shim(t)}})
+	t.Cleanup(f.srv.Close)
+	if got := f.names(t); got != "checkpoint_status,hello,other,a__echo" {
+		t.Fatalf("tools/list from the volume = %s", got)
+	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.r.run(wctx, nil) }()
+	t.Cleanup(func() { wcancel(); <-done })
+	time.Sleep(100 * time.Millisecond) // the watch is set up
+	kubevol.Update(t, vol, "..2026_12_02_10_05_00.000000001", map[string]string{
+		"10-a.toml": probeServer(t, "a", `"echo", "pid"`),
+		"20-b.toml": probeServer(t, "b", `"echo"`),
+	}, 0o644)
+	want := "checkpoint_status,hello,other,a__echo,a__pid,b__echo"
+	for deadline := time.Now().Add(20 * time.Second); f.names(t) != want; {
+		if time.Now().After(deadline) {
+			t.Fatalf("tools/list 20 s after the ..data swap = %s, want %s", f.names(t), want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	st := f.status(t)
+	if st.Reload.Trigger != "watch" || strings.Join(st.Reload.Changed, ",") != fileRegistry || len(st.Reload.Refused) != 0 ||
+		fmt.Sprint(st.Reload.Added, st.Reload.Replaced) != "[a__pid b__echo] [a__echo]" {
+		t.Errorf("checkpoint_status reload after the swap: %+v", st.Reload)
+	}
+	if st.Registry == nil || st.Registry.State != string(conf.StateLoaded) || len(st.Registry.Servers) != 2 {
+		t.Errorf("checkpoint_status registry after the swap: %+v", st.Registry)
 	}
 }
 

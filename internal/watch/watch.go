@@ -9,6 +9,7 @@ package watch
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -26,8 +27,11 @@ const DefaultDebounce = 200 * time.Millisecond
 
 // Watcher watches a set of files by their directories.
 type Watcher struct {
-	w        *fsnotify.Watcher
-	names    map[string][]string // directory: base names watched in it
+	w     *fsnotify.Watcher
+	names map[string][]string // directory: base names watched in it
+	// dirs are the directories every entry of which is watched (AddDir),
+	// each watched itself once it exists.
+	dirs     map[string]bool
 	debounce time.Duration
 }
 
@@ -38,7 +42,7 @@ func New(debounce time.Duration, paths ...string) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watch: %w", err)
 	}
-	w := &Watcher{w: fw, names: map[string][]string{}, debounce: debounce}
+	w := &Watcher{w: fw, names: map[string][]string{}, dirs: map[string]bool{}, debounce: debounce}
 	for _, p := range paths {
 		if p == "" {
 			continue
@@ -60,6 +64,34 @@ func New(debounce time.Duration, paths ...string) (*Watcher, error) {
 	return w, nil
 }
 
+// AddDir watches every entry of dir (a fragment added, edited or
+// removed; a `..data` swap), and dir itself made or removed: its parent
+// must exist, dir need not yet.
+func (w *Watcher) AddDir(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("watch %q: %w", dir, err)
+	}
+	parent := filepath.Dir(abs)
+	if _, ok := w.names[parent]; !ok {
+		if err := w.w.Add(parent); err != nil {
+			return fmt.Errorf("watch %q: %w", parent, err)
+		}
+	}
+	w.names[parent] = append(w.names[parent], filepath.Base(abs))
+	w.dirs[abs] = true
+	w.watchDir(abs)
+	return nil
+}
+
+// watchDir watches dir of AddDir when it exists (again after it was made
+// anew: a watch ends with its directory).
+func (w *Watcher) watchDir(dir string) {
+	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+		_ = w.w.Add(dir)
+	}
+}
+
 // Run calls changed after each burst of events about a watched file (or
 // a `..data` swap in its directory) has been quiet for the debounce,
 // until ctx ends; a watch error is handed to failed. It closes the
@@ -76,6 +108,9 @@ func (w *Watcher) Run(ctx context.Context, changed func(), failed func(error)) {
 		case ev, ok := <-w.w.Events:
 			if !ok {
 				return
+			}
+			if w.dirs[ev.Name] && ev.Has(fsnotify.Create) {
+				w.watchDir(ev.Name)
 			}
 			if w.relevant(ev) {
 				timer.Reset(w.debounce)
@@ -97,6 +132,6 @@ func (w *Watcher) relevant(ev fsnotify.Event) bool {
 	if ev.Op == fsnotify.Chmod {
 		return false
 	}
-	base := filepath.Base(ev.Name)
-	return base == DataLink || slices.Contains(w.names[filepath.Dir(ev.Name)], base)
+	base, dir := filepath.Base(ev.Name), filepath.Dir(ev.Name)
+	return base == DataLink || w.dirs[dir] || slices.Contains(w.names[dir], base)
 }

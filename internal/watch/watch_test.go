@@ -19,6 +19,12 @@ func start(t *testing.T, paths ...string) <-chan struct{} {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return run(t, w)
+}
+
+// run runs w until the test ends; the channel gets one value a report.
+func run(t *testing.T, w *Watcher) <-chan struct{} {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
@@ -105,4 +111,42 @@ func TestWatchMissingDir(t *testing.T) {
 	if err == nil || err.Error() == "" || !strings.Contains(err.Error(), `"/nonexistent/toolgate"`) {
 		t.Fatalf("New = %v, want an error naming the directory", err)
 	}
+}
+
+// TestWatchDir: in a directory of AddDir, a fragment added, edited,
+// renamed into place and removed is each one report; so is the
+// directory made after the watch began, and then a file in it.
+func TestWatchDir(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "tool-mcp.d")
+	w, err := New(50 * time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.AddDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	ch := run(t, w)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ch, "the directory made")
+	frag := filepath.Join(dir, "10-a.toml")
+	write(t, frag, "one\n")
+	expect(t, ch, "a fragment added")
+	write(t, frag, "two\n")
+	expect(t, ch, "a fragment edited")
+	tmp := filepath.Join(dir, ".pins.json.tmp")
+	write(t, tmp, "{}")
+	if err := os.Rename(tmp, filepath.Join(dir, "pins.json")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ch, "the pins renamed into place")
+	if err := os.Remove(frag); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ch, "a fragment removed")
+	expectNone(t, ch, "after the removal")
+	write(t, filepath.Join(parent, "other"), "x")
+	expectNone(t, ch, "a file beside the directory")
 }
