@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -16,6 +17,8 @@ import (
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/conf/registry"
+	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/internal/testbin"
 	"github.com/toolgate/toolgate/policy"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
@@ -191,10 +194,11 @@ func TestReloadPolicy(t *testing.T) {
 }
 
 // TestHTTPReloadKeepsSessions: over HTTP (both eras), a reload of the
-// conf, the policy and the tokens while three sessions are open and a
-// call is in flight: the call answers, every session stays and lists the
-// new tools, a token dropped by the reload is refused from its next
-// request, and the policy's new decision holds for the next call.
+// conf, the policy, the tokens and the registry while three sessions are
+// open and an external's and a downstream server's call are in flight:
+// both calls answer, every session stays and lists the new tools, a
+// token dropped by the reload is refused from its next request, and the
+// policy's new decision holds for the next call.
 func TestHTTPReloadKeepsSessions(t *testing.T) {
 	dir := t.TempDir()
 	all, err := policy.Parse("p", []byte(`@id("all") permit (principal, action, resource);`))
@@ -209,29 +213,45 @@ func TestHTTPReloadKeepsSessions(t *testing.T) {
 	f := startHTTP(t, HTTPOptions{Auth: tokens}, func(o *Options) {
 		o.Conf, o.Policy = confIn(t, dir, "tool hello EXE read 5 100 off DIR --\ntool other EXE read 5 100 off DIR --\n"), all
 	})
+	reg := registryDir{t, t.TempDir()}
+	reg.write(map[string]string{"10-fake.toml": fakeServer("fake", "sleep")}, nil)
+	f.srv.ConnectDownstream(t.Context(), gateway.Options{
+		Registry: registry.Load(reg.dir, registry.Options{}), DirectServices: &rt.DirectServices{Shim: testbin.Shim(t)},
+	})
+	t.Cleanup(f.srv.Close)
 	f.direct.block = make(chan struct{})
 	sessions := []*client.Client{mcpClient(t, f.url, aliceToken, false), mcpClient(t, f.url, aliceToken, true), mcpClient(t, f.url, bobToken, false)}
-	done := make(chan string, 1)
-	go func() {
-		res, err := callTool(t, sessions[0], "hello", nil)
+	done, slept := make(chan string, 1), make(chan string, 1)
+	answer := func(ch chan<- string, c *client.Client, tool string, args any) {
+		res, err := callTool(t, c, tool, args)
 		if err != nil {
-			done <- "error: " + err.Error()
+			ch <- "error: " + err.Error()
 			return
 		}
-		done <- resultText(res)
-	}()
+		ch <- resultText(res)
+	}
+	go answer(done, sessions[0], "hello", nil)
+	go answer(slept, sessions[1], "fake__sleep", map[string]any{"seconds": 1.5})
 	waitFor(t, func() bool { return len(f.direct.invocations()) == 1 })
+	time.Sleep(500 * time.Millisecond) // the fake sleeps
 
 	tokens.Replace(tokenFile(t, "alice "+aliceToken))
+	reg.write(map[string]string{"10-fake.toml": fakeServer("fake", "sleep", "echo")}, nil)
 	f.srv.Reload(Snapshot{
 		Conf:    confIn(t, dir, "tool hello EXE read 5 100 off DIR --\ntool other EXE read 5 100 off DIR --\ntool fresh EXE read 5 100 off DIR --\n"),
 		Policy:  notOther,
-		Trigger: "watch", Changed: []string{"tools.conf", "tokens", "policy"},
+		Trigger: "watch", Changed: []string{"tools.conf", "tokens", "policy", "registry"},
+		Registry: func(taken map[string]string) *registry.Registry {
+			return registry.Load(reg.dir, registry.Options{Taken: taken})
+		},
 	})
 	for i, c := range sessions[:2] {
-		if got := strings.Join(listNames(t, c), ","); got != "checkpoint_status,hello,fresh" {
-			t.Errorf("session %d: tools/list after the reload = %s, want checkpoint_status,hello,fresh", i, got)
+		if got := strings.Join(listNames(t, c), ","); got != "checkpoint_status,hello,fresh,fake__sleep,fake__echo" {
+			t.Errorf("session %d: tools/list after the reload = %s, want checkpoint_status,hello,fresh,fake__sleep,fake__echo", i, got)
 		}
+	}
+	if got := <-slept; got != "woke" {
+		t.Errorf("the downstream call in flight answered %q, want the old server's answer", got)
 	}
 	if res, err := callTool(t, sessions[1], "other", nil); err != nil || !res.IsError {
 		t.Errorf("other after the policy reload: %v %v, want isError", res, err)
