@@ -46,9 +46,12 @@ const AnyPrincipal = "*"
 // StdioPrincipal is the name rate rules give stdio's one principal.
 const StdioPrincipal = "stdio"
 
-// maxIdleBuckets is how many buckets are kept before the full ones (a
-// full bucket is a new one) are let go.
-const maxIdleBuckets = 4096
+// maxBuckets bounds the buckets kept: past it the full ones (a full
+// bucket is what a new one is) are let go, and when none is full, the
+// fullest, so that principals without end (an OAuth issuer's subjects)
+// cost bounded memory. Only 4096 principals calling within a burst's
+// refill of each other lose anything: the one let go starts full.
+const maxBuckets = 4096
 
 // RateRule is one --rate value: a principal's (or *'s) rate of calls a
 // second and its burst.
@@ -159,7 +162,7 @@ func (l *rateLimits) take(name, key string) (r RateRule, wait time.Duration, ok 
 	l.mu.Lock()
 	lim := l.by[key]
 	if lim == nil {
-		if len(l.by) >= maxIdleBuckets {
+		if len(l.by) >= maxBuckets {
 			l.sweep(now)
 		}
 		lim = rate.NewLimiter(rate.Limit(r.PerSecond), r.Burst)
@@ -174,13 +177,22 @@ func (l *rateLimits) take(name, key string) (r RateRule, wait time.Duration, ok 
 	return r, 0, true
 }
 
-// sweep lets go the full buckets: a full bucket is what a new one is, so
-// nothing is lost. l.mu is held.
+// sweep lets go the full buckets (a full bucket is what a new one is, so
+// nothing is lost) or, when none is, the fullest. l.mu is held.
 func (l *rateLimits) sweep(now time.Time) {
+	fullest, most := "", math.Inf(-1)
 	for k, lim := range l.by {
-		if lim.TokensAt(now) >= float64(lim.Burst()) {
+		left := lim.TokensAt(now) - float64(lim.Burst()) // ≤ 0; 0 is full
+		if left >= 0 {
 			delete(l.by, k)
+			continue
 		}
+		if left > most {
+			fullest, most = k, left
+		}
+	}
+	if len(l.by) >= maxBuckets {
+		delete(l.by, fullest)
 	}
 }
 

@@ -156,11 +156,11 @@ func TestRateBurst(t *testing.T) {
 	}
 }
 
-// TestRateBucketsSwept: past maxIdleBuckets, the full buckets are let go
+// TestRateBucketsSwept: past maxBuckets, the full buckets are let go
 // and the others kept.
 func TestRateBucketsSwept(t *testing.T) {
 	l, clock := limitsAt(RateRules{"*": {"*", 1, 1}})
-	for i := range maxIdleBuckets {
+	for i := range maxBuckets {
 		l.take("p", fmt.Sprint("token/p", i)) // each bucket emptied
 	}
 	clock.add(10 * time.Second) // every bucket full again
@@ -171,6 +171,24 @@ func TestRateBucketsSwept(t *testing.T) {
 	}
 	if _, wait, _ := l.take("held", "held"); wait == 0 {
 		t.Error("held's empty bucket was swept: its next call was allowed")
+	}
+}
+
+// TestRateBucketsBounded: principals without end, each calling (no
+// bucket ever full), are held to maxBuckets buckets; the one let go is
+// the fullest, never the one just emptied.
+func TestRateBucketsBounded(t *testing.T) {
+	l, clock := limitsAt(RateRules{"*": {"*", 1, 5}})
+	for i := range 3 * maxBuckets {
+		key := fmt.Sprint("oauth/sub", i)
+		l.take("p", key)
+		clock.add(time.Microsecond)
+	}
+	if n := len(l.by); n > maxBuckets {
+		t.Errorf("%d buckets for %d principals, want at most %d", n, 3*maxBuckets, maxBuckets)
+	}
+	if _, ok := l.by[fmt.Sprint("oauth/sub", 3*maxBuckets-1)]; !ok {
+		t.Error("the last principal's bucket, just emptied, was let go")
 	}
 }
 
