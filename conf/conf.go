@@ -232,7 +232,7 @@ func PathFromEnv(getenv func(string) string) string {
 // absent or unreadable (StateAbsent, built-ins only).
 func Load(path string, opts Options) *Config {
 	cfg := &Config{Path: path}
-	f, err := os.Open(path)
+	f, err := OpenFile(path, 0)
 	if err != nil {
 		cfg.State = StateAbsent
 		if errors.Is(err, fs.ErrNotExist) {
@@ -252,6 +252,11 @@ func Load(path string, opts Options) *Config {
 	if fi.IsDir() {
 		cfg.State = StateAbsent
 		cfg.Reason = "unreadable: " + path + " is a directory"
+		return cfg
+	}
+	if !fi.Mode().IsRegular() {
+		cfg.State = StateRefused
+		cfg.Errors = []error{&Error{File: path, Field: "file", Err: fmt.Errorf("not a regular file (mode %s)", fi.Mode().Type())}}
 		return cfg
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -542,5 +543,39 @@ func TestEgressRules(t *testing.T) {
 	c = parse(t, f.line(base+"egress api a.example.com:1\negress api b.example.com:1\n"))
 	if e := firstErr(t, c); e.Line != 4 || !strings.Contains(e.Err.Error(), "egress line already, line 3") {
 		t.Errorf("a second egress line: %+v", e)
+	}
+}
+
+// TestLoadFIFO: a FIFO where tools.conf is expected is refused at once,
+// never waited on (opening a FIFO to read blocks until a writer comes).
+func TestLoadFIFO(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tools.conf")
+	if err := syscall.Mkfifo(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *Config, 1)
+	go func() { done <- Load(p, Options{}) }()
+	select {
+	case c := <-done:
+		if c.State != StateRefused || len(c.Errors) != 1 || !strings.Contains(c.Errors[0].Error(), "not a regular file") {
+			t.Errorf("Load of a FIFO = %s %v, want refused: not a regular file", c.State, c.Errors)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Load of a FIFO blocked")
+	}
+	for _, read := range []func() error{
+		func() error { _, err := LoadTokens(p); return err },
+		func() error { _, err := ReadTrusted(p, "policy file", 10); return err },
+	} {
+		errc := make(chan error, 1)
+		go func() { errc <- read() }()
+		select {
+		case err := <-errc:
+			if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+				t.Errorf("reading a FIFO: %v, want not a regular file", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("reading a FIFO blocked")
+		}
 	}
 }

@@ -236,11 +236,14 @@ func ReadSecret(p string, bound map[string]string, visible func(string) bool) (S
 	if visible != nil && visible(real) {
 		return Secret{}, fmt.Errorf("%s is a path every sandbox sees: keep secret files where no sandbox sees them (e.g. /etc/toolgate/secrets, mode 0700)", p)
 	}
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := OpenFile(p, syscall.O_NOFOLLOW)
 	if err != nil {
 		return Secret{}, err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return Secret{}, fmt.Errorf("%s is not a regular file", p)
+	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxSecretBytes+1))
 	if err != nil {
 		return Secret{}, err

@@ -92,7 +92,7 @@ func ValidScope(s string) bool { return scopeRe.MatchString(s) }
 // line is reported (errors.Join of *Error); the error text never quotes a
 // token.
 func LoadTokens(path string) (*Tokens, error) {
-	f, err := os.Open(path)
+	f, err := OpenFile(path, 0)
 	if err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
 	}

@@ -4,7 +4,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 )
+
+// OpenFile opens path to read without blocking on the open: a FIFO or a
+// device node put where a file is expected never holds toolgate (opening
+// a FIFO to read waits for a writer); each caller refuses what is not a
+// regular file by its fstat. flags are added (e.g. syscall.O_NOFOLLOW).
+func OpenFile(path string, flags int) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|flags, 0)
+}
 
 // ReadTrusted reads the file at path under the rules tools.conf is read
 // by: a regular file, writable by no one but its owner, owned (with every
@@ -13,7 +22,7 @@ import (
 // names the file in the refusal ("policy file"). A file over max bytes is
 // refused. A refusal is an *Error (Field "file").
 func ReadTrusted(path, what string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := OpenFile(path, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}

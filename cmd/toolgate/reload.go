@@ -75,44 +75,57 @@ func newReloader(a *app, srv *server.Server, s *settings, f *serveFlags) *reload
 	return r
 }
 
-// sum is the digest of the file's contents now (of its read error when
-// it cannot be read); of the registry, that of its every entry's name and
-// contents.
+// sum is the digest of the file's contents now (of why it cannot be
+// read when it cannot); of the registry, that of its every entry's name
+// and contents.
 func (r *reloader) sum(name string) [sha256.Size]byte {
+	h := sha256.New()
 	if name == fileRegistry {
-		return sumDir(r.paths[name])
+		sumDir(h, r.paths[name])
+	} else {
+		sumFile(h, r.paths[name])
 	}
-	b, err := os.ReadFile(r.paths[name])
-	if err != nil {
-		return sha256.Sum256([]byte("error: " + err.Error()))
-	}
-	return sha256.Sum256(b)
+	return [sha256.Size]byte(h.Sum(nil))
 }
 
-// sumDir is the digest of dir's entries (their names, and the contents
-// of each a regular file or a link to one, read up to the largest
-// fragment registry.Load reads and one byte: a larger one is refused
-// anyway), or of why it cannot be read.
-func sumDir(dir string) [sha256.Size]byte {
-	h := sha256.New()
+// maxSummed bounds what sumFile reads: one byte past the largest file
+// any load accepts (registry.MaxPinsSize), more bytes would only say
+// again that it is too large.
+const maxSummed = registry.MaxPinsSize + 1
+
+// sumFile writes path's contents to h, or why it cannot be read. Only a
+// regular file (or a link to one) is read, opened without blocking: a
+// FIFO or a device put there never holds the reloader.
+func sumFile(h io.Writer, path string) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		fmt.Fprintf(h, "error: %v\n", err)
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		fmt.Fprintf(h, "error: %v\n", err)
+	case !fi.Mode().IsRegular():
+		fmt.Fprintf(h, "not a regular file: %s\n", fi.Mode().Type())
+	default:
+		n, err := io.Copy(h, io.LimitReader(f, maxSummed))
+		fmt.Fprintf(h, "\n%d %v\n", n, err)
+	}
+}
+
+// sumDir writes to h the names of dir's entries and the contents of
+// each (sumFile), or why dir cannot be read.
+func sumDir(h io.Writer, dir string) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		fmt.Fprintf(h, "error: %v", err)
+		fmt.Fprintf(h, "error: %v\n", err)
 	}
 	for _, e := range entries {
 		fmt.Fprintf(h, "%q\n", e.Name())
-		f, err := os.Open(filepath.Join(dir, e.Name()))
-		if err != nil {
-			fmt.Fprintf(h, "error: %v\n", err)
-			continue
-		}
-		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
-			n, _ := io.Copy(h, io.LimitReader(f, registry.MaxFragmentSize+1))
-			fmt.Fprintf(h, "\n%d\n", n)
-		}
-		_ = f.Close()
+		sumFile(h, filepath.Join(dir, e.Name()))
 	}
-	return [sha256.Size]byte(h.Sum(nil))
 }
 
 // run reloads on every SIGHUP of hup and every change the watch sees,

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -338,5 +339,35 @@ func TestReloadWatchQuietWithoutConfDir(t *testing.T) {
 	}
 	if got := buf.String(); strings.Contains(got, "level=error") || strings.Contains(got, "level=warn") {
 		t.Errorf("log at the default level:\n%s\nwant no warning or error", got)
+	}
+}
+
+// TestReloadSumNeverBlocks: a FIFO where tools.conf was, or among the
+// registry's fragments, is summed without blocking the reloader (opening
+// a FIFO to read waits for a writer), and differs from a file.
+func TestReloadSumNeverBlocks(t *testing.T) {
+	f := newReloadFixture(t)
+	reg := t.TempDir()
+	f.r.paths[fileRegistry] = reg
+	before := f.r.sum(fileRegistry)
+	for _, p := range []string{filepath.Join(reg, "10-a.toml"), f.conf} {
+		_ = os.Remove(p)
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan [2][sha256.Size]byte, 1)
+	go func() { done <- [2][sha256.Size]byte{f.r.sum(fileRegistry), f.r.sum(fileConf)} }()
+	select {
+	case sums := <-done:
+		if sums[0] == before {
+			t.Error("the registry's sum did not change with a FIFO added")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("summing a FIFO blocked")
+	}
+	f.r.reload("watch") // refuses the FIFO conf, and returns
+	if st := f.status(t); st.Conf.State != "refused" {
+		t.Errorf("conf with a FIFO for tools.conf: %s, want refused", st.Conf.State)
 	}
 }

@@ -208,7 +208,7 @@ func readTrusted(path string, limit int, risk string) ([]byte, error) {
 	fileErr := func(format string, a ...any) error {
 		return &Error{File: path, Err: fmt.Errorf(format, a...)}
 	}
-	f, err := os.Open(path)
+	f, err := conf.OpenFile(path, 0)
 	if err != nil {
 		return nil, fileErr("unreadable: %v", conf.UnwrapPathErr(err))
 	}
