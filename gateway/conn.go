@@ -218,6 +218,9 @@ func (d *Server) live() *dconn {
 // connect starts (stdio) or connects to (HTTP) the server and completes
 // the MCP handshake, within startup_timeout_sec.
 func (d *Server) connect(ctx context.Context) (*dconn, error) {
+	if d.deps.Stopping() {
+		return nil, errStopping
+	}
 	if err := d.checkVars(); err != nil {
 		return nil, err
 	}
@@ -443,14 +446,18 @@ func (d *Server) Shutdown() {
 
 // Retire ends the server for good, a reload having replaced or removed
 // it: no call enters it from now on (each answers isError: call again,
-// and the call reaches the server that replaced it), and once the calls
-// already in it have finished, within their own tool_timeout_sec, its
-// connection is ended as Shutdown does. The server never starts again
-// for a later call.
+// and the call reaches the server that replaced it). Drain then stops
+// it.
 func (d *Server) Retire() {
 	d.mu.Lock()
 	d.retired = true
 	d.mu.Unlock()
+}
+
+// Drain waits, once Retire has run, for the calls already in the server
+// to finish, within their own tool_timeout_sec, and then ends its
+// connection as Shutdown does. The server never starts again.
+func (d *Server) Drain() {
 	d.calls.Wait()
 	d.Shutdown()
 }

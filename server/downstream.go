@@ -173,7 +173,17 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts gateway.Options) {
 		s.refuseRegistry(st, r.Errors)
 		return
 	}
-	if errs := s.collisions(r); len(errs) > 0 {
+	// The names are the servers' from before they are listed: a reload
+	// of tools.conf meanwhile cannot take one (Reload's dropTaken).
+	s.reloads.mu.Lock()
+	errs := s.collisions(r)
+	if len(errs) == 0 {
+		for _, srv := range r.Servers {
+			s.reserve(srv)
+		}
+	}
+	s.reloads.mu.Unlock()
+	if len(errs) > 0 {
 		s.refuseRegistry(st, errs)
 		return
 	}
@@ -186,7 +196,6 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts gateway.Options) {
 	s.down.servers = downs
 	s.mu.Unlock()
 	for _, h := range downs {
-		s.reserve(h.srv)
 		h.d.Register()
 	}
 	s.updateStatus(func(st *status.Registry) { st.Listing = false })
@@ -217,19 +226,23 @@ func (s *Server) refuseRegistry(st *status.Registry, errs []error) {
 // calls it as soon as its input ends, before it waits for the calls in
 // flight; calling it again is harmless.
 func (s *Server) Close() {
+	s.closeMu.Lock()
 	s.stopping.Store(true)
+	s.closeMu.Unlock()
+	s.endLife()
 	if s.stopDiscovery != nil {
 		s.stopDiscovery()
 		<-s.listed
 	}
+	s.reloading.Wait() // a reload of the registry sees stopping and starts nothing
 	s.mu.RLock()
-	ds := s.down
-	s.mu.RUnlock()
-	if ds == nil {
-		return
+	var servers []*downstream
+	if s.down != nil {
+		servers = slices.Clone(s.down.servers)
 	}
+	s.mu.RUnlock()
 	var wg sync.WaitGroup
-	for _, h := range ds.servers {
+	for _, h := range servers {
 		wg.Go(h.d.Shutdown)
 	}
 	wg.Wait()

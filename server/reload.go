@@ -14,7 +14,6 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/conf"
-	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/status"
 )
@@ -28,11 +27,6 @@ type Snapshot struct {
 	// Policy is the policy engine to decide with (the last good one when
 	// a policy file was refused); nil serves every tool to everyone.
 	Policy *policy.Engine
-	// Registry, when not nil, reads the tool-MCP registry again, its
-	// served names kept from those taken (registry.Options.Taken), once
-	// Conf serves: its servers are kept, replaced or removed as it says
-	// (reload_registry.go).
-	Registry func(taken map[string]string) *registry.Registry
 	// Trigger, Changed and Refused are reported as they are
 	// (status.Reload).
 	Trigger string
@@ -113,18 +107,22 @@ func (s *Server) Reload(snap Snapshot) status.Reload {
 	if len(put) == 0 && len(rec.Removed) == 0 && oldPolicy != snap.Policy {
 		s.mcp.SendNotificationToAllClients(string(mcp.MethodNotificationToolsListChanged), nil)
 	}
-	if snap.Registry != nil {
-		s.reloadRegistry(snap.Registry, &rec)
-	}
+	s.record(&rec)
+	return rec
+}
+
+// record numbers rec, the reload just applied, and makes it
+// checkpoint_status's reload field and an audit record. s.reloads.mu is
+// held.
+func (s *Server) record(rec *status.Reload) {
 	s.reloads.generation++
 	rec.Generation = s.reloads.generation
 	rec.At = time.Now().UTC().Format(time.RFC3339)
-	s.reloads.last.Store(&rec)
+	s.reloads.last.Store(rec)
 	audit.Reload{
 		Generation: rec.Generation, Trigger: rec.Trigger, Changed: rec.Changed, Refused: rec.Refused,
 		Added: rec.Added, Removed: rec.Removed, Replaced: rec.Replaced,
 	}.Write(s.auditLog)
-	return rec
 }
 
 // dropTaken withholds the externals whose names a downstream server's

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,10 +15,13 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/sirupsen/logrus"
 
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/internal/testbin"
+	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
 )
 
@@ -77,12 +82,13 @@ func (d registryDir) write(fragments map[string]string, pins *registry.Pins) {
 
 // reload reloads the registry of h as the directory holds it now.
 func (d registryDir) reload(h *harness) status.Reload {
-	return h.s.Reload(Snapshot{
-		Conf: h.s.conf.Load(), Policy: h.s.policy.Load(), Trigger: "watch", Changed: []string{"registry"},
-		Registry: func(taken map[string]string) *registry.Registry {
-			return registry.Load(d.dir, registry.Options{Taken: taken})
-		},
-	})
+	rec, _ := h.s.ReloadRegistry("watch", d.load)
+	return rec
+}
+
+// load is a RegistryLoader of the directory.
+func (d registryDir) load(taken map[string]string, c *conf.Config) *registry.Registry {
+	return registry.Load(d.dir, registry.Options{Taken: taken, Conf: c})
 }
 
 func pidOf(t *testing.T, h *harness, tool string) int {
@@ -225,5 +231,93 @@ func TestReloadRegistryPins(t *testing.T) {
 	}
 	if res := h.call(t, "fake__echo", map[string]any{"text": "x"}); res.IsError {
 		t.Errorf("fake__echo with its pin back = %q", resultText(res))
+	}
+}
+
+// TestReloadRegistryAfterClose: once Close has begun, no downstream server
+// starts: a reload of the registry after it (the reloader outlives Close
+// in serve) does nothing, and serves nothing new.
+func TestReloadRegistryAfterClose(t *testing.T) {
+	d := registryDir{t, t.TempDir()}
+	d.write(map[string]string{"20-other.toml": fakeServer("other", "pid")}, nil)
+	h := newHarness(t, Options{}, gateway.Options{Registry: registry.Load(d.dir, registry.Options{}), Eager: true}, nil)
+	h.s.Close()
+	d.write(map[string]string{
+		"20-other.toml": fakeServer("other", "pid"),
+		"30-third.toml": fakeServer("third", "pid"),
+	}, nil)
+	if rec, ok := h.s.ReloadRegistry("watch", d.load); ok || len(rec.Added) > 0 {
+		t.Errorf("a reload after Close: %v, added %v", ok, rec.Added)
+	}
+	res, err := callTool(t, h.sess, "third__pid", nil)
+	if err == nil && !res.IsError {
+		t.Errorf("third__pid after Close answered %q", resultText(res))
+	}
+}
+
+// TestReloadConfDuringDiscovery: a tools.conf reload while the start-up
+// discovery lists the registry cannot take a name a downstream server's
+// tool will serve (the names are reserved before the listing): the
+// downstream tool answers it, and policy decides it as the downstream
+// tool it is, after one more tools.conf reload too.
+func TestReloadConfDuringDiscovery(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	slow := bin + "/slow"
+	if err := os.WriteFile(slow, []byte("#!/bin/sh\nsleep 2\nexec "+self+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := registryDir{t, t.TempDir()}
+	d.write(map[string]string{"20-fake.toml": strings.Replace(fakeServer("fake", "pid"), "SELF", slow, 1)}, nil)
+	r := registry.Load(d.dir, registry.Options{})
+	if r.State != conf.StateLoaded {
+		t.Fatalf("registry %s: %v", r.State, r.Err())
+	}
+	log := logrus.New()
+	log.SetOutput(&testbin.Buffer{})
+	s := New(Options{Conf: loadConf(t, twoTools), Log: log, Direct: &fakeRunner{}, Sandbox: rt.FailedSandbox("bwrap", errors.New("none"))})
+	t.Cleanup(s.Close)
+	s.StartDownstream(context.Background(), gateway.Options{Registry: r, DirectServices: &rt.DirectServices{Shim: testbin.Shim(t)}})
+	time.Sleep(500 * time.Millisecond) // past the collision check, inside the listing
+	taking := loadConf(t, twoTools+"tool fake__pid EXE test 5 100 on DIR --\n")
+	if rec := s.Reload(Snapshot{Conf: taking, Trigger: "watch", Changed: []string{"tools.conf"}}); len(rec.Refused) != 1 {
+		t.Errorf("reload during discovery: added %v refused %+v, want fake__pid refused", rec.Added, rec.Refused)
+	}
+	s.waitListed(context.Background())
+	s.Reload(Snapshot{Conf: taking, Trigger: "sighup", Changed: []string{"tools.conf"}})
+	s.mu.RLock()
+	res := s.resources["fake__pid"]
+	s.mu.RUnlock()
+	sess := session(t, s)
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "fake__pid"
+	out, err := sess.CallTool(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := strconv.Atoi(resultText(out)); err != nil || res.Kind != status.KindDownstream {
+		t.Errorf("fake__pid answers %q, policy decides it as %+v; want the downstream server's pid, and its resource", resultText(out), res)
+	}
+}
+
+// TestReloadRegistryStalledListing: a new server that never answers its
+// handshake holds a reload of the registry for its startup_timeout_sec
+// (up to 600 s, twice: connect, then tools/list); a reload of tools.conf
+// (or of the policy: a token revocation) does not wait behind it.
+func TestReloadRegistryStalledListing(t *testing.T) {
+	d := registryDir{t, t.TempDir()}
+	d.write(map[string]string{"20-other.toml": fakeServer("other", "pid")}, nil)
+	h := newHarness(t, Options{Conf: loadConf(t, twoTools)}, gateway.Options{Registry: registry.Load(d.dir, registry.Options{})}, nil)
+	stall := strings.Replace(strings.Replace(fakeServer("stall", "pid"), `"SELF"`, `"/bin/sleep"`+"\nargs = [\"60\"]", 1), "startup_timeout_sec = 20", "startup_timeout_sec = 5", 1)
+	d.write(map[string]string{"20-other.toml": fakeServer("other", "pid"), "30-stall.toml": stall}, nil)
+	go d.reload(h)
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	h.s.Reload(Snapshot{Conf: loadConf(t, "tool zeta EXE read 5 100 off DIR --\n"), Trigger: "watch", Changed: []string{"tools.conf"}})
+	if waited := time.Since(start); waited > 3*time.Second {
+		t.Errorf("a tools.conf reload waited %s behind a registry reload listing a stalled server", waited.Round(time.Second))
 	}
 }

@@ -240,11 +240,11 @@ func TestHTTPReloadKeepsSessions(t *testing.T) {
 	f.srv.Reload(Snapshot{
 		Conf:    confIn(t, dir, "tool hello EXE read 5 100 off DIR --\ntool other EXE read 5 100 off DIR --\ntool fresh EXE read 5 100 off DIR --\n"),
 		Policy:  notOther,
-		Trigger: "watch", Changed: []string{"tools.conf", "tokens", "policy", "registry"},
-		Registry: func(taken map[string]string) *registry.Registry {
-			return registry.Load(reg.dir, registry.Options{Taken: taken})
-		},
+		Trigger: "watch", Changed: []string{"tools.conf", "tokens", "policy"},
 	})
+	if _, ok := f.srv.ReloadRegistry("watch", reg.load); !ok {
+		t.Fatal("the registry's reload did nothing")
+	}
 	for i, c := range sessions[:2] {
 		if got := strings.Join(listNames(t, c), ","); got != "checkpoint_status,hello,fresh,fake__sleep,fake__echo" {
 			t.Errorf("session %d: tools/list after the reload = %s, want checkpoint_status,hello,fresh,fake__sleep,fake__echo", i, got)

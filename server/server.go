@@ -108,6 +108,16 @@ type Server struct {
 	// retiring counts the retired servers still draining their calls.
 	downMu   sync.Mutex
 	retiring sync.WaitGroup
+	// regMu makes reloads of the registry one at a time; reloading
+	// counts them, and closeMu orders their start with Close's
+	// (reload_registry.go).
+	regMu     sync.Mutex
+	reloading sync.WaitGroup
+	closeMu   sync.Mutex
+	// life ends when Close begins: what the server starts beside serving
+	// (a reload's listing) stops with it.
+	life    context.Context
+	endLife context.CancelFunc
 
 	// conf and policy are Options.Conf and Options.Policy until a
 	// Reload replaces them (reload.go); a call reads each once.
@@ -146,6 +156,7 @@ func New(opts Options) *Server {
 		keepEscapes: map[string]bool{},
 		rates:       newRateLimits(opts.Rates),
 	}
+	s.life, s.endLife = context.WithCancel(context.Background())
 	s.conf.Store(opts.Conf)
 	s.policy.Store(opts.Policy)
 	for _, name := range opts.KeepEscapes {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -57,6 +58,10 @@ type reloader struct {
 	conf   *conf.Config
 	policy *policy.Engine
 	sums   map[string][sha256.Size]byte
+
+	// registry asks registryReloads for a reload of the registry (its
+	// trigger); one may be pending.
+	registry chan string
 }
 
 func newReloader(a *app, srv *server.Server, s *settings, f *serveFlags) *reloader {
@@ -65,9 +70,10 @@ func newReloader(a *app, srv *server.Server, s *settings, f *serveFlags) *reload
 		paths: map[string]string{
 			fileConf: s.confPath, fileTokens: f.hf.tokens, filePolicy: f.pf.path, fileRegistry: f.down.dir,
 		},
-		conf:   a.conf,
-		policy: a.opts.Policy,
-		sums:   map[string][sha256.Size]byte{},
+		conf:     a.conf,
+		policy:   a.opts.Policy,
+		sums:     map[string][sha256.Size]byte{},
+		registry: make(chan string, 1),
 	}
 	for name := range r.paths {
 		r.sums[name] = r.sum(name)
@@ -156,6 +162,7 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 			r.log.WithError(err).Error("reload: file watch")
 		})
 	}
+	go r.registryReloads(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -163,6 +170,40 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 		case <-hup:
 			r.reload("sighup")
 		}
+	}
+}
+
+// registryReloads reloads the registry each time reload asks, one at a
+// time and beside the other files' reloads: listing a new server takes up
+// to its startup_timeout_sec, and no reload of the tokens or the policy
+// waits for that.
+func (r *reloader) registryReloads(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case trigger := <-r.registry:
+			rec, ok := r.srv.ReloadRegistry(trigger, r.loadRegistry)
+			if !ok {
+				continue
+			}
+			e := r.log.WithFields(logrus.Fields{
+				"generation": rec.Generation, "trigger": trigger, "added": rec.Added, "removed": rec.Removed, "replaced": rec.Replaced,
+			})
+			if len(rec.Refused) > 0 {
+				e.Error("registry reloaded, refused")
+				continue
+			}
+			e.Info("registry reloaded")
+		}
+	}
+}
+
+// reloadRegistry asks registryReloads for a reload of the registry.
+func (r *reloader) reloadRegistry(trigger string) {
+	select {
+	case r.registry <- trigger:
+	default: // one is pending: it reads the directory when it runs
 	}
 }
 
@@ -186,12 +227,18 @@ func (r *reloader) reload(trigger string) {
 	if len(changed) == 0 {
 		return
 	}
+	// The registry is read again after tools.conf too, as a start would
+	// judge it beside the new conf (its names, its secret files): once
+	// the conf serves, and beside this reload (registryReloads).
+	if r.paths[fileRegistry] != "" && (slices.Contains(changed, fileRegistry) || slices.Contains(changed, fileConf)) {
+		defer r.reloadRegistry(trigger)
+	}
+	changed = slices.DeleteFunc(changed, func(name string) bool { return name == fileRegistry })
+	if len(changed) == 0 {
+		return
+	}
 	snap := server.Snapshot{Trigger: trigger, Changed: changed}
 	for _, name := range changed {
-		if name == fileRegistry {
-			snap.Registry = r.loadRegistry
-			continue
-		}
 		if ref, ok := r.load(name); !ok {
 			snap.Refused = append(snap.Refused, ref)
 		}
@@ -261,10 +308,10 @@ func (r *reloader) watchRegistry(w *watch.Watcher) error {
 	return w.AddDir(dir)
 }
 
-// loadRegistry is Snapshot.Registry: the registry directory read again,
-// as serve reads it, beside the conf served now.
-func (r *reloader) loadRegistry(taken map[string]string) *registry.Registry {
-	return registry.Load(r.paths[fileRegistry], registry.Options{Taken: taken, Visible: sandboxVisible, Conf: r.conf})
+// loadRegistry is ReloadRegistry's loader: the registry directory read
+// again, as serve reads it, beside the conf c served now.
+func (r *reloader) loadRegistry(taken map[string]string, c *conf.Config) *registry.Registry {
+	return registry.Load(r.paths[fileRegistry], registry.Options{Taken: taken, Visible: sandboxVisible, Conf: c})
 }
 
 // confReason is the first reason a refused conf gives.

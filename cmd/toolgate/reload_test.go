@@ -87,7 +87,7 @@ func newReloadFixture(t *testing.T) *reloadFixture {
 	f.r = &reloader{
 		a: a, srv: f.srv, log: log, tokens: auth.NewStaticTokens(tokens), confOpts: opts,
 		paths: map[string]string{fileConf: f.conf, fileTokens: f.tokens, filePolicy: f.policy},
-		conf:  c, policy: e, sums: map[string][sha256.Size]byte{},
+		conf:  c, policy: e, sums: map[string][sha256.Size]byte{}, registry: make(chan string, 1),
 	}
 	for name := range f.r.paths {
 		f.r.sums[name] = f.r.sum(name)
@@ -279,7 +279,7 @@ func TestReloadRegistryConfigMapSwap(t *testing.T) {
 	f.r.sums[fileRegistry] = f.r.sum(fileRegistry)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	reg := f.r.loadRegistry(registry.TakenNames(nil, f.r.conf))
+	reg := f.r.loadRegistry(registry.TakenNames(nil, f.r.conf), f.r.conf)
 	if reg.State != conf.StateLoaded {
 		t.Fatalf("registry %s: %v", reg.State, reg.Err())
 	}
@@ -369,5 +369,61 @@ func TestReloadSumNeverBlocks(t *testing.T) {
 	f.r.reload("watch") // refuses the FIFO conf, and returns
 	if st := f.status(t); st.Conf.State != "refused" {
 		t.Errorf("conf with a FIFO for tools.conf: %s, want refused", st.Conf.State)
+	}
+}
+
+// TestReloadConfRechecksRegistry: at start, a tools.conf tool whose
+// sandbox dir holds a downstream server's egress_credentials secret file
+// refuses the registry (secretsBound); a tools.conf-only reload (watch)
+// reads the registry again beside the new conf and refuses the same.
+func TestReloadConfRechecksRegistry(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testbin.Missing(t, "secret files are trusted as the registry is: needs root")
+	}
+	f := newReloadFixture(t)
+	keys := filepath.Join(testbin.Dir(t), "keys")
+	if err := os.Mkdir(keys, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(keys, "api")
+	writeFile(t, key, "Bearer sk-review-1\n")
+	dir := filepath.Join(t.TempDir(), "reg.d")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	frag := "schema_version = 8\n[tool_mcp_servers.api]\ntransport = \"stdio\"\ncommand = \"" + f.exe + "\"\ncwd = \"" + f.dir +
+		"\"\nenabled_tools = [\"q\"]\ndefault_tools_approval_mode = \"auto\"\nstartup_timeout_sec = 5\ntool_timeout_sec = 5\n" +
+		"allowed_hosts = [\"api.example.com:443\"]\n[tool_mcp_servers.api.egress_credentials.\"api.example.com:443\"]\nheader = \"Authorization\"\nsecret_file = \"" + key + "\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "10-api.toml"), []byte(frag), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.r.paths[fileRegistry] = dir
+	f.r.sums[fileRegistry] = f.r.sum(fileRegistry)
+	reg := f.r.loadRegistry(registry.TakenNames(nil, f.r.conf), f.r.conf)
+	if reg.State != conf.StateLoaded {
+		t.Fatalf("registry %s: %v", reg.State, reg.Err())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f.srv.ConnectDownstream(ctx, gateway.Options{Registry: reg})
+	t.Cleanup(f.srv.Close)
+
+	old, err := os.ReadFile(f.conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, f.conf, string(old)+"tool peek "+f.exe+" test 20 4096 on "+filepath.Dir(keys)+" --\n")
+	atStart := registry.Load(dir, registry.Options{Conf: conf.Load(f.conf, f.r.confOpts), Visible: sandboxVisible})
+	if atStart.State != conf.StateRefused {
+		t.Fatalf("a start with this tools.conf: registry %s, want refused", atStart.State)
+	}
+	f.r.reload("watch")
+	if _, ok := f.srv.ReloadRegistry(<-f.r.registry, f.r.loadRegistry); !ok {
+		t.Error("the registry was not reloaded beside the conf")
+	}
+	st := f.status(t)
+	if st.Registry.State != string(conf.StateRefused) || strings.Contains(f.names(t), "api__") {
+		t.Errorf("after the reload: tools %s, registry %s: want the registry refused (peek's sandbox binds %s, which holds server api's secret), as a start does",
+			f.names(t), st.Registry.State, filepath.Dir(keys))
 	}
 }
