@@ -125,3 +125,33 @@ golangci_lint() {
 	fi
 	printf '%s\n' "$lint"
 }
+
+# helm_bin: print the path of Helm at the pinned version, built from the Go
+# module proxy into GOPATH/bin/helm-VERSION first when it is missing or
+# another version. `go install PKG@VERSION` builds it as a module of its
+# own, with Helm's go.mod and go.sum, outside toolgate's go.mod: Helm's
+# k8s.io modules and the rest of its tree never enter toolgate's build.
+# The ldflags are Helm's Makefile's for a release (`helm version` names
+# it). Cold (no module or build cache) it takes minutes on 2 cores
+# (docs/kubernetes.md, "Helm"); warm, a version check.
+helm_version=v4.3.2
+helm_bin() {
+	go_path
+	local bin tmp
+	bin=$(go env GOPATH)/bin/helm-$helm_version
+	if [ "$("$bin" version --template '{{.Version}}' 2>/dev/null)" != "$helm_version" ]; then
+		echo "building helm $helm_version into $bin" >&2
+		# Built beside bin, so that the mv is a rename: never half a binary.
+		mkdir -p "$(dirname "$bin")"
+		tmp=$(mktemp -d "$(dirname "$bin")/.helm-build.XXXXXX")
+		if ! CGO_ENABLED=0 GOBIN=$tmp GOFLAGS=-buildvcs=false go install -trimpath \
+			-ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version -X helm.sh/helm/v4/internal/version.metadata= -X helm.sh/helm/v4/internal/version.gitTreeState=clean" \
+			"helm.sh/helm/v4/cmd/helm@$helm_version" >&2; then
+			rm -rf "$tmp"
+			return 1
+		fi
+		mv "$tmp/helm" "$bin"
+		rm -rf "$tmp"
+	fi
+	printf '%s\n' "$bin"
+}

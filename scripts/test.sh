@@ -39,6 +39,11 @@ go build ./...
 go vet ./...
 go test -race -count=1 ./bundle/
 
+# The pinned Helm that deploy/helm's tests run (scripts/lib.sh: built from
+# the Go module proxy once, minutes cold, into $(go env GOPATH)/bin).
+echo "== helm $helm_version" >&2
+helm_bin >/dev/null
+
 echo "== unit and integration tests" >&2
 go test -race -tags seccomp -count=1 -timeout 20m ./...
 
