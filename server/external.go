@@ -127,7 +127,9 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 			}
 		}
 		queued := call.Arrival
+		qspan := queueSpan(ctx, "server", queued)
 		release, err := s.acquire(ctx, queued, t.Timeout)
+		qspan.End()
 		if err != nil {
 			rec.QueuedMS = audit.Some(time.Since(queued).Milliseconds())
 			if ctx.Err() != nil {
@@ -146,7 +148,7 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 		rec.Call = inv.ID
 		rec.QueuedMS = audit.Some(time.Since(queued).Milliseconds())
 		if len(t.Egress) > 0 {
-			inv.EgressRecord = audit.EgressRecorder(s.auditLog, rec)
+			inv.EgressRecord = egressSpans(ctx, audit.EgressRecorder(s.auditLog, rec))
 		}
 		if token := progressToken(req); token != nil {
 			stop := make(chan struct{})

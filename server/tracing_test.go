@@ -1,0 +1,209 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolgate/toolgate/egress"
+	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tracing"
+)
+
+// recorded is a server traced into a span recorder.
+func recorded(t *testing.T, opts Options) (*Server, *tracetest.SpanRecorder) {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	opts.Tracing = tracing.Over(tp)
+	return New(opts), rec
+}
+
+func spanNamed(t *testing.T, rec *tracetest.SpanRecorder, name string) sdktrace.ReadOnlySpan {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, s := range rec.Ended() {
+			if s.Name() == name {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			var names []string
+			for _, s := range rec.Ended() {
+				names = append(names, s.Name())
+			}
+			t.Fatalf("no span %q; ended: %q", name, names)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func attrOf(s sdktrace.ReadOnlySpan, key string) (attribute.Value, bool) {
+	for _, kv := range s.Attributes() {
+		if string(kv.Key) == key {
+			return kv.Value, true
+		}
+	}
+	return attribute.Value{}, false
+}
+
+const (
+	clientTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	clientSpan  = "00f067aa0ba902b7"
+)
+
+// TestTraceCallStdio: a call over stdio whose _meta carries a traceparent
+// is one span under the client's trace and span, from its arrival, with
+// the queue wait under it; a failed call's span is an error whose
+// error.type is the limit that ended it.
+func TestTraceCallStdio(t *testing.T) {
+	c := loadConf(t, twoTools)
+	direct := &fakeRunner{res: rt.Result{Output: []byte("late"), ExitCode: -1, Limit: rt.LimitTimeout, TimedOut: true, Elapsed: time.Millisecond}}
+	s, rec := recorded(t, Options{Conf: c, Direct: direct, Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{})})
+	w := serveWire(t, s)
+	w.send(initLine)
+	w.next(5 * time.Second)
+	w.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"zeta","arguments":{},"_meta":{"traceparent":"00-%s-%s-01","tracestate":"k=v"}}}`, clientTrace, clientSpan))
+	w.next(5 * time.Second)
+
+	call := spanNamed(t, rec, "tools/call zeta")
+	if got := call.SpanContext().TraceID().String(); got != clientTrace {
+		t.Errorf("trace id = %s, want the client's %s", got, clientTrace)
+	}
+	if got := call.Parent().SpanID().String(); got != clientSpan || !call.Parent().IsRemote() {
+		t.Errorf("parent = %s (remote %v), want the client's span %s", got, call.Parent().IsRemote(), clientSpan)
+	}
+	if got := call.Parent().TraceState().Get("k"); got != "v" {
+		t.Errorf("tracestate k = %q, want v", got)
+	}
+	if call.SpanKind() != trace.SpanKindServer {
+		t.Errorf("kind = %v, want server", call.SpanKind())
+	}
+	for key, want := range map[string]string{
+		"gen_ai.tool.name": "zeta", "mcp.method.name": "tools/call", "jsonrpc.request.id": "7",
+		"gen_ai.operation.name": "execute_tool", "error.type": "timeout", "toolgate.tool.kind": "external",
+		"network.transport": "pipe",
+	} {
+		if v, ok := attrOf(call, key); !ok || v.String() != want {
+			t.Errorf("%s = %q (set %v), want %q", key, v.String(), ok, want)
+		}
+	}
+	if v, _ := attrOf(call, "process.exit.code"); v.AsInt64() != -1 {
+		t.Errorf("process.exit.code = %v, want -1", v.String())
+	}
+	if call.Status().Code != codes.Error {
+		t.Errorf("status = %v, want error", call.Status())
+	}
+	if _, ok := attrOf(call, "enduser.id"); ok {
+		t.Error("enduser.id set without TracePrincipal")
+	}
+	queue := spanNamed(t, rec, "queue wait")
+	if queue.Parent().SpanID() != call.SpanContext().SpanID() {
+		t.Errorf("queue wait's parent = %s, want the call's %s", queue.Parent().SpanID(), call.SpanContext().SpanID())
+	}
+	if queue.StartTime() != call.StartTime() {
+		t.Errorf("queue wait starts %v, the call %v: both at the arrival", queue.StartTime(), call.StartTime())
+	}
+}
+
+// TestTraceCallRoots: with an invalid traceparent a call is the root of a
+// trace of its own.
+func TestTraceCallRoots(t *testing.T) {
+	c := loadConf(t, twoTools)
+	s, rec := recorded(t, Options{Conf: c, Direct: &fakeRunner{res: rt.Result{Output: []byte("ok")}}, Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{})})
+	w := serveWire(t, s)
+	w.send(initLine)
+	w.next(5 * time.Second)
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"zeta","arguments":{},"_meta":{"traceparent":"00-zz-bad-01"}}}`)
+	w.next(5 * time.Second)
+	call := spanNamed(t, rec, "tools/call zeta")
+	if call.Parent().IsValid() {
+		t.Errorf("parent = %v, want none (the traceparent was invalid)", call.Parent())
+	}
+	if call.Status().Code == codes.Error {
+		t.Errorf("status = %v, want unset for exit 0", call.Status())
+	}
+}
+
+// TestTraceEgressSpans: each egress connection the proxy records is a
+// client span under the call's, over the connection's life; a refused one
+// is an error; a summary is an event; every record still reaches the
+// audit sink.
+func TestTraceEgressSpans(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	ctx, parent := tp.Tracer("t").Start(context.Background(), "call")
+	var got []egress.Record
+	sink := egressSpans(ctx, func(r egress.Record) { got = append(got, r) })
+	sink(egress.Record{Host: "example.test", Port: 443, Addr: "127.0.0.1:443", Decision: egress.Allowed, Up: 10, Down: 20, Elapsed: 5 * time.Millisecond, Credential: egress.CredentialInjected})
+	sink(egress.Record{Host: "other.test", Port: 80, Decision: egress.Refused, Reason: "not in the allowlist"})
+	sink(egress.Record{Decision: egress.Summary, Suppressed: 3})
+	parent.End()
+	if len(got) != 3 {
+		t.Fatalf("records passed on = %d, want 3", len(got))
+	}
+	var conns []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.Name() == "egress connect" {
+			conns = append(conns, s)
+		}
+	}
+	if len(conns) != 2 {
+		t.Fatalf("egress spans = %d, want 2 (the summary is an event)", len(conns))
+	}
+	allowed, refused := conns[0], conns[1]
+	if d := allowed.EndTime().Sub(allowed.StartTime()); d != 5*time.Millisecond {
+		t.Errorf("allowed span lasts %v, want the connection's 5ms", d)
+	}
+	for key, want := range map[string]string{"server.address": "example.test", "server.port": "443", "toolgate.egress.decision": "allowed", "toolgate.egress.bytes_up": "10", "toolgate.egress.bytes_down": "20", "toolgate.egress.credential_injected": "true"} {
+		if v, ok := attrOf(allowed, key); !ok || v.String() != want {
+			t.Errorf("allowed %s = %q, want %q", key, v.String(), want)
+		}
+	}
+	if refused.Status().Code != codes.Error {
+		t.Errorf("refused status = %v, want error", refused.Status())
+	}
+	if v, _ := attrOf(refused, "error.type"); v.String() != "egress-refused" {
+		t.Errorf("refused error.type = %q", v.String())
+	}
+	for _, s := range conns {
+		if s.Parent().SpanID() != parent.SpanContext().SpanID() || s.SpanKind() != trace.SpanKindClient {
+			t.Errorf("%s: parent %s kind %v, want the call's, client", s.Name(), s.Parent().SpanID(), s.SpanKind())
+		}
+	}
+}
+
+// TestTracingOffNoSpans: without Options.Tracing, no middleware and no
+// recording span reach a handler.
+func TestTracingOffNoSpans(t *testing.T) {
+	c := loadConf(t, twoTools)
+	var recording bool
+	direct := runnerFunc(func(ctx context.Context, _ rt.Invocation) (rt.Result, error) {
+		recording = trace.SpanFromContext(ctx).IsRecording() || trace.SpanFromContext(ctx).SpanContext().IsValid()
+		return rt.Result{}, nil
+	})
+	s := New(Options{Conf: c, Direct: direct, Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{})})
+	w := serveWire(t, s)
+	w.send(initLine)
+	w.next(5 * time.Second)
+	w.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"zeta","arguments":{},"_meta":{"traceparent":"00-%s-%s-01"}}}`, clientTrace, clientSpan))
+	w.next(5 * time.Second)
+	if recording {
+		t.Error("with tracing off the runner's context has a span")
+	}
+}
+
+type runnerFunc func(context.Context, rt.Invocation) (rt.Result, error)
+
+func (f runnerFunc) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
+	return f(ctx, inv)
+}
