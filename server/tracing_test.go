@@ -3,9 +3,12 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/sirupsen/logrus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -206,4 +209,61 @@ type runnerFunc func(context.Context, rt.Invocation) (rt.Result, error)
 
 func (f runnerFunc) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
 	return f(ctx, inv)
+}
+
+// discardExporter takes every batch and keeps nothing: the SDK's batch
+// processor's work, without a network.
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkTracedCall is what tracing adds to one tools/call in the
+// server (the runner a fake: no process): off (no Options.Tracing), and on
+// with the SDK's batch processor over an exporter that keeps nothing,
+// with and without a client trace context.
+func BenchmarkTracedCall(b *testing.B) {
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sdktrace.NewBatchSpanProcessor(discardExporter{})))
+	defer tp.Shutdown(context.Background())
+	for _, tc := range []struct {
+		name string
+		tp   *tracing.Provider
+		meta map[string]any
+	}{
+		{"off", nil, nil},
+		{"on", tracing.Over(tp), nil},
+		{"on-with-traceparent", tracing.Over(tp), map[string]any{"traceparent": "00-" + clientTrace + "-" + clientSpan + "-01"}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := New(Options{
+				Conf: loadConf(b, twoTools), Direct: &fakeRunner{res: rt.Result{Output: []byte("hi\n")}},
+				Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{}), Log: quiet, Audit: quiet, Tracing: tc.tp,
+			})
+			c := inProcess(s)
+			ctx := context.Background()
+			if err := c.Start(ctx); err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			init := mcp.InitializeRequest{}
+			init.Params.ProtocolVersion = "2025-06-18"
+			if _, err := c.Initialize(ctx, init); err != nil {
+				b.Fatal(err)
+			}
+			req := mcp.CallToolRequest{}
+			req.Params.Name = "zeta"
+			req.Params.Arguments = map[string]any{}
+			if tc.meta != nil {
+				req.Params.Meta = &mcp.Meta{AdditionalFields: tc.meta}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.CallTool(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
