@@ -54,6 +54,9 @@ func (f *tracingFlags) start(ctx context.Context, a *app) (func(), error) {
 		return func() {}, nil
 	}
 	a.opts.Tracing = p
+	if h := p.AuditHook(); h != nil && a.opts.Audit != nil {
+		a.opts.Audit.AddHook(h) // the audit records as OTel logs too
+	}
 	a.log.WithFields(logrus.Fields{"traces": c.Traces, "logs": c.Logs}).Info("OpenTelemetry export on")
 	return func() {
 		if err := p.Shutdown(context.WithoutCancel(ctx)); err != nil {
