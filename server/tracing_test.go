@@ -4,10 +4,17 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/sirupsen/logrus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -15,7 +22,11 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolgate/toolgate/auth"
+	"github.com/toolgate/toolgate/conf/registry"
 	"github.com/toolgate/toolgate/egress"
+	"github.com/toolgate/toolgate/gateway"
+	"github.com/toolgate/toolgate/internal/mcptest"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tracing"
 )
@@ -266,4 +277,100 @@ func BenchmarkTracedCall(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestTraceHTTPDownstream: a call of an HTTP downstream server's tool has
+// the downstream request as a client span under the call's, and the
+// server gets its context as _meta.traceparent and as the W3C header.
+func TestTraceHTTPDownstream(t *testing.T) {
+	var mu sync.Mutex
+	var header, meta string
+	m := mcpserver.NewMCPServer("web", "1", mcpserver.WithToolCapabilities(true))
+	m.AddTool(mcp.NewTool("echo", mcp.WithDescription("Echo.")), func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if req.Params.Meta != nil {
+			meta, _ = req.Params.Meta.AdditionalFields["traceparent"].(string)
+		}
+		return mcp.NewToolResultText("ok"), nil
+	})
+	inner := mcpserver.NewStreamableHTTPServer(m)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tp := r.Header.Get("traceparent"); tp != "" {
+			mu.Lock()
+			header = tp
+			mu.Unlock()
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	dir := t.TempDir()
+	frag := fmt.Sprintf("schema_version = 8\n\n[tool_mcp_servers.web]\ntransport = \"streamable_http\"\nurl = %q\nenabled_tools = [\"echo\"]\ndefault_tools_approval_mode = \"auto\"\n", ts.URL+"/mcp")
+	if err := os.WriteFile(filepath.Join(dir, "10-web.toml"), []byte(frag), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	h := newHarness(t, Options{Tracing: tracing.Over(tp)}, gateway.Options{Registry: registry.Load(dir, registry.Options{})}, nil)
+	if res := h.call(t, "web__echo", map[string]any{}); res.IsError {
+		t.Fatalf("web__echo = %q", resultText(res))
+	}
+	call := spanNamed(t, rec, "tools/call web__echo")
+	down := spanNamed(t, rec, "tools/call echo")
+	if down.Parent().SpanID() != call.SpanContext().SpanID() || down.SpanKind() != trace.SpanKindClient {
+		t.Errorf("downstream span: parent %s kind %v, want the call's %s, client", down.Parent().SpanID(), down.SpanKind(), call.SpanContext().SpanID())
+	}
+	want := "00-" + down.SpanContext().TraceID().String() + "-" + down.SpanContext().SpanID().String() + "-01"
+	mu.Lock()
+	defer mu.Unlock()
+	if meta != want || header != want {
+		t.Errorf("the server got _meta.traceparent %q and header %q, want both %q", meta, header, want)
+	}
+	u, _ := url.Parse(ts.URL)
+	if v, _ := attrOf(down, "server.address"); v.AsString() != u.Hostname() {
+		t.Errorf("server.address = %q, want %q", v.AsString(), u.Hostname())
+	}
+}
+
+// TestTraceHTTPPrincipal: over HTTP the W3C header parents the call's
+// span (the request has no _meta), the transport is tcp, and the
+// principal is on the span only with TracePrincipal.
+func TestTraceHTTPPrincipal(t *testing.T) {
+	for _, opt := range []bool{false, true} {
+		t.Run(fmt.Sprintf("TracePrincipal=%v", opt), func(t *testing.T) {
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			f := startHTTP(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken))}, func(o *Options) {
+				o.Tracing, o.TracePrincipal = tracing.Over(tp), opt
+			})
+			hc := &http.Client{Transport: headerRT{"traceparent", "00-" + clientTrace + "-" + clientSpan + "-01"}}
+			c := mcptest.Connect(t, f.url, mcptest.Options{Token: aliceToken, HTTP: hc, Legacy: true})
+			req := mcp.CallToolRequest{}
+			req.Params.Name = "hello"
+			req.Params.Arguments = map[string]any{}
+			if res, err := c.CallTool(context.Background(), req); err != nil || res.IsError {
+				t.Fatalf("hello: %v %v", err, res)
+			}
+			call := spanNamed(t, rec, "tools/call hello")
+			if call.SpanContext().TraceID().String() != clientTrace || call.Parent().SpanID().String() != clientSpan {
+				t.Errorf("parent = %s/%s, want the header's %s/%s", call.SpanContext().TraceID(), call.Parent().SpanID(), clientTrace, clientSpan)
+			}
+			if v, _ := attrOf(call, "network.transport"); v.AsString() != "tcp" {
+				t.Errorf("network.transport = %q, want tcp", v.AsString())
+			}
+			v, ok := attrOf(call, "enduser.id")
+			if ok != opt || (opt && v.AsString() != "alice") {
+				t.Errorf("enduser.id = %q (set %v), want set %v to alice", v.AsString(), ok, opt)
+			}
+			spanNamed(t, rec, "queue wait") // the principal's, then the server's
+		})
+	}
+}
+
+type headerRT struct{ key, value string }
+
+func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(h.key, h.value)
+	return http.DefaultTransport.RoundTrip(r)
 }
