@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -363,6 +364,12 @@ func TestTraceHTTPPrincipal(t *testing.T) {
 				t.Errorf("enduser.id = %q (set %v), want set %v to alice", v.AsString(), ok, opt)
 			}
 			spanNamed(t, rec, "queue wait") // the principal's, then the server's
+			code, body := getStatus(t, f.base+"/metrics", aliceToken)
+			for _, outcome := range []string{"exported", "dropped_full", "dropped_failed"} {
+				if want := `toolgate_trace_spans_total{outcome="` + outcome + `"} 0`; code != 200 || !strings.Contains(body, want) {
+					t.Errorf("/metrics: %d, no %q", code, want)
+				}
+			}
 		})
 	}
 }
