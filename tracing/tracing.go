@@ -120,6 +120,31 @@ func protocol(getenv func(string) string, signal string) (Protocol, error) {
 	return "", fmt.Errorf("%s %q: want %q or %q", name, v, ProtocolHTTP, ProtocolGRPC)
 }
 
+// Check refuses what Start would: an exporter toolgate does not run, or
+// an OTLP protocol it does not speak for a signal that is exported.
+func (c Config) Check() error {
+	getenv := c.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	traces, err := ParseExporter("OTEL_TRACES_EXPORTER", string(c.Traces))
+	if err != nil {
+		return err
+	}
+	logs, err := ParseExporter("OTEL_LOGS_EXPORTER", string(c.Logs))
+	if err != nil {
+		return err
+	}
+	for signal, e := range map[string]Exporter{"TRACES": traces, "LOGS": logs} {
+		if e == ExporterOTLP {
+			if _, err := protocol(getenv, signal); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Provider is the running pipeline. A nil *Provider is tracing off: its
 // TracerProvider is the API's no-op one and its methods do nothing.
 type Provider struct {

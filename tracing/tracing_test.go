@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
 
@@ -137,5 +138,31 @@ func TestCollectorUnreachable(t *testing.T) {
 	}
 	if st := p.Stats(); st.Exported != 0 || st.DroppedFailed+st.DroppedFull == 0 {
 		t.Errorf("Stats = %+v, want the spans dropped and counted", st)
+	}
+}
+
+// TestSamplerFromEnv: the SDK reads OTEL_TRACES_SAMPLER and its argument:
+// parentbased_traceidratio at 0 samples no root of its own, and follows a
+// client's sampled flag.
+func TestSamplerFromEnv(t *testing.T) {
+	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+	t.Setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	p, err := Start(context.Background(), Config{Traces: ExporterOTLP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown(context.Background())
+	tr := p.TracerProvider().Tracer("t")
+	_, root := tr.Start(context.Background(), "root")
+	if root.SpanContext().IsSampled() {
+		t.Error("a root span was sampled at ratio 0")
+	}
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	parent := trace.ContextWithRemoteSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true}))
+	_, child := tr.Start(parent, "child")
+	if !child.SpanContext().IsSampled() {
+		t.Error("a span under a sampled client span was not sampled")
 	}
 }

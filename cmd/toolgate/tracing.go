@@ -35,7 +35,7 @@ func (f *tracingFlags) config(getenv func(string) string) (tracing.Config, error
 		return c, err
 	}
 	c.Version = version
-	return c, nil
+	return c, c.Check()
 }
 
 // start starts the pipeline into a's server options (tracing off: none).
