@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,13 @@ import (
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolgate/toolgate/internal/mcptest"
 	"github.com/toolgate/toolgate/internal/testbin"
@@ -186,7 +194,7 @@ type tracedCall struct {
 // test-class tool, an egress tool (to a listener here), a read-class
 // tool that prints its environment, outline (ctags) over the workspace,
 // and the probe as a downstream stdio server.
-func tracingSetup(t *testing.T) (conf, root, reg, egressAddr string) {
+func tracingSetup(t *testing.T, j *jaegerServer) (conf, root, reg, egressAddr string) {
 	t.Helper()
 	if _, err := exec.LookPath("ctags"); err != nil {
 		testbin.Missing(t, "ctags (outline's helper): %v", err)
@@ -219,7 +227,52 @@ enabled_tools = ["echo"]
 default_tools_approval_mode = "auto"
 startup_timeout_sec = 30
 `, probe))
+	web := startTracedDownstream(t, j)
+	if err := os.WriteFile(filepath.Join(reg, "20-web.toml"), []byte(fmt.Sprintf(`schema_version = 8
+
+[tool_mcp_servers.web]
+transport = "streamable_http"
+url = %q
+enabled_tools = ["hop"]
+default_tools_approval_mode = "auto"
+`, web)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	return conf, root, reg, egressAddr
+}
+
+// startTracedDownstream starts an MCP server over streamable HTTP on
+// 127.0.0.1 that exports its own spans to j (service e2e-downstream):
+// its tool hop is a span under the trace context the call's _meta
+// carries, so that toolgate's downstream request is seen to be the
+// parent of the downstream server's own span in the backend.
+func startTracedDownstream(t *testing.T, j *jaegerServer) string {
+	t.Helper()
+	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(j.otlpHTTP+"/v1/traces"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := resource.NewSchemaless(attribute.String("service.name", "e2e-downstream"))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	m := mcpserver.NewMCPServer("web", "1", mcpserver.WithToolCapabilities(true))
+	m.AddTool(mcp.NewTool("hop", mcp.WithDescription("A traced hop.")), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		carrier := propagation.MapCarrier{}
+		if req.Params.Meta != nil {
+			for k, v := range req.Params.Meta.AdditionalFields {
+				if s, ok := v.(string); ok {
+					carrier[k] = s
+				}
+			}
+		}
+		ctx = propagation.TraceContext{}.Extract(ctx, carrier)
+		_, span := tp.Tracer("e2e-downstream").Start(ctx, "downstream hop", trace.WithSpanKind(trace.SpanKindServer))
+		span.End()
+		return mcp.NewToolResultText("hopped"), nil
+	})
+	ts := httptest.NewServer(mcpserver.NewStreamableHTTPServer(m))
+	t.Cleanup(ts.Close)
+	return ts.URL + "/mcp"
 }
 
 func tracedCalls(egressAddr string) []tracedCall {
@@ -246,6 +299,15 @@ func tracedCalls(egressAddr string) []tracedCall {
 			e := spans["egress connect"]
 			if e.tag("server.address") != host || e.tag("server.port") != port || e.tag("toolgate.egress.decision") != "allowed" || e.tag("toolgate.egress.bytes_down") == "0" {
 				t.Errorf("egress connect: tags %+v, want %s:%s allowed with bytes", e.Tags, host, port)
+			}
+		}},
+		{tool: "web__hop", parents: map[string]string{
+			"tools/call web__hop": "client", "tools/call hop": "tools/call web__hop", "downstream hop": "tools/call hop",
+		}, check: func(t *testing.T, _ *mcp.CallToolResult, spans map[string]jspan) {
+			// The downstream server's own span, exported by it to the
+			// same backend, under toolgate's downstream request.
+			if down := spans["tools/call hop"]; down.tag("server.address") != "127.0.0.1" {
+				t.Errorf("tools/call hop: server.address %q, want 127.0.0.1", down.tag("server.address"))
 			}
 		}},
 		{tool: "probe__echo", args: map[string]any{}, parents: map[string]string{
@@ -295,7 +357,7 @@ func TestTracingJaeger(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", j.otlpHTTP)
 	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-e2e-secret=s3cret")
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
-	conf, root, reg, egressAddr := tracingSetup(t)
+	conf, root, reg, egressAddr := tracingSetup(t, j)
 	calls := tracedCalls(egressAddr)
 
 	t.Run("stdio", func(t *testing.T) {
