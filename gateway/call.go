@@ -68,7 +68,7 @@ func (d *Server) handler(tool string) mcpserver.ToolHandlerFunc {
 		}
 		queued := call.Arrival
 		if d.slot != nil {
-			qspan := queueSpan(ctx, queued)
+			qspan := telemetry.Queue(ctx, "downstream", queued)
 			defer qspan.End() // ended at once below when a slot is free
 			if ctx.Err() != nil {
 				return refuse("cancelled", "cancelled while queued")
@@ -217,17 +217,6 @@ func (d *Server) requestSpan(ctx context.Context, tool string, start int) (conte
 		}
 	}
 	return ctx, span
-}
-
-// queueSpan starts the span of a call's wait for the server's one slot
-// (supports_parallel_tool_calls false), from the call's arrival.
-func queueSpan(ctx context.Context, arrived time.Time) trace.Span {
-	opts := []trace.SpanStartOption{trace.WithAttributes(attribute.String("toolgate.queue", "downstream"))}
-	if !arrived.IsZero() {
-		opts = append(opts, trace.WithTimestamp(arrived))
-	}
-	_, span := telemetry.Start(ctx, "queue wait", opts...)
-	return span
 }
 
 // requestErrorType is error.type of a failed downstream request, from its

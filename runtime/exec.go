@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/toolgate/toolgate/internal/telemetry"
-
 	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 

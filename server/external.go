@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/escapes"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
+	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
@@ -127,7 +128,7 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 			}
 		}
 		queued := call.Arrival
-		qspan := queueSpan(ctx, "server", queued)
+		qspan := telemetry.Queue(ctx, "server", queued)
 		release, err := s.acquire(ctx, queued, t.Timeout)
 		qspan.End()
 		if err != nil {

@@ -40,7 +40,6 @@ const (
 	attrTruncated = attribute.Key("toolgate.output.truncated")
 	attrEgConns   = attribute.Key("toolgate.egress.connections")
 	attrEgBytes   = attribute.Key("toolgate.egress.bytes")
-	attrQueue     = attribute.Key("toolgate.queue")
 	attrDecision  = attribute.Key("toolgate.egress.decision")
 	attrReason    = attribute.Key("toolgate.egress.reason")
 	attrBytesUp   = attribute.Key("toolgate.egress.bytes_up")
@@ -171,18 +170,6 @@ func errorDesc(r *audit.Call) string {
 		return "exit " + strconv.Itoa(v)
 	}
 	return errorType(r)
-}
-
-// queueSpan starts the span of a wait for a slot (queue: server,
-// principal, downstream) from the call's arrival; nil ctx's span when
-// tracing is off.
-func queueSpan(ctx context.Context, queue string, arrived time.Time) trace.Span {
-	opts := []trace.SpanStartOption{trace.WithAttributes(attrQueue.String(queue))}
-	if !arrived.IsZero() {
-		opts = append(opts, trace.WithTimestamp(arrived))
-	}
-	_, span := telemetry.Start(ctx, "queue wait", opts...)
-	return span
 }
 
 // egressSpans wraps the sink of a call's egress records: each connection

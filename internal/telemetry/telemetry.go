@@ -9,6 +9,7 @@ package telemetry
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -106,4 +107,17 @@ func Attrs(span trace.Span, attrs ...attribute.KeyValue) {
 	if span.IsRecording() {
 		span.SetAttributes(attrs...)
 	}
+}
+
+// Queue starts the span of a call's wait for a slot (queue: server,
+// principal, downstream) under the call's span, from the call's arrival
+// when it is known (else from now). The caller ends it when the wait
+// does.
+func Queue(ctx context.Context, queue string, arrived time.Time) trace.Span {
+	opts := []trace.SpanStartOption{trace.WithAttributes(attribute.String("toolgate.queue", queue))}
+	if !arrived.IsZero() {
+		opts = append(opts, trace.WithTimestamp(arrived))
+	}
+	_, span := Start(ctx, "queue wait", opts...)
+	return span
 }
