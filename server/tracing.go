@@ -79,12 +79,18 @@ func (s *Server) traceCall(next mcpserver.ToolHandlerFunc) mcpserver.ToolHandler
 		if v := mcpserver.RequestProtocolVersion(ctx); v != "" {
 			opts = append(opts, trace.WithAttributes(semconv.McpProtocolVersion(v)))
 		}
+		// stdio is a pipe; HTTP is TCP, or a unix socket (whose
+		// principal has the peer's uid).
 		transport := semconv.NetworkTransportPipe
+		p, hasPrincipal := auth.PrincipalFrom(ctx)
 		if _, ok := servedBy(ctx); ok {
 			transport = semconv.NetworkTransportTCP
+			if _, unix := p.PeerUID(); unix {
+				transport = semconv.NetworkTransportUnix
+			}
 		}
 		opts = append(opts, trace.WithAttributes(transport))
-		if p, ok := auth.PrincipalFrom(ctx); ok && s.opts.TracePrincipal {
+		if hasPrincipal && s.opts.TracePrincipal {
 			opts = append(opts, trace.WithAttributes(semconv.EnduserID(p.Name)))
 		}
 		ctx, span := tracer.Start(ctx, string(mcp.MethodToolsCall)+" "+name, opts...)

@@ -381,3 +381,21 @@ func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Header.Set(h.key, h.value)
 	return http.DefaultTransport.RoundTrip(r)
 }
+
+// TestTraceUnixSocket: a call over HTTP on a unix socket is
+// network.transport unix.
+func TestTraceUnixSocket(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	f := startHTTP(t, HTTPOptions{}, func(o *Options) { o.Tracing = tracing.Over(tp) })
+	c := mcptest.Connect(t, f.url, mcptest.Options{HTTP: testHTTPClient(f.url), Legacy: true})
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "hello"
+	req.Params.Arguments = map[string]any{}
+	if res, err := c.CallTool(context.Background(), req); err != nil || res.IsError {
+		t.Fatalf("hello: %v %v", err, res)
+	}
+	if v, _ := attrOf(spanNamed(t, rec, "tools/call hello"), "network.transport"); v.AsString() != "unix" {
+		t.Errorf("network.transport = %q, want unix", v.AsString())
+	}
+}
