@@ -16,6 +16,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
@@ -67,6 +68,12 @@ type Call struct {
 	EgressBytes Opt[int64]
 	EgressLimit string
 	IsError     bool // is_error: always written
+
+	// Span is the call's span (Annotate takes it from the handler's
+	// context; the API's no-op one when tracing is off): the server sets
+	// the call's outcome on it, and the OTel log of the record carries its
+	// trace and span ids. Never written to the audit log.
+	Span trace.Span
 }
 
 // Rate is the rate limit (serve --rate) a call was refused for: the
@@ -105,6 +112,7 @@ func (o Opt[T]) put(f logrus.Fields, key string) {
 // in the request's _meta, when it is a valid one (one that is not is
 // noted, never copied).
 func (r *Call) Annotate(ctx context.Context, req mcp.CallToolRequest) {
+	r.Span = trace.SpanFromContext(ctx)
 	if p, ok := auth.PrincipalFrom(ctx); ok {
 		r.Principal = &p
 	}
@@ -192,7 +200,14 @@ func (r *Call) fields() logrus.Fields {
 // Write writes the record to l with msg ("call", or "call could not
 // run").
 func (r *Call) Write(l *logrus.Logger, msg string) {
-	write(l, r.fields(), msg)
+	if r.Span == nil || !r.Span.SpanContext().IsValid() {
+		write(l, r.fields(), msg)
+		return
+	}
+	// The entry's context carries the call's span context, for a hook
+	// that exports the record as an OTel log (package tracing).
+	ctx := trace.ContextWithSpanContext(context.Background(), r.Span.SpanContext())
+	l.WithContext(ctx).WithFields(r.fields()).Info(msg)
 }
 
 // Egress is the audit record of one connection through an egress proxy,

@@ -12,6 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolgate/toolgate/internal/telemetry"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -235,13 +240,21 @@ func (e *env) runHelper(ctx context.Context, name string, args []string, timeout
 	if !h.Available() {
 		return rt.HelperResult{}, fmt.Errorf("helper %s is not available", name)
 	}
+	ctx, span := telemetry.Start(ctx, "helper "+name, trace.WithAttributes(attribute.String("toolgate.helper", name)))
+	defer span.End()
 	res, err := e.sandbox.Run(ctx, rt.Invocation{
 		ID:       "h" + strconv.FormatUint(e.runs.Add(1), 10),
 		Template: helperTemplate(h, args, e.ws.Root(), stdin != nil),
 		Call:     rt.Call{Timeout: timeout, MaxBytes: maxStdout, StderrMax: helperMaxStderr, Input: stdin},
 	})
 	if err != nil {
+		telemetry.Fail(span, "failed", "could not run sandboxed")
 		return rt.HelperResult{}, fmt.Errorf("%s could not run sandboxed: %w", name, err)
+	}
+	telemetry.Attrs(span, semconv.ProcessExitCode(res.ExitCode))
+	if res.Limit != rt.LimitNone {
+		// A non-zero exit is the built-in's to judge (git diff's 1).
+		telemetry.Fail(span, string(res.Limit), "the helper was ended by its "+string(res.Limit))
 	}
 	return rt.HelperResultOf(res), nil
 }

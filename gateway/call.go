@@ -7,15 +7,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
+	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
@@ -66,6 +72,8 @@ func (d *Server) handler(tool string) mcpserver.ToolHandlerFunc {
 		}
 		queued := call.Arrival
 		if d.slot != nil {
+			qspan := telemetry.Queue(ctx, "downstream", queued)
+			defer qspan.End() // ended at once below when a slot is free
 			if ctx.Err() != nil {
 				return refuse("cancelled", "cancelled while queued")
 			}
@@ -73,6 +81,7 @@ func (d *Server) handler(tool string) mcpserver.ToolHandlerFunc {
 			select {
 			case d.slot <- struct{}{}:
 				t.Stop()
+				qspan.End()
 				defer func() { <-d.slot }()
 				if ctx.Err() != nil {
 					return refuse("cancelled", "cancelled while queued")
@@ -104,13 +113,25 @@ func (d *Server) handler(tool string) mcpserver.ToolHandlerFunc {
 		}
 		cctx, cancel := context.WithTimeout(ctx, d.srv.ToolTimeout)
 		defer cancel()
+		cctx, span := d.requestSpan(cctx, tool, c.n)
+		defer span.End()
+		if meta := telemetry.Meta(cctx); meta != nil {
+			// The trace context passes on in _meta (and, to an HTTP
+			// server, in the W3C headers: headerTransport).
+			creq.Params.Meta = &mcp.Meta{AdditionalFields: meta}
+		}
 		start := time.Now()
 		res, err := c.client.CallTool(cctx, creq)
 		rec.Start = c.n
 		rec.ElapsedMS = audit.Some(time.Since(start).Milliseconds())
 		rec.QueuedMS = audit.Some(start.Sub(queued).Milliseconds())
 		if err != nil {
-			return done(d.callFailed(ctx, cctx, c, rec, served, err))
+			out := d.callFailed(ctx, cctx, c, rec, served, err)
+			telemetry.Fail(span, requestErrorType(rec), "the downstream call failed")
+			return done(out)
+		}
+		if res.IsError {
+			telemetry.Fail(span, "tool_error", "the downstream tool answered isError")
 		}
 		if !d.deps.KeepEscapes(served) {
 			res = neutralizeResult(res)
@@ -176,4 +197,43 @@ func (d *Server) callFailed(ctx, cctx context.Context, c *dconn, rec *audit.Call
 func isRPCError(err error) bool {
 	var te *transport.Error
 	return !errors.As(err, &te)
+}
+
+// requestSpan starts the span of the request to the downstream server
+// (kind client): the tool's name as the server knows it, the server, its
+// transport and, for an HTTP one, its address and port.
+func (d *Server) requestSpan(ctx context.Context, tool string, start int) (context.Context, trace.Span) {
+	ctx, span := telemetry.Start(ctx, string(mcp.MethodToolsCall)+" "+tool, trace.WithSpanKind(trace.SpanKindClient))
+	if !span.IsRecording() {
+		return ctx, span
+	}
+	span.SetAttributes(
+		semconv.McpMethodNameKey.String(string(mcp.MethodToolsCall)),
+		semconv.GenAIToolName(tool),
+		attribute.String("toolgate.downstream.server", d.srv.ID),
+		attribute.String("toolgate.downstream.transport", string(d.srv.Transport)),
+		attribute.Int("toolgate.downstream.start", start),
+	)
+	if u, err := url.Parse(d.srv.URL); err == nil && d.srv.URL != "" {
+		span.SetAttributes(semconv.ServerAddress(u.Hostname()))
+		if p, err := strconv.Atoi(u.Port()); err == nil {
+			span.SetAttributes(semconv.ServerPort(p))
+		}
+	}
+	return ctx, span
+}
+
+// requestErrorType is error.type of a failed downstream request, from its
+// audit record.
+func requestErrorType(rec *audit.Call) string {
+	if l := rec.Limit.Value(); l != "" {
+		return l
+	}
+	if _, ok := rec.RPCError.Get(); ok {
+		return "rpc_error"
+	}
+	if rec.Truncated.Value() {
+		return "output"
+	}
+	return "failed"
 }

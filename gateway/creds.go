@@ -11,6 +11,10 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/toolgate/toolgate/internal/telemetry"
 )
 
 // lookupEnv reads a variable of toolgate's environment.
@@ -69,6 +73,9 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	for k, v := range t.d.httpHeaders() {
 		r.Header.Set(k, v)
 	}
+	// The call's trace context, as W3C headers (a call's request; nothing
+	// for the session's own).
+	telemetry.Headers(r.Context(), propagation.HeaderCarrier(r.Header))
 	return t.base.RoundTrip(r)
 }
 

@@ -11,8 +11,12 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
+	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 
@@ -147,6 +151,7 @@ func supervise(ctx context.Context, sv supervised) Result {
 	}()
 
 	var res Result
+	_, span := telemetry.Start(ctx, "process run", trace.WithTimestamp(sv.start))
 	timer := time.NewTimer(sv.timeout - time.Since(sv.start))
 	defer timer.Stop()
 	var escalate <-chan time.Time
@@ -188,6 +193,9 @@ wait:
 	killGroup(pid, sv.group)
 	werr := sv.cmd.Wait()
 	res.ExitCode = exitCode(sv.cmd.ProcessState, werr)
+	endRunSpan(span, res)
+	_, capture := telemetry.Start(ctx, "output capture")
+	defer func() { endCaptureSpan(capture, res) }()
 
 	select {
 	case <-readDone:
@@ -507,4 +515,32 @@ func (c *capture) result() (out []byte, total, dropped int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.buf, c.total, c.total - int64(len(c.buf))
+}
+
+// endRunSpan ends the span of a process's run (its start to its exit:
+// for a sandbox made on the call's path, bwrap's or the OCI runtime's own
+// setup is in it) with its exit code, failed with the limit that ended
+// it.
+func endRunSpan(span trace.Span, res Result) {
+	if span.IsRecording() {
+		span.SetAttributes(semconv.ProcessExitCode(res.ExitCode))
+		if res.Limit != LimitNone {
+			telemetry.Fail(span, string(res.Limit), "ended by its "+string(res.Limit))
+		}
+	}
+	span.End()
+}
+
+// endCaptureSpan ends the span of the output's capture after the exit
+// (the group killed, the process reaped, the pipes drained): the bytes
+// written, kept or dropped, and whether the cap cut them.
+func endCaptureSpan(span trace.Span, res Result) {
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.Int64("toolgate.output.bytes", res.OutputBytes),
+			attribute.Int64("toolgate.output.dropped", res.Dropped),
+			attribute.Bool("toolgate.output.truncated", res.Truncated),
+		)
+	}
+	span.End()
 }

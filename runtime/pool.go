@@ -12,6 +12,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolgate/toolgate/internal/telemetry"
 )
 
 // key identifies what a sandbox prepared for t would run: two templates
@@ -444,20 +449,26 @@ func (p *Pool) Run(ctx context.Context, inv Invocation) (Result, error) {
 	}
 	p.begin(s)
 	defer p.end(s)
+	_, span := telemetry.Start(ctx, "sandbox take")
 	for range 3 {
 		sb := p.take(s)
 		if sb == nil {
 			break
 		}
+		telemetry.Attrs(span, attribute.Bool("toolgate.pool.hit", true))
+		span.End()
 		res, err := sb.Release(ctx, inv.Call)
 		p.afterCall(sb.Cleanup)
 		if errors.Is(err, ErrStandbyStale) || errors.Is(err, ErrStandbyUsed) {
 			p.counters.stale.Add(1)
+			_, span = telemetry.Start(ctx, "sandbox take", trace.WithAttributes(attribute.Bool("toolgate.pool.stale_before", true)))
 			continue
 		}
 		return res, err
 	}
 	p.counters.misses.Add(1)
+	telemetry.Attrs(span, attribute.Bool("toolgate.pool.hit", false))
+	span.End()
 	return p.backend.Run(ctx, inv)
 }
 

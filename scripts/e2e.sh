@@ -22,6 +22,16 @@ read -r -a flags <<<"${E2E_FLAGS:-}"
 . scripts/npm-deps.sh
 . scripts/agent-clis.sh
 . scripts/http-deps.sh
+# Jaeger all-in-one, the trace backend of TestTracingJaeger: built from the
+# Go module proxy once into a cache outside the checkout (scripts/lib.sh;
+# tens of minutes cold on 2 busy cores, nothing warm). A failed build
+# leaves the test to skip, or to fail under TOOLGATE_REQUIRE_ALL=1.
+. scripts/lib.sh
+if TOOLGATE_JAEGER=$(jaeger); then
+	export TOOLGATE_JAEGER
+else
+	echo "e2e: building Jaeger failed: TestTracingJaeger skips (TOOLGATE_REQUIRE_ALL=1 makes it fail)" >&2
+fi
 
 case $which in
 binary | image | both) ;;

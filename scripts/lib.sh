@@ -155,3 +155,33 @@ helm_bin() {
 	fi
 	printf '%s\n' "$bin"
 }
+
+# jaeger: print the path of Jaeger all-in-one at the pinned version (the
+# e2e suite's trace backend, e2e/tracing_test.go), built from the Go module
+# proxy into a cache outside the checkout first when it is missing: a
+# throwaway module (`go get -tool`), never toolgate's go.mod. v1.75.0 is
+# the approved release (v1.76.0 is served but not approved). A cold build
+# takes minutes on 2 cores; TOOLGATE_CACHE moves the cache
+# (default ~/.cache/toolgate).
+jaeger_version=v1.75.0
+jaeger() {
+	go_path
+	local dir=${TOOLGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/toolgate}/jaeger-$jaeger_version
+	local bin=$dir/jaeger
+	if [ ! -x "$bin" ]; then
+		echo "building jaeger $jaeger_version into $dir (minutes, once)" >&2
+		local mod start=$SECONDS
+		mod=$(mktemp -d) || return 1
+		if ! (cd "$mod" && go mod init toolgate.local/jaeger >/dev/null 2>&1 &&
+			GOFLAGS=-mod=mod go get -tool "github.com/jaegertracing/jaeger/cmd/jaeger@$jaeger_version" >&2 &&
+			mkdir -p "$dir" && go build -trimpath -o "$bin.tmp" github.com/jaegertracing/jaeger/cmd/jaeger >&2 &&
+			mv "$bin.tmp" "$bin"); then
+			rm -rf "$mod"
+			echo "building jaeger $jaeger_version FAILED" >&2
+			return 1
+		fi
+		rm -rf "$mod"
+		echo "built jaeger $jaeger_version in $((SECONDS - start)) s" >&2
+	fi
+	printf '%s\n' "$bin"
+}

@@ -25,4 +25,5 @@ func ranEgress(r *audit.Call, u rt.EgressUse) {
 func (s *Server) audit(r *audit.Call, msg string) {
 	r.Write(s.auditLog, msg)
 	s.metrics.observe(r)
+	spanOutcome(r)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/escapes"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
+	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
@@ -127,7 +128,9 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 			}
 		}
 		queued := call.Arrival
+		qspan := telemetry.Queue(ctx, "server", queued)
 		release, err := s.acquire(ctx, queued, t.Timeout)
+		qspan.End()
 		if err != nil {
 			rec.QueuedMS = audit.Some(time.Since(queued).Milliseconds())
 			if ctx.Err() != nil {
@@ -146,7 +149,7 @@ func (s *Server) externalHandler(t conf.Tool) mcpserver.ToolHandlerFunc {
 		rec.Call = inv.ID
 		rec.QueuedMS = audit.Some(time.Since(queued).Milliseconds())
 		if len(t.Egress) > 0 {
-			inv.EgressRecord = audit.EgressRecorder(s.auditLog, rec)
+			inv.EgressRecord = egressSpans(ctx, audit.EgressRecorder(s.auditLog, rec))
 		}
 		if token := progressToken(req); token != nil {
 			stop := make(chan struct{})

@@ -23,10 +23,12 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
+	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/policy"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
@@ -540,7 +542,13 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 	}
-	h.mcp.ServeHTTP(w, r.WithContext(withHTTP(auth.WithPrincipal(r.Context(), p), h)))
+	ctx := r.Context()
+	if h.s.opts.Tracing != nil {
+		// The W3C headers' trace context; a request's _meta wins
+		// (traceCall).
+		ctx = telemetry.FromHeaders(ctx, propagation.HeaderCarrier(r.Header))
+	}
+	h.mcp.ServeHTTP(w, r.WithContext(withHTTP(auth.WithPrincipal(ctx, p), h)))
 }
 
 // Content-Length or as it is read) is an error, and what was read is let

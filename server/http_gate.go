@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/auth"
 	"github.com/toolgate/toolgate/conf"
 	"github.com/toolgate/toolgate/internal/jsonrpc"
+	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 )
 
@@ -150,7 +151,9 @@ func (h *HTTP) gate(ctx context.Context, req mcp.CallToolRequest, next mcpserver
 	if !h.scopeAllows(p, name) {
 		return toolcall.ErrorResult("toolgate: tool %q is not opened by the token's scopes", name), nil
 	}
+	qspan := telemetry.Queue(ctx, "principal", start)
 	release, waited, err := h.limits.acquire(ctx, p.Key(), h.s.callTimeout(name))
+	qspan.End()
 	if waited > 0 && h.metrics != nil {
 		h.metrics.queueWait.WithLabelValues("principal").Observe(waited.Seconds())
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tracing"
 )
 
 // Metrics are the Prometheus metrics of a server, in a registry of their
@@ -128,7 +129,34 @@ func newMetrics(s *Server) *Metrics {
 			ConstLabels: prometheus.Labels{"version": s.opts.Version},
 		}, func() float64 { return 1 }),
 	)
+	if tp := s.opts.Tracing; tp != nil {
+		m.reg.MustRegister(traceSpans(tp))
+	}
 	return m
+}
+
+// traceSpans are the spans of the trace pipeline by outcome: exported
+// (the collector took them), dropped_full (the hand-off to the exporter
+// was full: a slow or unreachable collector; the call never waited), and
+// dropped_failed (the export failed).
+func traceSpans(tp *tracing.Provider) prometheus.Collector {
+	return &traceCollector{tp: tp, desc: prometheus.NewDesc("toolgate_trace_spans_total",
+		"Spans of the trace pipeline (OTEL_TRACES_EXPORTER=otlp) by outcome: exported, dropped_full (the export queue was full: a slow or unreachable collector; no call waits for it), dropped_failed (the export failed).",
+		[]string{"outcome"}, nil)}
+}
+
+type traceCollector struct {
+	tp   *tracing.Provider
+	desc *prometheus.Desc
+}
+
+func (c *traceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *traceCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.tp.Stats()
+	for outcome, v := range map[string]uint64{"exported": st.Exported, "dropped_full": st.DroppedFull, "dropped_failed": st.DroppedFailed} {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(v), outcome)
+	}
 }
 
 // sandboxState exports the probe state as one series per state.

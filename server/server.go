@@ -28,6 +28,7 @@ import (
 	"github.com/toolgate/toolgate/policy"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/status"
+	"github.com/toolgate/toolgate/tracing"
 )
 
 // Options configure a Server.
@@ -70,6 +71,12 @@ type Options struct {
 	// Rates are the per-principal rate limits of tools/call (serve
 	// --rate, rate.go); empty, none.
 	Rates RateRules
+	// Tracing, when set, makes every tools/call a span tree exported by
+	// it (tracing.go, docs/tracing.md); nil is tracing off, at no cost.
+	Tracing *tracing.Provider
+	// TracePrincipal records an HTTP call's principal on its span
+	// (enduser.id; serve --trace-principal).
+	TracePrincipal bool
 }
 
 // Server is a configured toolgate MCP server.
@@ -162,7 +169,12 @@ func New(opts Options) *Server {
 	for _, name := range opts.KeepEscapes {
 		s.keepEscapes[name] = true
 	}
-	s.mcp = mcpserver.NewMCPServer("toolgate", opts.Version,
+	var traced []mcpserver.ServerOption
+	if opts.Tracing != nil {
+		// Outermost: the call's span covers everything the server does.
+		traced = append(traced, mcpserver.WithToolHandlerMiddleware(s.traceCall))
+	}
+	s.mcp = mcpserver.NewMCPServer("toolgate", opts.Version, append(traced,
 		mcpserver.WithToolCapabilities(true),
 		mcpserver.WithRecovery(),
 		// The first middleware is the outermost: a call over its rate
@@ -174,7 +186,7 @@ func New(opts Options) *Server {
 		mcpserver.WithHooks(s.hooks()),
 		mcpserver.WithInstructions("toolgate serves operator-configured, fixed-argv tools. "+
 			"External tools take no arguments: what the operator configured is what runs."),
-	)
+	)...)
 	s.register()
 	if opts.Metrics {
 		s.metrics = newMetrics(s)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/sirupsen/logrus"
 
@@ -64,6 +65,12 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
 		return 2
 	}
+	stopTracing, err := f.tf.start(ctx, a)
+	if err != nil {
+		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
+		return 2
+	}
+	defer stopTracing()
 	srv := server.New(a.opts)
 	// Prepared sandboxes for every served test-class tool (and the
 	// built-ins' fixed helper runs), once the backend is ready.
@@ -103,6 +110,7 @@ type serveFlags struct {
 	hf         httpFlags
 	rates      rateFlags
 	pf         policyFlag
+	tf         tracingFlags
 	maxRequest int
 }
 
@@ -114,6 +122,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxRequest, "max-request-bytes", server.DefaultMaxRequestBytes,
 		"longest request line served; a longer one is discarded as it is read and answered -32600")
 	f.pf.register(fs)
+	f.tf.register(fs)
 }
 
 // check refuses, before anything starts, what the flags cannot serve; it
@@ -123,6 +132,9 @@ func (f *serveFlags) check() error {
 		if err := check(); err != nil {
 			return err
 		}
+	}
+	if _, err := f.tf.config(os.Getenv); err != nil {
+		return err
 	}
 	if f.maxRequest < server.MinMaxRequestBytes {
 		return fmt.Errorf("--max-request-bytes %d: want at least %d", f.maxRequest, server.MinMaxRequestBytes)

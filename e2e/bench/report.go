@@ -127,6 +127,7 @@ func (b *bench) targets() []Target {
 		out = append(out, t)
 	}
 	out = append(out, b.poolTargets()...)
+	out = append(out, b.tracingTargets()...)
 	return out
 }
 
@@ -369,5 +370,27 @@ func (b *bench) egressTargets() []Target {
 		}
 		out = append(out, t)
 	}
+	return out
+}
+
+// tracingTargets are issue 26's: tracing on adds at most 0.2 ms a call
+// with a collector reachable, and a stopped collector slows no call.
+func (b *bench) tracingTargets() []Target {
+	var out []Target
+	over := func(name, a, base string, limit float64) {
+		t := Target{Name: name, Want: fmt.Sprintf("median(%s) − median(%s) ≤ %.2f ms", a, base, limit)}
+		ra, ok1 := b.row(a)
+		rb, ok2 := b.row(base)
+		if !ok1 || !ok2 {
+			t.Unmeasured = "a path was not measured"
+		} else {
+			d := ra.MedianMS - rb.MedianMS
+			t.Measured = fmt.Sprintf("%s − %s = %.2f ms", fmtMS(ra.MedianMS), fmtMS(rb.MedianMS), d)
+			t.Held = d <= limit
+		}
+		out = append(out, t)
+	}
+	over("tracing on, collector reachable, adds ≤ 0.2 ms per call", "tracing on, collector reachable", "tracing off", 0.2)
+	over("tracing on, collector stopped, no slower than reachable", "tracing on, collector stopped", "tracing on, collector reachable", 0.1)
 	return out
 }

@@ -78,7 +78,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&b.floodCalls, "flood-calls", 20, "1 GB flood calls per path")
 	fs.IntVar(&b.rssCalls, "rss-calls", 5000, "calls of the RSS run")
 	var sections, runtimes string
-	fs.StringVar(&sections, "only", "", "comma list of sections to run: floors,toolgate,peers,throughput,pool,startup,flood,rss (default all)")
+	fs.StringVar(&sections, "only", "", "comma list of sections to run: floors,toolgate,tracing,peers,throughput,pool,startup,flood,rss (default all)")
 	fs.StringVar(&runtimes, "oci-runtimes", "runc,crun,runsc", "OCI runtimes to measure through toolgate")
 	fs.StringVar(&b.out, "out", "", "directory for bench.md and bench.json (default CACHE/results)")
 	fs.StringVar(&b.doc, "doc", "", "also write the figures to this page's benchmark section (docs/performance.md), after a full run only")
@@ -127,7 +127,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		{"flood", b.flood},
 		{"rss", b.rss},
 	} {
-		if want(b.sections, s.name) || s.name == "percall" && (want(b.sections, "floors") || want(b.sections, "toolgate") || want(b.sections, "peers")) {
+		if want(b.sections, s.name) || s.name == "percall" && (want(b.sections, "floors") || want(b.sections, "toolgate") || want(b.sections, "tracing") || want(b.sections, "peers")) {
 			logf(stderr, "== %s", s.name)
 			s.run(conf)
 		}
@@ -297,6 +297,9 @@ func (b *bench) perCall(conf string) {
 			s, err = dial([]string{b.baseline, "serve", "--conf", conf, "--backend", "oci", "--oci-runtime", "runc"}, os.Environ(), b.log)
 			add(b.mcpPath(s, g, "before: oci/runc", "", "ts", nil), err)
 		}
+	}
+	if want(b.sections, "tracing") {
+		b.tracingPaths(conf, add)
 	}
 	if want(b.sections, "peers") {
 		b.peerPaths(add)

@@ -211,6 +211,9 @@ func mcpAnswer(w io.Writer, line []byte, tools []json.RawMessage, page int) {
 			Cursor          string          `json:"cursor"`
 			Name            string          `json:"name"`
 			Arguments       json.RawMessage `json:"arguments"`
+			Meta            struct {
+				Traceparent string `json:"traceparent"`
+			} `json:"_meta"`
 		} `json:"params"`
 	}
 	if json.Unmarshal(line, &req) != nil || len(req.ID) == 0 {
@@ -240,6 +243,11 @@ func mcpAnswer(w io.Writer, line []byte, tools []json.RawMessage, page int) {
 	case "tools/call":
 		switch req.Params.Name {
 		case "echo":
+			if tp := req.Params.Meta.Traceparent; tp != "" {
+				// The trace context the caller passed on (tracing e2e).
+				text(fmt.Sprintf("echo: %d bytes of arguments; traceparent %s", len(req.Params.Arguments), tp))
+				break
+			}
 			text(fmt.Sprintf("echo: %d bytes of arguments", len(req.Params.Arguments)))
 		case "pid":
 			text(strconv.Itoa(os.Getpid()))

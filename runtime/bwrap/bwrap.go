@@ -27,7 +27,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/toolgate/toolgate/bundle"
+	"github.com/toolgate/toolgate/internal/telemetry"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/shim"
@@ -214,6 +218,11 @@ func Hint(msg string) string {
 // Run runs inv in a fresh sandbox.
 func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
 	plan := Plan{Template: inv.Template}
+	// The sandbox made on the call's path: what toolgate does before bwrap
+	// starts (ids, the egress proxy, the filter, the cgroup); bwrap's own
+	// setup is in the process run's span.
+	_, span := telemetry.Start(ctx, "sandbox make", trace.WithAttributes(attribute.String("toolgate.backend", "bwrap")))
+	defer span.End() // at once when a step fails; else ended before the run
 	// The sandbox's own host ids, given back once Exec has killed and
 	// reaped everything it started (the deferred calls below run first).
 	id, err := r.ids.Acquire()
@@ -242,6 +251,7 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 		return rt.Result{}, err
 	}
 	defer group.Close()
+	span.End()
 	res, err := rt.Exec(ctx, rt.Cmd{
 		Proc: rt.Proc{Path: start.path, Args: start.argv, ExtraFiles: []*os.File{filter}, Env: rt.Env, Dir: "/", Group: group},
 		Call: inv.Call,

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/cgroup"
@@ -132,6 +135,11 @@ func TestArgvIsExact(t *testing.T) {
 // the server's.
 func TestEnvironmentIsExact(t *testing.T) {
 	t.Setenv("TOOLGATE_TEST_SECRET", "s3cret")
+	// toolgate's own OpenTelemetry settings never reach a tool.
+	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer s3cret")
+	t.Setenv("OTEL_SERVICE_NAME", "toolgate")
 	eachRunner(t, func(t *testing.T, r *Runner) {
 		res := run(t, r, inv(t, t.TempDir(), 10*time.Second, 4096, "env"))
 		want := "GIT_CONFIG_NOSYSTEM=1\nGIT_PAGER=cat\nPAGER=cat\nPATH=" + rt.DefaultPath + "\n"
@@ -349,6 +357,53 @@ func TestConcurrentCallsDoNotMix(t *testing.T) {
 		close(errs)
 		for e := range errs {
 			t.Error(e)
+		}
+	})
+}
+
+// TestProcessSpans: a call whose context holds a span gets the process
+// run's span (start to exit, the exit code) and the output capture's
+// (exit to drained, the bytes) under it.
+func TestProcessSpans(t *testing.T) {
+	eachRunner(t, func(t *testing.T, r *Runner) {
+		rec := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+		ctx, parent := tp.Tracer("t").Start(context.Background(), "call")
+		res, err := r.Run(ctx, inv(t, t.TempDir(), 10*time.Second, 4096, "exit", "3"))
+		parent.End()
+		if err != nil || res.ExitCode != 3 {
+			t.Fatalf("Run = %+v, %v", res, err)
+		}
+		spans := map[string]sdktrace.ReadOnlySpan{}
+		for _, s := range rec.Ended() {
+			spans[s.Name()] = s
+		}
+		run, capture := spans["process run"], spans["output capture"]
+		if run == nil || capture == nil {
+			t.Fatalf("spans = %v, want process run and output capture", spans)
+		}
+		for _, s := range []sdktrace.ReadOnlySpan{run, capture} {
+			if s.Parent().SpanID() != parent.SpanContext().SpanID() {
+				t.Errorf("%s: parent %s, want the call's %s", s.Name(), s.Parent().SpanID(), parent.SpanContext().SpanID())
+			}
+		}
+		want := map[string]map[string]string{
+			"process run":    {"process.exit.code": "3"},
+			"output capture": {"toolgate.output.bytes": "4", "toolgate.output.truncated": "false"},
+		}
+		for name, attrs := range want {
+			got := map[string]string{}
+			for _, kv := range spans[name].Attributes() {
+				got[string(kv.Key)] = kv.Value.String()
+			}
+			for k, v := range attrs {
+				if got[k] != v {
+					t.Errorf("%s: %s = %q, want %q", name, k, got[k], v)
+				}
+			}
+		}
+		if capture.StartTime().Before(run.EndTime()) {
+			t.Errorf("output capture starts %v, before the run's end %v", capture.StartTime(), run.EndTime())
 		}
 	})
 }

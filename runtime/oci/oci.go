@@ -27,8 +27,11 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolgate/toolgate/bundle"
+	"github.com/toolgate/toolgate/internal/telemetry"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/cgroup"
 	"github.com/toolgate/toolgate/runtime/shim"
@@ -391,6 +394,11 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	if err != nil {
 		return rt.Result{}, err
 	}
+	// The sandbox made on the call's path: what toolgate does before the
+	// runtime starts (ids, the egress proxy, the spec, the bundle); the
+	// runtime's own setup is in the process run's span.
+	_, span := telemetry.Start(ctx, "sandbox make", trace.WithAttributes(attribute.String("toolgate.backend", string(r.cfg.Runtime))))
+	defer span.End() // at once when a step fails; else ended before the run
 	// The container's own host ids, given back once it is deleted (the
 	// deferred calls below run first).
 	sid, err := r.ids.Acquire()
@@ -433,6 +441,7 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	if eg != nil {
 		c.Args = r.fl.runArgvEgress(r.bin, r.state, b, id)
 	}
+	span.End()
 	res, err := r.exec(ctx, c)
 	res.Egress = eg.Use()
 	return res, err

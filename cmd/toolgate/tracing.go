@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/toolgate/toolgate/tracing"
+)
+
+// tracingFlags are serve's OpenTelemetry flags; every other setting is
+// the standard OTEL_* variables, read by the SDK (docs/tracing.md).
+type tracingFlags struct {
+	exporter  string
+	principal bool
+}
+
+func (f *tracingFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.exporter, "traces-exporter", "",
+		"otlp or none: export a span tree of every call over OTLP (docs/tracing.md); default OTEL_TRACES_EXPORTER, else none (nothing started, no cost). The endpoint, protocol, headers, service name, resource and sampler are the standard OTEL_* variables")
+	fs.BoolVar(&f.principal, "trace-principal", false,
+		"record an HTTP call's principal (its name, enduser.id) on its span; off, no span names who called")
+}
+
+// config is the pipeline the flags and the environment ask for.
+func (f *tracingFlags) config(getenv func(string) string) (tracing.Config, error) {
+	c := tracing.FromEnv(getenv)
+	if f.exporter != "" {
+		c.Traces = tracing.Exporter(f.exporter)
+	}
+	if _, err := tracing.ParseExporter("--traces-exporter (OTEL_TRACES_EXPORTER)", string(c.Traces)); err != nil {
+		return c, err
+	}
+	c.Version = version
+	return c, c.Check()
+}
+
+// start starts the pipeline into a's server options (tracing off: none).
+// The returned stop flushes it (within tracing.ShutdownGrace) at exit.
+func (f *tracingFlags) start(ctx context.Context, a *app) (func(), error) {
+	c, err := f.config(os.Getenv)
+	if err != nil {
+		return func() {}, err
+	}
+	p, err := tracing.Start(ctx, c)
+	if err != nil {
+		return func() {}, fmt.Errorf("tracing: %w", err)
+	}
+	a.opts.TracePrincipal = f.principal
+	if p == nil {
+		return func() {}, nil
+	}
+	a.opts.Tracing = p
+	if h := p.AuditHook(); h != nil && a.opts.Audit != nil {
+		a.opts.Audit.AddHook(h) // the audit records as OTel logs too
+	}
+	a.log.WithFields(logrus.Fields{"traces": c.Traces, "logs": c.Logs}).Info("OpenTelemetry export on")
+	return func() {
+		if err := p.Shutdown(context.WithoutCancel(ctx)); err != nil {
+			a.log.WithError(err).Warn("tracing: flush at exit")
+		}
+	}, nil
+}
