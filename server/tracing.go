@@ -47,6 +47,9 @@ const (
 	attrInjected  = attribute.Key("toolgate.egress.credential_injected")
 )
 
+// maxIDAttr bounds the JSON-RPC id a span carries, in bytes.
+const maxIDAttr = 128
+
 // traceCall is the middleware of Options.Tracing (the outermost): the
 // call's span, of kind server, from the call's arrival (stdio) or from
 // now (HTTP: the request was read before).
@@ -61,14 +64,15 @@ func (s *Server) traceCall(next mcpserver.ToolHandlerFunc) mcpserver.ToolHandler
 			name = otherLabel // a client's name never makes a span name
 		}
 		call := jsonrpc.CallInfoFrom(ctx)
+		id := jsonrpc.BoundText(call.ID, maxIDAttr) // a client's id may be megabytes
 		opts := []trace.SpanStartOption{
 			trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(
 				semconv.McpMethodNameKey.String(string(mcp.MethodToolsCall)),
 				semconv.GenAIOperationNameExecuteTool,
 				semconv.GenAIToolName(jsonrpc.BoundText(req.Params.Name, 128)),
-				semconv.JSONRPCRequestID(call.ID),
-				semconv.GenAIToolCallID(call.ID),
+				semconv.JSONRPCRequestID(id),
+				semconv.GenAIToolCallID(id),
 				attrKind.String(string(s.kindOf(req.Params.Name))),
 				attrBackend.String(s.backendOf(req.Params.Name)),
 			),

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -397,5 +399,80 @@ func TestTraceUnixSocket(t *testing.T) {
 	}
 	if v, _ := attrOf(spanNamed(t, rec, "tools/call hello"), "network.transport"); v.AsString() != "unix" {
 		t.Errorf("network.transport = %q, want unix", v.AsString())
+	}
+}
+
+// TestTraceBoundsClientID: a client's JSON-RPC id of 3 MiB is cut to
+// maxIDAttr on the call's span (it was copied whole, twice).
+func TestTraceBoundsClientID(t *testing.T) {
+	c := loadConf(t, twoTools)
+	s, rec := recorded(t, Options{Conf: c, Direct: &fakeRunner{res: rt.Result{Output: []byte("ok")}}, Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{})})
+	w := serveWire(t, s)
+	w.send(initLine)
+	w.next(5 * time.Second)
+	id := strings.Repeat("A", 3<<20)
+	w.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%q,"method":"tools/call","params":{"name":"zeta","arguments":{}}}`, id))
+	w.next(10 * time.Second)
+	call := spanNamed(t, rec, "tools/call zeta")
+	for _, k := range []string{"jsonrpc.request.id", "gen_ai.tool.call.id"} {
+		v, _ := attrOf(call, k)
+		if len(v.AsString()) > maxIDAttr+16 {
+			t.Errorf("%s is %d bytes: the client's id unbounded on the span", k, len(v.AsString()))
+		}
+	}
+}
+
+// TestTraceClientIDsMemoryBounded: with a collector that accepts and
+// never answers, the spans queued of calls with 1 MiB ids hold no more
+// than their bounded attributes (they held every id whole).
+func TestTraceClientIDsMemoryBounded(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+ln.Addr().String())
+	p, err := tracing.Start(context.Background(), tracing.Config{Traces: tracing.ExporterOTLP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown(context.Background())
+	c := loadConf(t, twoTools)
+	s := New(Options{Conf: c, Tracing: p, Direct: &fakeRunner{res: rt.Result{Output: []byte("ok")}}, Sandbox: rt.ReadySandbox("bwrap", &fakeRunner{})})
+	w := serveWire(t, s)
+	w.send(initLine)
+	w.next(5 * time.Second)
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	const n = 200
+	peak := before
+	for i := range n {
+		id := fmt.Sprintf("%d-%s", i, strings.Repeat("A", 1<<20))
+		w.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%q,"method":"tools/call","params":{"name":"zeta","arguments":{}}}`, id))
+		w.next(10 * time.Second)
+		if i%25 == 24 {
+			if h := heap(); h > peak {
+				peak = h
+			}
+		}
+	}
+	grew := (peak - before) >> 20
+	t.Logf("%d calls with 1 MiB ids (tool zeta): peak heap growth %d MiB; stats %+v", n, grew, p.Stats())
+	if grew > 64 {
+		t.Errorf("heap grew %d MiB: a client's ids are held by queued spans", grew)
 	}
 }

@@ -39,7 +39,11 @@ func newLogPipeline(ctx context.Context, getenv func(string) string, res *resour
 	if err != nil {
 		return nil, fmt.Errorf("otlp log exporter (%s): %w", proto, err)
 	}
-	lp := sdklog.NewLoggerProvider(sdklog.WithResource(res), sdklog.WithProcessor(sdklog.NewBatchProcessor(exp)))
+	opts := []sdklog.LoggerProviderOption{sdklog.WithResource(res), sdklog.WithProcessor(sdklog.NewBatchProcessor(exp))}
+	if getenv("OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT") == "" && getenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT") == "" {
+		opts = append(opts, sdklog.WithAttributeValueLengthLimit(MaxAttributeBytes))
+	}
+	lp := sdklog.NewLoggerProvider(opts...)
 	return &logPipeline{lp: lp, logger: lp.Logger(auditScope)}, nil
 }
 
@@ -55,14 +59,25 @@ func (l *logPipeline) shutdown(ctx context.Context) error { return l.lp.Shutdown
 // call's span when the record carries them (audit.Call.Write puts its
 // span context in the entry's context). The stderr JSON lines stay as
 // they are.
-func (p *Provider) AuditHook() logrus.Hook {
+//
+// Unless principal (serve --trace-principal), the fields that say who
+// called (principalFields) are left out: the record carries the call's
+// trace id, and no exported record names who called without the
+// operator's word.
+func (p *Provider) AuditHook(principal bool) logrus.Hook {
 	if p == nil || p.logs == nil {
 		return nil
 	}
-	return auditHook{p.logs.logger}
+	return auditHook{p.logs.logger, principal}
 }
 
-type auditHook struct{ logger otellog.Logger }
+// principalFields are the audit fields that say who called.
+var principalFields = map[string]bool{"principal": true, "auth": true, "client": true, "peer_uid": true}
+
+type auditHook struct {
+	logger    otellog.Logger
+	principal bool
+}
 
 func (auditHook) Levels() []logrus.Level { return logrus.AllLevels }
 
@@ -75,7 +90,9 @@ func (h auditHook) Fire(e *logrus.Entry) error {
 	r.SetBody(attribute.StringValue(e.Message))
 	keys := make([]string, 0, len(e.Data))
 	for k := range e.Data {
-		keys = append(keys, k)
+		if h.principal || !principalFields[k] {
+			keys = append(keys, k)
+		}
 	}
 	sort.Strings(keys)
 	attrs := make([]attribute.KeyValue, 0, len(keys))

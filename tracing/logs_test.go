@@ -35,14 +35,14 @@ func TestAuditLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.AuditHook() == nil {
+	if p.AuditHook(true) == nil {
 		t.Fatal("AuditHook() = nil with OTEL_LOGS_EXPORTER=otlp")
 	}
 	var out bytes.Buffer
 	l := logrus.New()
 	l.SetOutput(&out)
 	l.SetFormatter(&logrus.JSONFormatter{})
-	l.AddHook(p.AuditHook())
+	l.AddHook(p.AuditHook(true))
 	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
 	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}))
@@ -72,7 +72,7 @@ func TestAuditHookOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Shutdown(context.Background())
-	if p.AuditHook() != nil {
+	if p.AuditHook(true) != nil {
 		t.Error("AuditHook() set without OTEL_LOGS_EXPORTER")
 	}
 }

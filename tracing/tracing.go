@@ -17,10 +17,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -70,6 +74,11 @@ type Config struct {
 	// Getenv reads the environment; nil is os.Getenv. The SDK and the
 	// exporters read the process environment themselves.
 	Getenv func(string) string
+	// Errors receives the SDK's errors (a failed export: its text may
+	// hold what a collector answered); nil drops them. The SDK's own
+	// fallback writes them unescaped to stderr, where the audit lines
+	// go, and is never used.
+	Errors func(error)
 }
 
 // FromEnv is the Config the environment asks for: the exporters of
@@ -136,14 +145,50 @@ func (c Config) Check() error {
 		return err
 	}
 	for signal, e := range map[string]Exporter{"TRACES": traces, "LOGS": logs} {
-		if e == ExporterOTLP {
-			if _, err := protocol(getenv, signal); err != nil {
+		if e != ExporterOTLP {
+			continue
+		}
+		if _, err := protocol(getenv, signal); err != nil {
+			return err
+		}
+		for _, name := range []string{"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_" + signal + "_HEADERS"} {
+			if err := checkHeaders(name, getenv(name)); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
 }
+
+// headerName is an HTTP header field name (RFC 9110 token).
+var headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+// checkHeaders refuses an OTEL_EXPORTER_OTLP_*HEADERS value (name) that
+// the exporters would half read: they skip a bad pair and print the
+// variable, secrets and all. The refusal names the entry, and its key
+// when it has one, never a value.
+func checkHeaders(name, v string) error {
+	if strings.TrimSpace(v) == "" {
+		return nil
+	}
+	for i, pair := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(pair, "=")
+		key, err := url.PathUnescape(strings.TrimSpace(k))
+		if !ok || err != nil || !headerName.MatchString(key) {
+			return fmt.Errorf("%s: entry %d is not NAME=VALUE with NAME a header name (want name=url-encoded-value,...)", name, i+1)
+		}
+		if _, err := url.PathUnescape(strings.TrimSpace(val)); err != nil {
+			return fmt.Errorf("%s: the value of %s is not URL-encoded (a %% must start %%XX)", name, key)
+		}
+	}
+	return nil
+}
+
+// MaxAttributeBytes is the longest attribute value exported when the
+// OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT variables set none (the SDK's own
+// default is no limit): whatever a client or a tool puts in a value, a
+// span or a log record stays small, and so do the queues holding them.
+const MaxAttributeBytes = 1024
 
 // Provider is the running pipeline. A nil *Provider is tracing off: its
 // TracerProvider is the API's no-op one and its methods do nothing.
@@ -162,6 +207,9 @@ func Start(ctx context.Context, c Config) (*Provider, error) {
 	if c.Getenv == nil {
 		c.Getenv = os.Getenv
 	}
+	if err := c.Check(); err != nil {
+		return nil, err
+	}
 	traces, err := ParseExporter("OTEL_TRACES_EXPORTER", string(c.Traces))
 	if err != nil {
 		return nil, err
@@ -173,6 +221,12 @@ func Start(ctx context.Context, c Config) (*Provider, error) {
 	if traces == ExporterNone && logs == ExporterNone {
 		return nil, nil
 	}
+	errs := c.Errors
+	if errs == nil {
+		errs = func(error) {}
+	}
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(errs))
+	otel.SetLogger(logr.Discard())
 	res, err := newResource(ctx, c.Version)
 	if err != nil {
 		return nil, err
@@ -188,8 +242,13 @@ func Start(ctx context.Context, c Config) (*Provider, error) {
 		// on a full queue; the sampler is the SDK's reading of
 		// OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (default
 		// parentbased_always_on).
+		limits := sdktrace.NewSpanLimits() // OTEL_SPAN_* and OTEL_ATTRIBUTE_* first
+		if limits.AttributeValueLengthLimit < 0 {
+			limits.AttributeValueLengthLimit = MaxAttributeBytes
+		}
 		p.tp = sdktrace.NewTracerProvider(
 			sdktrace.WithResource(res),
+			sdktrace.WithRawSpanLimits(limits),
 			sdktrace.WithSpanProcessor(sdktrace.NewBatchSpanProcessor(p.handoff)),
 		)
 	}
