@@ -441,6 +441,7 @@ host_changes() {
 		for kv in "${sysctls[@]}" net.ipv4.ip_forward=; do echo "sysctl ${kv%%=*}=$(sysctl -n "${kv%%=*}")"; done
 		for d in /var/lib/kubelet /var/log/containers /run/containerd; do [ -e "$d" ] || echo "created $d"; done
 		nft list tables 2>/dev/null | sed 's/^/nft /'
+		if ! kube_chains | grep -q .; then echo "kubechains none"; fi
 	} >"$saved.tmp"
 	mv "$saved.tmp" "$saved"
 }
@@ -592,6 +593,31 @@ cmd_down() {
 	log "cluster down in $(($(date +%s) - t0)) s"
 }
 
+# kube_chains: "CMD TABLE CHAIN" for every KUBE-* iptables chain (the
+# kubelet's KUBE-FIREWALL and canaries outlive kube-proxy --cleanup).
+kube_chains() {
+	local cmd table
+	for cmd in iptables ip6tables; do
+		for table in filter nat mangle; do
+			"$cmd" -t "$table" -S 2>/dev/null | awk -v c="$cmd" -v t="$table" '$1 == "-N" && $2 ~ /^KUBE-/ {print c, t, $2}'
+		done
+	done
+}
+
+# drop_kube_chains: the jumps to KUBE-* chains, then the chains.
+drop_kube_chains() {
+	local cmd table chain rule
+	local -a r
+	while read -r cmd table chain; do
+		while read -r rule; do
+			read -r -a r <<<"${rule/#-A /-D }"
+			"$cmd" -t "$table" "${r[@]}" 2>/dev/null || true
+		done < <("$cmd" -t "$table" -S 2>/dev/null | grep -- "-j $chain\( \|\$\)" || true)
+	done < <(kube_chains)
+	while read -r cmd table chain; do "$cmd" -t "$table" -F "$chain" 2>/dev/null || true; done < <(kube_chains)
+	while read -r cmd table chain; do "$cmd" -t "$table" -X "$chain" 2>/dev/null || true; done < <(kube_chains)
+}
+
 no_sandboxes() { [ -z "$("$1/ctr" -a "$sock" -n k8s.io tasks ls -q 2>/dev/null)" ]; }
 
 restore_host() {
@@ -601,11 +627,13 @@ restore_host() {
 		case $kind in
 		sysctl) sysctl -qw "$rest" || true ;;
 		created) rm -rf "$rest" ;;
+		kubechains) drop_kube_chains ;;
 		esac
 	done <"$saved"
-	# nft tables that were not there before up (kube-proxy's probes leave empty ones).
+	# kube-proxy's nft tables that were not there before up (its probes
+	# leave empty ones); another program's tables are left alone.
 	while read -r t; do
-		grep -qxF "nft $t" "$saved" || nft delete $t 2>/dev/null || true
+		case $t in "table "*" kube"*) grep -qxF "nft $t" "$saved" || nft delete $t 2>/dev/null || true ;; esac
 	done < <(nft list tables 2>/dev/null)
 }
 
