@@ -513,6 +513,10 @@ cmd_up() {
 	log "cluster up in $(($(date +%s) - t0)) s (start $(($(date +%s) - t1)) s); export KUBECONFIG=$KUBECONFIG PATH=$bin:\$PATH"
 }
 
+# quiet_ctr: ctr's stderr without containerd's cgroup v1 deprecation notice
+# (one per command on a v1 host).
+quiet_ctr() { grep -v 'DEPRECATION: The support for cgroup v1' >&2 || true; }
+
 # import_images: the pause image (built here, FROM scratch) and each of
 # $images from podman, into containerd's k8s.io namespace.
 import_images() {
@@ -525,14 +529,14 @@ import_images() {
 		printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' >"$ctx/Containerfile"
 		podman build --quiet -t "$pause_image" "$ctx" >/dev/null
 		rm -rf "$ctx"
-		podman save --format docker-archive "$pause_image" | "$bin/ctr" -a "$sock" -n k8s.io images import - >/dev/null
+		podman save --format docker-archive "$pause_image" | "$bin/ctr" -a "$sock" -n k8s.io images import - 2>&1 >/dev/null | quiet_ctr
 	fi
 	for img in $images; do
 		if ! podman image exists "$img"; then
 			log "image $img not in podman (build it with scripts/image.sh): not imported"
 			continue
 		fi
-		podman save --format docker-archive "$img" | "$bin/ctr" -a "$sock" -n k8s.io images import - >/dev/null
+		podman save --format docker-archive "$img" | "$bin/ctr" -a "$sock" -n k8s.io images import - 2>&1 >/dev/null | quiet_ctr
 		log "imported $img"
 	done
 }
@@ -620,6 +624,12 @@ drop_kube_chains() {
 
 no_sandboxes() { [ -z "$("$1/ctr" -a "$sock" -n k8s.io tasks ls -q 2>/dev/null)" ]; }
 
+# nft_empty "table FAMILY NAME": it has chains at most, no rule, set or map.
+nft_empty() {
+	# shellcheck disable=SC2086 # "table FAMILY NAME" is three words
+	! nft list $1 2>/dev/null | grep -vE '^[[:space:]]*(table .*\{|chain .*\{|type .*;|\}|)$' | grep -q .
+}
+
 restore_host() {
 	local saved=$root/host.saved kind rest t
 	[ -f "$saved" ] || return 0
@@ -630,10 +640,11 @@ restore_host() {
 		kubechains) drop_kube_chains ;;
 		esac
 	done <"$saved"
-	# kube-proxy's nft tables that were not there before up (its probes
-	# leave empty ones); another program's tables are left alone.
+	# nft tables that were not there before up and are empty now
+	# (iptables-nft's, made by the rules above, and kube-proxy's probes); a
+	# table with a rule in it is another program's and is left alone.
 	while read -r t; do
-		case $t in "table "*" kube"*) grep -qxF "nft $t" "$saved" || nft delete $t 2>/dev/null || true ;; esac
+		grep -qxF "nft $t" "$saved" || ! nft_empty "$t" || nft delete $t 2>/dev/null || true
 	done < <(nft list tables 2>/dev/null)
 }
 
