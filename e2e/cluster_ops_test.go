@@ -209,14 +209,27 @@ func clusterOperations(t *testing.T, k *kube, token string) {
 func podDeletedMidCall(t *testing.T, k *kube, token string) {
 	hc, _ := k.serviceClient(t)
 	c := mcptest.Connect(t, "http://toolgate:8080/mcp", mcptest.Options{Token: token, HTTP: hc, Name: "toolgate-e2e-cluster"})
+	// A 2025-11-25 session, minted by the replica ClientIP affinity picks.
+	legacy := mcptest.Connect(t, "http://toolgate:8080/mcp", mcptest.Options{Token: token, HTTP: hc, Legacy: true, Name: "toolgate-e2e-cluster"})
 	type result struct {
 		text string
 		err  error
 	}
 	done := make(chan result, 1)
+	// The slow tool (the earlier subtests' ConfigMap edit; set here too).
+	k.setConf(t, fmt.Sprintf(confWith, 5))
+	for start := time.Now(); !slices.Contains(names(t, c), "slow"); time.Sleep(time.Second) {
+		if time.Since(start) > 150*time.Second {
+			t.Fatal("the slow tool is not served")
+		}
+	}
 	go func() {
 		res, err := call1(c, "slow")
-		done <- result{text(res), err}
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		done <- result{text(res), nil}
 	}()
 	// The pod whose sandbox runs the sleep.
 	var victim string
@@ -242,6 +255,16 @@ func podDeletedMidCall(t *testing.T, k *kube, token string) {
 		t.Errorf("the next call after deleting %s: %v %q", victim, err, text(res))
 	}
 	k.must(t, "rollout", "status", "deployment/toolgate", "--timeout=120s")
+	// The session died with its replica: the other one does not know it
+	// (404), and the client starts a new session there, as the spec says.
+	k.settle(t, 2)
+	if _, err := call1(legacy, "git_status"); err == nil {
+		t.Errorf("a call in the session of the deleted replica %s succeeded, want it refused (unknown session)", victim)
+	}
+	fresh := mcptest.Connect(t, "http://toolgate:8080/mcp", mcptest.Options{Token: token, HTTP: hc, Legacy: true, Name: "toolgate-e2e-cluster"})
+	if res, err := call1(fresh, "git_status"); err != nil || !strings.Contains(text(res), "not a git repository") {
+		t.Errorf("a new session after the replica went: %v %q", err, text(res))
+	}
 }
 
 // clusterFigures measures calls/s and p50/p99 of git_status (a sandboxed

@@ -140,6 +140,8 @@ func deployWorkload(t *testing.T, k *kube) (string, time.Duration) {
 	k.ns = fmt.Sprintf("toolgate-e2e-%06x", rand.Uint32()>>8)
 	ns := k.ns
 	k.ns = ""
+	// What an interrupted run left (its pods would hold the node's CPU).
+	k.must(t, "delete", "namespace", "-l", "toolgate-k8s-test=1", "--timeout=90s")
 	k.must(t, "create", "namespace", ns)
 	k.must(t, "label", "namespace", ns, "toolgate-k8s-test=1")
 	k.ns = ns
