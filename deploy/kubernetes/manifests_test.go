@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -411,5 +412,42 @@ func TestREADMESecretCommand(t *testing.T) {
 	}
 	if sec.Name != "toolgate-auth" || len(sec.Data) != 1 || string(sec.Data["tokens"]) != tokens {
 		t.Errorf("kubectl renders Secret %s with %d keys (tokens %q), want toolgate-auth with tokens the file", sec.Name, len(sec.Data), sec.Data["tokens"])
+	}
+}
+
+// TestDeploymentDrains: a rolling update loses no call
+// (e2e/cluster_ops_test.go proves it on a cluster) when the pod keeps
+// serving for a moment after it leaves the Service's endpoints (a native
+// preStop sleep: no binary in the image) and the kubelet's grace covers
+// that sleep plus toolgate's --shutdown-grace drain.
+func TestDeploymentDrains(t *testing.T) {
+	d := decodeAll(t)
+	pod := d.deployments[0].Spec.Template.Spec
+	c := pod.Containers[0]
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil || c.Lifecycle.PreStop.Exec != nil {
+		t.Fatal("lifecycle.preStop: want a native sleep (the endpoints move before SIGTERM)")
+	}
+	sleep := time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
+	if sleep < 3*time.Second {
+		t.Errorf("preStop sleep %s: want at least 3 s for kube-proxy to drop the endpoint", sleep)
+	}
+	var grace time.Duration
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--shutdown-grace="); ok {
+			g, err := time.ParseDuration(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			grace = g
+		}
+	}
+	if grace == 0 {
+		t.Fatal("args: want --shutdown-grace")
+	}
+	if pod.TerminationGracePeriodSeconds == nil {
+		t.Fatal("terminationGracePeriodSeconds: want it set")
+	}
+	if total := time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second; total <= sleep+grace {
+		t.Errorf("terminationGracePeriodSeconds %s: want more than the preStop sleep %s + --shutdown-grace %s", total, sleep, grace)
 	}
 }
