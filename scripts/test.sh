@@ -7,11 +7,32 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
+go_path
+# What a cold machine builds from the Go module proxy for the tests, tens
+# of CPU-minutes (docs/development.md), starts beside the installs, which
+# mostly wait on the network: Helm and Jaeger (pure Go) at once, the
+# cluster's binaries once Debian's packages are in (runc needs
+# libseccomp-dev, the pause image podman). Each is cached; the later calls
+# (helm_bin, jaeger, k8s-local.sh up) find it, or build it again and fail
+# loudly there.
+prebuilt=$(mktemp)
+(helm_bin && jaeger) >/dev/null 2>>"$prebuilt" &
+prebuild_go=$!
 . scripts/deps.sh
+if [ "${TOOLGATE_K8S:-1}" != 0 ]; then
+	scripts/k8s-local.sh build >/dev/null 2>>"$prebuilt" &
+	prebuild_k8s=$!
+fi
 . scripts/npm-deps.sh
 . scripts/agent-clis.sh
 . scripts/http-deps.sh
-go_path
+for pid in $prebuild_go ${prebuild_k8s:-}; do
+	if ! wait "$pid"; then
+		echo "test: a prebuild failed (built again where it is needed):" >&2
+		cat "$prebuilt" >&2
+	fi
+done
+rm -f "$prebuilt"
 export CGO_ENABLED=1
 
 echo "== commit subjects" >&2
