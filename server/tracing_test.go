@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -30,6 +29,7 @@ import (
 	"github.com/toolgate/toolgate/egress"
 	"github.com/toolgate/toolgate/gateway"
 	"github.com/toolgate/toolgate/internal/mcptest"
+	"github.com/toolgate/toolgate/internal/testbin"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tracing"
 )
@@ -426,21 +426,7 @@ func TestTraceBoundsClientID(t *testing.T) {
 // never answers, the spans queued of calls with 1 MiB ids hold no more
 // than their bounded attributes (they held every id whole).
 func TestTraceClientIDsMemoryBounded(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+ln.Addr().String())
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+testbin.Blackhole(t))
 	p, err := tracing.Start(context.Background(), tracing.Config{Traces: tracing.ExporterOTLP})
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,6 +18,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/toolgate/toolgate/internal/testbin"
 )
 
 // TestAuditLogsWithoutPrincipal: with OTEL_LOGS_EXPORTER=otlp and no
@@ -60,21 +61,7 @@ func TestAuditLogsWithoutPrincipal(t *testing.T) {
 // answers holds Shutdown (traces and logs both on) no longer than
 // ShutdownGrace.
 func TestShutdownCollectorBlackhole(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+ln.Addr().String())
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+testbin.Blackhole(t))
 	p, err := Start(context.Background(), Config{Traces: ExporterOTLP, Logs: ExporterOTLP})
 	if err != nil {
 		t.Fatal(err)
