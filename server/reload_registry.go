@@ -73,7 +73,7 @@ func (s *Server) ReloadRegistry(trigger string, load RegistryLoader) (rec status
 	c := s.conf.Load()
 	s.reloads.mu.Unlock()
 	p := s.planRegistry(ds, load(taken, c), taken)
-	if p.unchanged(ds) {
+	if s.unchanged(ds, p) {
 		return rec, false
 	}
 	s.discover(s.life, p.fresh)
@@ -102,7 +102,9 @@ func (s *Server) ReloadRegistry(trigger string, load RegistryLoader) (rec status
 // unchanged reports whether p serves what ds serves already: no server
 // new, changed or gone, and the registry's state the same and not
 // refused (a refusal is always reported).
-func (p registryPlan) unchanged(ds *downstreamSet) bool {
+func (s *Server) unchanged(ds *downstreamSet, p registryPlan) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	return len(p.fresh) == 0 && len(p.retired) == 0 && len(p.errs) == 0 && ds.status.State == string(p.r.State)
 }
 
