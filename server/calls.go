@@ -26,7 +26,7 @@ func (s *Server) hooks() *mcpserver.Hooks {
 		s.waitListed(ctx)
 	})
 	h.AddBeforeCallTool(func(ctx context.Context, _ any, req *mcp.CallToolRequest) {
-		if !s.known(req.Params.Name) {
+		if s.listing() && !s.serves(req.Params.Name) {
 			s.waitListed(ctx)
 		}
 	})

@@ -133,6 +133,29 @@ func (s *Server) StartDownstream(ctx context.Context, opts gateway.Options) {
 	}()
 }
 
+// listing reports whether the discovery StartDownstream began is under
+// way.
+func (s *Server) listing() bool {
+	if s.listed == nil {
+		return false
+	}
+	select {
+	case <-s.listed:
+		return false
+	default:
+		return true
+	}
+}
+
+// serves reports whether a tool of that name is served now (has its
+// handler): a downstream tool's name is reserved before its server is
+// listed, and served only after.
+func (s *Server) serves(name string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.ContainsFunc(s.served, func(t status.Tool) bool { return t.Name == name })
+}
+
 // waitListed waits, within ctx, for the discovery StartDownstream began.
 func (s *Server) waitListed(ctx context.Context) {
 	if s.listed == nil {

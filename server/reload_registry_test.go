@@ -255,18 +255,16 @@ func TestReloadRegistryAfterClose(t *testing.T) {
 	}
 }
 
-// TestReloadConfDuringDiscovery: a tools.conf reload while the start-up
-// discovery lists the registry cannot take a name a downstream server's
-// tool will serve (the names are reserved before the listing): the
-// downstream tool answers it, and policy decides it as the downstream
-// tool it is, after one more tools.conf reload too.
-func TestReloadConfDuringDiscovery(t *testing.T) {
+// slowDiscovery is a server whose one downstream server, fake (tool
+// pid), takes 2 s to start: its start-up listing is under way when it
+// returns.
+func slowDiscovery(t *testing.T) *Server {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := t.TempDir()
-	slow := bin + "/slow"
+	slow := t.TempDir() + "/slow"
 	if err := os.WriteFile(slow, []byte("#!/bin/sh\nsleep 2\nexec "+self+" \"$@\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -281,6 +279,30 @@ func TestReloadConfDuringDiscovery(t *testing.T) {
 	s := New(Options{Conf: loadConf(t, twoTools), Log: log, Direct: &fakeRunner{}, Sandbox: rt.FailedSandbox("bwrap", errors.New("none"))})
 	t.Cleanup(s.Close)
 	s.StartDownstream(context.Background(), gateway.Options{Registry: r, DirectServices: &rt.DirectServices{Shim: testbin.Shim(t)}})
+	return s
+}
+
+// TestCallDuringDiscovery: a call of a downstream tool while its server
+// is still being listed at start-up waits for the listing and answers
+// (its name is reserved before the listing; it was "tool not found").
+func TestCallDuringDiscovery(t *testing.T) {
+	s := slowDiscovery(t)
+	res, err := callTool(t, session(t, s), "fake__pid", nil)
+	if err != nil || res.IsError {
+		t.Fatalf("fake__pid during the start-up listing: %v %v", err, res)
+	}
+	if _, err := strconv.Atoi(resultText(res)); err != nil {
+		t.Errorf("fake__pid = %q, want the server's pid", resultText(res))
+	}
+}
+
+// TestReloadConfDuringDiscovery: a tools.conf reload while the start-up
+// discovery lists the registry cannot take a name a downstream server's
+// tool will serve (the names are reserved before the listing): the
+// downstream tool answers it, and policy decides it as the downstream
+// tool it is, after one more tools.conf reload too.
+func TestReloadConfDuringDiscovery(t *testing.T) {
+	s := slowDiscovery(t)
 	time.Sleep(500 * time.Millisecond) // past the collision check, inside the listing
 	taking := loadConf(t, twoTools+"tool fake__pid EXE test 5 100 on DIR --\n")
 	if rec := s.Reload(Snapshot{Conf: taking, Trigger: "watch", Changed: []string{"tools.conf"}}); len(rec.Refused) != 1 {
