@@ -137,6 +137,18 @@ func (k *kube) pods(t *testing.T) []kubePod {
 // how long kubectl apply took to two ready replicas.
 func deployWorkload(t *testing.T, k *kube) (string, time.Duration) {
 	t.Helper()
+	token := k.prepare(t)
+	start := time.Now()
+	k.must(t, "apply", "-f", "../deploy/kubernetes/")
+	return token, k.rolledOut(t, start, 2)
+}
+
+// prepare makes k a fresh namespace, removed when the test ends, with
+// what the workload needs beside its objects: the image, the seccomp
+// profile on the node and the operator's Secret (docs/kubernetes.md). It
+// returns the Secret's token.
+func (k *kube) prepare(t *testing.T) string {
+	t.Helper()
 	k.ns = fmt.Sprintf("toolgate-e2e-%06x", rand.Uint32()>>8)
 	ns := k.ns
 	k.ns = ""
@@ -181,14 +193,20 @@ func deployWorkload(t *testing.T, k *kube) (string, time.Duration) {
 		args = append(args, "--from-literal="+key+"="+v)
 	}
 	k.must(t, args...)
-	start := time.Now()
-	k.must(t, "apply", "-f", "../deploy/kubernetes/")
+	return token
+}
+
+// rolledOut waits for the Deployment's rollout to n ready replicas and
+// for the Service to answer on its ClusterIP; it returns the time from
+// start to the rollout's end.
+func (k *kube) rolledOut(t *testing.T, start time.Time, n int) time.Duration {
+	t.Helper()
 	if _, err := k.run("rollout", "status", "deployment/toolgate", "--timeout=180s"); err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
-	if pods := k.pods(t); len(pods) != 2 {
-		t.Fatalf("%d pods after the rollout, want the Deployment's 2", len(pods))
+	if pods := k.pods(t); len(pods) != n {
+		t.Fatalf("%d pods after the rollout, want %d", len(pods), n)
 	}
 	// kube-proxy programs the Service a moment after the endpoints are
 	// ready (until then its rules refuse the connection).
@@ -203,7 +221,7 @@ func deployWorkload(t *testing.T, k *kube) (string, time.Duration) {
 			t.Fatalf("the Service's ClusterIP %s:8080: %v", ip, err)
 		}
 	}
-	return token, took
+	return took
 }
 
 func (k *kube) podsNoFail() []string {
