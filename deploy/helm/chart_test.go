@@ -8,7 +8,6 @@ package helm
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"go/build"
@@ -28,7 +27,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/internal/credscan"
 )
 
 const (
@@ -609,14 +608,6 @@ func TestChartRefuses(t *testing.T) {
 	}
 }
 
-// tokenish is what could be a literal bearer token (as in
-// deploy/kubernetes's test): 32 or more characters of RFC 6750's alphabet,
-// without the '.' and '/' of names and paths.
-var (
-	tokenish = regexp.MustCompile(`[A-Za-z0-9_~+-]{32,}=*`)
-	digestRe = regexp.MustCompile(`sha256:[0-9A-Fa-f]{64}`)
-)
-
 // TestChartShipsNoCredential: no file of the chart holds a token, a
 // token's digest or a published example token (the chart names an existing
 // Secret; no render holds a Secret: decodeStrict refuses the kind).
@@ -629,19 +620,7 @@ func TestChartShipsNoCredential(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for i, l := range strings.Split(string(b), "\n") {
-			if m := digestRe.FindString(l); m != "" {
-				t.Errorf("%s:%d: a token digest (%.16s...)", p, i+1, m)
-			}
-			if m := tokenish.FindString(l); m != "" {
-				t.Errorf("%s:%d: %.8s... could be a token", p, i+1, m)
-			}
-			for _, w := range strings.FieldsFunc(l, func(r rune) bool { return strings.ContainsRune(" \t\"':=,", r) }) {
-				if where, ok := conf.PublishedToken(sha256.Sum256([]byte(w))); ok {
-					t.Errorf("%s:%d: a published token (%s)", p, i+1, where)
-				}
-			}
-		}
+		credscan.File(t, p, b)
 		return nil
 	})
 	if err != nil {

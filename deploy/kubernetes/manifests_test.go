@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/toolgate/toolgate/conf"
+	"github.com/toolgate/toolgate/internal/credscan"
 )
 
 // decoded is every object of the manifests, by kind.
@@ -224,12 +225,6 @@ func TestDeploymentSandboxSettings(t *testing.T) {
 	}
 }
 
-// tokenish is what could be a literal bearer token: 32 or more characters
-// of RFC 6750's alphabet, without the '.' and '/' of names and paths.
-var tokenish = regexp.MustCompile(`[A-Za-z0-9_~+-]{32,}=*`)
-
-var digestRe = regexp.MustCompile(`sha256:[0-9A-Fa-f]{64}`)
-
 // TestManifestsShipNoCredential: `kubectl apply -f deploy/kubernetes/`
 // creates no Secret, and no file here (comments included) holds a token,
 // a token's sha256: digest, or any word that is a published example token.
@@ -252,19 +247,7 @@ func TestManifestsShipNoCredential(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, l := range strings.Split(string(b), "\n") {
-			if m := digestRe.FindString(l); m != "" {
-				t.Errorf("%s:%d: a token digest (%.16s...)", f, i+1, m)
-			}
-			if m := tokenish.FindString(l); m != "" {
-				t.Errorf("%s:%d: %.8s... could be a token", f, i+1, m)
-			}
-			for _, w := range strings.FieldsFunc(l, func(r rune) bool { return strings.ContainsRune(" \t\"':=,", r) }) {
-				if where, ok := conf.PublishedToken(sha256.Sum256([]byte(w))); ok {
-					t.Errorf("%s:%d: a published token (%s)", f, i+1, where)
-				}
-			}
-		}
+		credscan.File(t, f, b)
 	}
 }
 
