@@ -22,21 +22,6 @@ import (
 	"github.com/toolgate/toolgate/status"
 )
 
-// collisions applies registry.Collisions to the names this server serves
-// already (a registry loaded without registry.Options.Taken, as in tests,
-// is held to the same rule).
-func (s *Server) collisions(r *registry.Registry) []error {
-	s.mu.RLock()
-	taken := registry.TakenNames(nil, s.conf.Load())
-	for name := range s.order {
-		if _, ok := taken[name]; !ok {
-			taken[name] = "the built-in tool"
-		}
-	}
-	s.mu.RUnlock()
-	return registry.Collisions(r.Servers, taken)
-}
-
 // downstreamSet is the Server's part for downstream servers, written
 // under Server.mu by ConnectDownstream and by a reload of the registry.
 type downstreamSet struct {
@@ -199,7 +184,7 @@ func (s *Server) ConnectDownstream(ctx context.Context, opts gateway.Options) {
 	// The names are the servers' from before they are listed: a reload
 	// of tools.conf meanwhile cannot take one (Reload's dropTaken).
 	s.reloads.mu.Lock()
-	errs := s.collisions(r)
+	errs := registry.Collisions(r.Servers, s.registryTaken())
 	if len(errs) == 0 {
 		for _, srv := range r.Servers {
 			s.reserve(srv)

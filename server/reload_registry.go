@@ -120,13 +120,20 @@ func (s *Server) enterReload() bool {
 	return true
 }
 
-// registryTaken are the names a reloaded registry may not serve: those
-// of the built-ins and of the tools.conf served now, but the names the
-// downstream servers hold (a reload of tools.conf withheld the externals
-// of those names: the server serving a name keeps it). s.reloads.mu is
-// held.
+// registryTaken are the names the registry may not serve, at start and
+// on a reload: those of the built-ins and of the tools.conf served now
+// (and of every built-in and external served, so that a registry loaded
+// without registry.Options.Taken, as in tests, is held to the same
+// rule), but the names the downstream servers hold (a reload of
+// tools.conf withheld the externals of those names: the server serving
+// a name keeps it). s.reloads.mu is held.
 func (s *Server) registryTaken() map[string]string {
 	taken := registry.TakenNames(builtin.Names(), s.conf.Load())
+	for _, name := range s.reloads.base {
+		if _, ok := taken[name]; !ok {
+			taken[name] = "the built-in tool"
+		}
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for name := range s.order {

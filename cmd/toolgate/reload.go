@@ -31,7 +31,9 @@ const (
 	fileRegistry = "registry" // the directory: its fragments and pins
 )
 
-// reloadFiles are the files a reload reads, in the order it applies them.
+// reloadFiles are the files a reload reads: the first three applied in
+// that order by Server.Reload, the registry then by its own reload
+// (registryReloads).
 var reloadFiles = []string{fileConf, fileTokens, filePolicy, fileRegistry}
 
 // What serves on after a refused file (status.Refusal.Effect).
@@ -103,7 +105,7 @@ const maxSummed = registry.MaxPinsSize + 1
 // regular file (or a link to one) is read, opened without blocking: a
 // FIFO or a device put there never holds the reloader.
 func sumFile(h io.Writer, path string) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := conf.OpenFile(path, 0)
 	if err != nil {
 		fmt.Fprintf(h, "error: %v\n", err)
 		return
