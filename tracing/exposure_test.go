@@ -13,7 +13,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,34 +25,25 @@ import (
 // --trace-principal, the audit's principal and client are not exported;
 // with it, they are.
 func TestAuditLogsWithoutPrincipal(t *testing.T) {
-	var mu sync.Mutex
-	var bodies [][]byte
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		bodies = append(bodies, b)
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/x-protobuf")
-	}))
-	defer srv.Close()
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
-	p, err := Start(context.Background(), Config{Logs: ExporterOTLP})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := logrus.New()
-	l.SetOutput(io.Discard)
-	l.AddHook(p.AuditHook(false))
-	l.WithFields(logrus.Fields{"tool": "t", "principal": "alice@example.com", "client": "oauth-client-42"}).Info("call")
-	_ = p.Shutdown(context.Background())
-	mu.Lock()
-	defer mu.Unlock()
-	all := bytes.Join(bodies, nil)
-	if bytes.Contains(all, []byte("alice@example.com")) || bytes.Contains(all, []byte("oauth-client-42")) {
-		t.Error("the principal is exported in the audit's OTel log record without --trace-principal")
-	}
-	if !bytes.Contains(all, []byte("call")) {
-		t.Error("no audit record exported at all")
+	for _, principal := range []bool{false, true} {
+		bodies := collectLogs(t)
+		p, err := Start(context.Background(), Config{Logs: ExporterOTLP})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := logrus.New()
+		l.SetOutput(io.Discard)
+		l.AddHook(p.AuditHook(principal))
+		l.WithFields(logrus.Fields{"tool": "t", "principal": "alice@example.com", "client": "oauth-client-42"}).Info("call")
+		_ = p.Shutdown(context.Background())
+		all := bytes.Join(bodies(), nil)
+		if !bytes.Contains(all, []byte("call")) {
+			t.Fatalf("principal=%v: no audit record exported at all", principal)
+		}
+		named := bytes.Contains(all, []byte("alice@example.com")) || bytes.Contains(all, []byte("oauth-client-42"))
+		if named != principal {
+			t.Errorf("principal=%v: the export names the principal or client: %v", principal, named)
+		}
 	}
 }
 

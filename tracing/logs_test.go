@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 
@@ -18,19 +19,7 @@ import (
 // the trace and span ids of the span context in its context; the logger's
 // own output is unchanged.
 func TestAuditLogs(t *testing.T) {
-	var mu sync.Mutex
-	var bodies [][]byte
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		if r.URL.Path == "/v1/logs" {
-			mu.Lock()
-			bodies = append(bodies, b)
-			mu.Unlock()
-		}
-		w.Header().Set("Content-Type", "application/x-protobuf")
-	}))
-	defer srv.Close()
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	bodies := collectLogs(t)
 	p, err := Start(context.Background(), Config{Logs: ExporterOTLP})
 	if err != nil {
 		t.Fatal(err)
@@ -50,18 +39,41 @@ func TestAuditLogs(t *testing.T) {
 	if err := p.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(bodies) != 1 {
-		t.Fatalf("%d log exports, want 1", len(bodies))
+	got := bodies()
+	if len(got) != 1 {
+		t.Fatalf("%d log exports, want 1", len(got))
 	}
 	for what, want := range map[string][]byte{"trace id": tid[:], "span id": sid[:], "the tool field": []byte("the-tool"), "the body": []byte("call")} {
-		if !bytes.Contains(bodies[0], want) {
+		if !bytes.Contains(got[0], want) {
 			t.Errorf("the export does not hold %s", what)
 		}
 	}
 	if !bytes.Contains(out.Bytes(), []byte(`"tool":"the-tool"`)) {
 		t.Errorf("the logger's own line = %q", out.String())
+	}
+}
+
+// collectLogs points the OTLP exporters at a collector on 127.0.0.1 that
+// keeps the bodies of the log exports it receives; bodies returns them.
+func collectLogs(t *testing.T) (bodies func() [][]byte) {
+	t.Helper()
+	var mu sync.Mutex
+	var got [][]byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/v1/logs" {
+			mu.Lock()
+			got = append(got, b)
+			mu.Unlock()
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	return func() [][]byte {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
 	}
 }
 
