@@ -95,11 +95,18 @@ func Exec(ctx context.Context, c Cmd) (Result, error) {
 // supervised is a started process and what its call needs: the read ends
 // of its output, the write end of its stdin, the limits and the hooks.
 // Exec fills it for a process it starts; Standby.Release for a sandbox
-// started ahead of its call.
+// started ahead of its call; a helper session (session.go) for one of its
+// commands, with its own kill and end.
 type supervised struct {
 	cmd *exec.Cmd
 	// exited is closed when the process has exited (still unreaped).
 	exited <-chan struct{}
+	// kill, when set, is what a timeout or a cancellation does without a
+	// Stop hook, instead of a SIGKILL of cmd's group and cgroup; end,
+	// when set, is what follows the exit, instead of that kill and the
+	// reap of cmd: it returns the exit code.
+	kill func()
+	end  func() int
 	// start is when the call began: the timeout and Elapsed count from
 	// it.
 	start time.Time
@@ -121,7 +128,20 @@ type supervised struct {
 // the capped reads, the timeout and cancellation, the kill of everything
 // it started once the direct child exited, the reap and the drain.
 func supervise(ctx context.Context, sv supervised) Result {
-	pid := sv.cmd.Process.Pid
+	if sv.kill == nil {
+		pid := sv.cmd.Process.Pid
+		sv.kill = func() { killGroup(pid, sv.group) }
+	}
+	if sv.end == nil {
+		// The direct child has exited: nothing the call started may
+		// outlive it. Kill the group (or the cgroup) while the zombie
+		// still pins the pgid, then reap.
+		sv.end = func() int {
+			sv.kill()
+			werr := sv.cmd.Wait()
+			return exitCode(sv.cmd.ProcessState, werr)
+		}
+	}
 	r, errR := sv.out, sv.errOut
 	defer r.Close()
 	if errR != r {
@@ -162,10 +182,10 @@ func supervise(ctx context.Context, sv supervised) Result {
 		res.Limit = limit
 		res.TimedOut = limit == LimitTimeout
 		if sv.stop != nil {
-			sv.stop(pid)
+			sv.stop(sv.cmd.Process.Pid)
 			escalate = time.After(stopEscalation)
 		} else {
-			killGroup(pid, sv.group)
+			sv.kill()
 		}
 	}
 	done := ctx.Done()
@@ -181,18 +201,13 @@ wait:
 			stop(LimitCancelled)
 		case <-escalate:
 			escalate = nil
-			killGroup(pid, sv.group)
+			sv.kill()
 		}
 	}
 	if sv.finish != nil {
 		sv.finish()
 	}
-	// The direct child has exited: nothing the call started may outlive
-	// it. Kill the group (or the cgroup) while the zombie still pins the
-	// pgid, then reap.
-	killGroup(pid, sv.group)
-	werr := sv.cmd.Wait()
-	res.ExitCode = exitCode(sv.cmd.ProcessState, werr)
+	res.ExitCode = sv.end()
 	endRunSpan(span, res)
 	_, capture := telemetry.Start(ctx, "output capture")
 	defer func() { endCaptureSpan(capture, res) }()
