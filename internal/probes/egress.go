@@ -174,14 +174,9 @@ func udpQuery(hostport string) string {
 }
 
 // requireEgressSandbox refuses to run unless this process is the tool of
-// a sandbox: PID 1 of its pid namespace, or the child of the egress init
-// shim, which is PID 1 there.
+// a sandbox (sandboxed).
 func requireEgressSandbox() {
-	if os.Getpid() == 1 {
-		return
-	}
-	cmd, _ := os.ReadFile("/proc/1/cmdline")
-	if os.Getppid() == 1 && strings.HasPrefix(string(cmd), "/.toolgate/shim\x00") {
+	if sandboxed() {
 		return
 	}
 	fmt.Fprintf(os.Stderr, "probe: refusing: not the tool of a sandbox (pid %d): a name lookup here would use the host's resolver\n", os.Getpid())

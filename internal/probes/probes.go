@@ -164,6 +164,8 @@ func Main(pre, args []string) {
 		fmt.Println("kill -1:", result(syscall.Kill(-1, syscall.SIGKILL)))
 	case "pid":
 		fmt.Printf("pid=%d ppid=%d\n", os.Getpid(), os.Getppid())
+	case "processes":
+		fmt.Printf("processes: %d\n", len(pids()))
 	case "pdeathsig":
 		// The signal this process gets when its parent dies (0: none).
 		// It is a thread's: the main thread's is the one the process
@@ -295,7 +297,7 @@ func groups() []int {
 // tryWrite appends a byte to p, creating it, when this probe runs as PID 1
 // of a pid namespace (a sandbox); elsewhere it only asks access(2).
 func tryWrite(p string) error {
-	if os.Getpid() != 1 {
+	if !sandboxed() {
 		return accessWrite(p)
 	}
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
@@ -538,9 +540,21 @@ func reach(pid int) {
 	}
 }
 
+// sandboxed reports whether this process is the tool of a sandbox: PID 1
+// of its pid namespace, or a child of toolgate's shim when the shim is PID
+// 1 there (the egress init shim, a helper session's shim), which only a
+// sandbox has.
+func sandboxed() bool {
+	if os.Getpid() == 1 {
+		return true
+	}
+	cmd, _ := os.ReadFile("/proc/1/cmdline")
+	return os.Getppid() == 1 && strings.HasPrefix(string(cmd), "/.toolgate/shim\x00")
+}
+
 func requireSandbox() {
-	if os.Getpid() != 1 {
-		fmt.Fprintf(os.Stderr, "probe: refusing: not PID 1 of a pid namespace (pid %d): this probe would damage the host\n", os.Getpid())
+	if !sandboxed() {
+		fmt.Fprintf(os.Stderr, "probe: refusing: not the tool of a sandbox (pid %d): this probe would damage the host\n", os.Getpid())
 		os.Exit(99)
 	}
 }

@@ -3,6 +3,7 @@ package shim
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,10 +33,27 @@ import (
 // one sandbox to the server and nothing else, and the shim closes its end
 // before it execs: no tool ever holds a release channel, its own or
 // another sandbox's.
+//
+// A helper session (the session shim: a built-in's git over the
+// workspace, rt.Session) is the one sandbox that takes an argv, and only
+// in this form: after its ready message, each release is a command,
+// CommandByte then the argv's words joined by NUL bytes (at most
+// MaxCommandBytes in all) with the command's three streams; the shim
+// checks it against the shape it was prepared with (CheckCommand), runs
+// it, ends whatever it left, and answers StatusByte and the exit status
+// (one byte); then it waits for the next command, or the channel's close.
+// The argv comes from the server alone, which checks it too: nothing in a
+// sandbox holds the channel.
 const (
-	ReadyByte = 'R'
-	GoByte    = 'G'
+	ReadyByte   = 'R'
+	GoByte      = 'G'
+	CommandByte = 'C'
+	StatusByte  = 'X'
 )
+
+// MaxCommandBytes bounds a session command's message: the argv's words
+// and their separators.
+const MaxCommandBytes = 64 << 10
 
 // Streams is the number of descriptors a release passes: stdin, stdout,
 // stderr.
@@ -61,20 +79,9 @@ func awaitRelease(fd, want int) ([]int, error) {
 		if err != nil {
 			return nil, fmt.Errorf("release channel: %w", err)
 		}
-		var fds []int
-		if oobn > 0 {
-			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-			if err != nil {
-				return nil, fmt.Errorf("release message: %w", err)
-			}
-			for _, m := range msgs {
-				got, err := unix.ParseUnixRights(&m)
-				if err != nil {
-					closeAll(fds)
-					return nil, fmt.Errorf("release message: %w", err)
-				}
-				fds = append(fds, got...)
-			}
+		fds, err := rights(oob[:oobn])
+		if err != nil {
+			return nil, err
 		}
 		switch {
 		case n == 0 && oobn == 0:
@@ -84,6 +91,69 @@ func awaitRelease(fd, want int) ([]int, error) {
 			return nil, fmt.Errorf("release message refused: %d bytes, flags %#x, %d descriptors (want the go byte and %d)", n, flags, len(fds), want)
 		}
 		return fds, nil
+	}
+}
+
+// awaitCommand is a session shim's wait for its next command: the argv
+// and the three descriptors of its streams. A channel closed without one
+// is errDiscarded; any other message is an error.
+func awaitCommand(fd int) ([]string, []int, error) {
+	buf := make([]byte, MaxCommandBytes+2)
+	oob := make([]byte, unix.CmsgSpace(4*(Streams+1)))
+	for {
+		n, oobn, flags, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("release channel: %w", err)
+		}
+		fds, err := rights(oob[:oobn])
+		if err != nil {
+			return nil, nil, err
+		}
+		switch {
+		case n == 0 && oobn == 0:
+			return nil, nil, errDiscarded
+		case flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n < 2 || n > MaxCommandBytes+1 || buf[0] != CommandByte || len(fds) != Streams:
+			closeAll(fds)
+			return nil, nil, fmt.Errorf("command message refused: %d bytes, flags %#x, %d descriptors (want the command byte, an argv and %d)", n, flags, len(fds), Streams)
+		}
+		return strings.Split(string(buf[1:n]), "\x00"), fds, nil
+	}
+}
+
+// rights returns the descriptors an SCM_RIGHTS control message carried.
+func rights(oob []byte) ([]int, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("release message: %w", err)
+	}
+	var fds []int
+	for _, m := range msgs {
+		got, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			closeAll(fds)
+			return nil, fmt.Errorf("release message: %w", err)
+		}
+		fds = append(fds, got...)
+	}
+	return fds, nil
+}
+
+// sendStatus answers a session command with its exit status.
+func sendStatus(fd, code int) error {
+	if code < 0 || code > 255 {
+		code = 255
+	}
+	for {
+		err := unix.Sendmsg(fd, []byte{StatusByte, byte(code)}, nil, nil, 0)
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
 	}
 }
 

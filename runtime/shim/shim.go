@@ -70,6 +70,8 @@ func MaybeShim() {
 		maskExec(spec)
 	case Guard:
 		os.Exit(guard(spec))
+	case Session:
+		os.Exit(session(spec))
 	}
 	die(127, "unknown shim mode %q", spec.Mode)
 }

@@ -42,6 +42,11 @@ import (
 //     every other descriptor, and exec the tool with exactly bundle.Env (with
 //     --env keep: the service's environment, as the service mode). A
 //     channel closed without a release ends it without running anything.
+//   - session: inside a prepared helper sandbox (rt.Session), set the
+//     rlimits, say ReadyByte and run, one after another, the commands the
+//     release channel brings (each checked against the prefix in argv and
+//     the --verb words, CheckCommand), ending all a command left before
+//     answering its status; never exec (session.go).
 //   - mask: bind --mask FILE over TARGET in a private mount namespace,
 //     then exec (crun 1.8 on a hybrid-cgroup host, oci's host.go).
 //   - hold: beside a prepared OCI container, as a child subreaper: run
@@ -71,10 +76,13 @@ const (
 	Hold    Mode = "hold"
 	Mask    Mode = "mask"
 	Guard   Mode = "guard"
+	Session Mode = "session"
 )
 
 // KnownModes lists the shim modes.
-func KnownModes() []Mode { return []Mode{Reap, Enter, Init, Service, Standby, Hold, Mask, Guard} }
+func KnownModes() []Mode {
+	return []Mode{Reap, Enter, Init, Service, Standby, Hold, Mask, Guard, Session}
+}
 
 // Rlimit is one resource limit a shim sets (soft = hard) before it execs.
 type Rlimit struct {
@@ -115,8 +123,12 @@ type Spec struct {
 	// Env (init, standby) are the tool's own variables (its env line:
 	// non-secret, on the command line), added to bundle.Env.
 	Env []string
-	// ReleaseFD (standby, hold) is the shim's end of the release channel.
+	// ReleaseFD (standby, hold, session) is the shim's end of the release
+	// channel.
 	ReleaseFD int
+	// Verbs (session) are the words one of which must follow Argv in
+	// every command the session runs (CheckCommand); none: any.
+	Verbs []string
 	// Start (hold) is the runtime's start command; PidFile is where its
 	// create writes the container's init pid; Mask (hold), "FILE=TARGET",
 	// binds FILE over TARGET in a private mount namespace first (crun on a
@@ -166,6 +178,9 @@ func (s Spec) Args() []string {
 	}
 	if s.ReleaseFD > 0 {
 		a = append(a, "--release-fd", strconv.Itoa(s.ReleaseFD))
+	}
+	for _, v := range s.Verbs {
+		a = append(a, "--verb", v)
 	}
 	if s.PidFile != "" {
 		a = append(a, "--pid-file", s.PidFile)
@@ -241,6 +256,11 @@ func parse(args []string) (Spec, error) {
 				return s, fmt.Errorf("bad --release-fd %q", val)
 			}
 			s.ReleaseFD = n
+		case "--verb":
+			if val == "" || strings.IndexByte(val, 0) >= 0 {
+				return s, fmt.Errorf("bad --verb %q", val)
+			}
+			s.Verbs = append(s.Verbs, val)
 		case "--pid-file":
 			s.PidFile = val
 		case "--mask":

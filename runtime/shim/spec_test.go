@@ -28,6 +28,10 @@ func TestStandbyAndHoldArgs(t *testing.T) {
 			Rlimits: []Rlimit{{"nofile", 64}}, Path: "/usr/bin/env", Argv: []string{"env"},
 		},
 		{
+			Mode: Session, ReleaseFD: 4, Rlimits: []Rlimit{{"nofile", 64}}, Verbs: []string{"rev-parse", "diff"},
+			Path: "/usr/bin/git", Argv: []string{"/usr/bin/git", "--git-dir=/w/.git", "-c", "protocol.allow=never"},
+		},
+		{
 			Mode: Hold, ReleaseFD: 3, PidFile: "/run/b/pid", Mask: "/run/x=/sys/fs/cgroup/unified/cgroup.controllers",
 			Start: []string{"/usr/bin/runc", "start", "c1"}, Path: "/usr/bin/runc", Argv: []string{"/usr/bin/runc", "create", "c1"},
 		},
@@ -44,6 +48,7 @@ func TestStandbyAndHoldArgs(t *testing.T) {
 		{string(Standby), "--release-fd", "2", "--", "/x", "x"},
 		{string(Standby), "--env", "all", "--", "/x", "x"},
 		{string(Hold), "--mask", "relative=/x", "--", "/x", "x"},
+		{string(Session), "--verb", "", "--", "/x", "x"},
 	} {
 		if _, err := parse(bad); err == nil {
 			t.Errorf("parse(%q) accepted", bad)
@@ -153,5 +158,41 @@ func TestGuardArgs(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parse(guard %q) = %v, want %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestCheckCommand: a session command is its prefix word for word, then
+// one of the verbs when there are any; anything else is refused.
+func TestCheckCommand(t *testing.T) {
+	prefix := []string{"/usr/bin/git", "--git-dir=/w/.git", "-c", "protocol.allow=never"}
+	verbs := []string{"rev-parse", "diff"}
+	with := func(words ...string) []string { return append(append([]string(nil), prefix...), words...) }
+	for _, tc := range []struct {
+		name  string
+		verbs []string
+		argv  []string
+		ok    bool
+	}{
+		{"a verb and its arguments", verbs, with("diff", "--no-color", "HEAD"), true},
+		{"a verb alone", verbs, with("rev-parse"), true},
+		{"no verb", verbs, prefix, false},
+		{"another verb", verbs, with("config", "core.pager", "sh"), false},
+		{"a verb not in its place", verbs, append([]string{prefix[0], "diff"}, prefix[1:]...), false},
+		{"a prefix word dropped", verbs, append(append([]string(nil), prefix[:2]...), "diff"), false},
+		{"a prefix word changed", verbs, append([]string{prefix[0], prefix[1], "-c", "protocol.allow=always"}, "diff"), false},
+		{"another exe", verbs, append([]string{"/bin/sh"}, append(prefix[1:], "diff")...), false},
+		{"shorter than the prefix", verbs, prefix[:1], false},
+		{"a NUL byte", verbs, with("diff", "a\x00b"), false},
+		{"no verbs: the prefix alone", nil, prefix, true},
+		{"no verbs: anything after it", nil, with("./x", "./y"), true},
+		{"no verbs: another prefix", nil, []string{"/usr/bin/git", "./x"}, false},
+	} {
+		err := CheckCommand(prefix, tc.verbs, tc.argv)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: CheckCommand(%q) = %v, want ok %v", tc.name, tc.argv, err, tc.ok)
+		}
+	}
+	if err := CheckCommand(nil, nil, []string{"/bin/sh"}); err == nil {
+		t.Error("a session with no prefix runs anything")
 	}
 }
