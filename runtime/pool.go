@@ -37,6 +37,10 @@ func (t Template) key() string {
 	for _, kv := range t.Env {
 		field(kv)
 	}
+	fmt.Fprintf(h, "%v%d", t.Session, len(t.Verbs))
+	for _, v := range t.Verbs {
+		field(v)
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -183,6 +187,11 @@ func (p *Pool) Keep(ts []Template) {
 	defer p.mu.Unlock()
 	if p.closed {
 		return
+	}
+	// A backend that keeps no sandbox for a session's commands has
+	// nothing to prepare for one.
+	if _, ok := Runner(p.backend).(SessionOpener); !ok {
+		ts = slices.DeleteFunc(slices.Clone(ts), func(t Template) bool { return t.Session })
 	}
 	want := map[string]bool{}
 	for _, t := range ts {
@@ -504,6 +513,63 @@ func (p *Pool) refill(s *slot) {
 			p.refillLocked(s)
 		}
 	})
+}
+
+// OpenSession opens a helper session for t (OpenSession) in a sandbox
+// prepared for it ahead of the call when the pool keeps t and one is
+// ready, else in one the backend prepares on the caller's path (or, when
+// it cannot keep one sandbox for a session, a sandbox per command). Once
+// the session is closed, its teardown and the next sandbox's preparation
+// run off the call's path.
+func (p *Pool) OpenSession(ctx context.Context, t Template) (Session, error) {
+	if err := t.sessionShape(); err != nil {
+		return nil, err
+	}
+	if _, ok := Runner(p.backend).(SessionOpener); !ok {
+		return OpenSession(ctx, p.backend, t)
+	}
+	s := p.slotOf(t.key())
+	if s == nil {
+		return openPrepared(ctx, p.backend, t, p.afterCall)
+	}
+	p.begin(s)
+	_, span := telemetry.Start(ctx, "sandbox take")
+	for range 3 {
+		sb := p.take(s)
+		if sb == nil {
+			break
+		}
+		sess, err := sb.Session(t, p.afterCall)
+		if err == nil {
+			telemetry.Attrs(span, attribute.Bool("toolgate.pool.hit", true))
+			span.End()
+			return &pooledSession{Session: sess, end: func() { p.end(s) }}, nil
+		}
+		p.afterCall(sb.Cleanup)
+		p.counters.stale.Add(1)
+	}
+	p.counters.misses.Add(1)
+	telemetry.Attrs(span, attribute.Bool("toolgate.pool.hit", false))
+	span.End()
+	sess, err := openPrepared(ctx, p.backend, t, p.afterCall)
+	if err != nil {
+		p.end(s)
+		return nil, err
+	}
+	return &pooledSession{Session: sess, end: func() { p.end(s) }}, nil
+}
+
+// pooledSession is a session of a kept template: its close is the end of
+// its call for the pool, which then prepares the next.
+type pooledSession struct {
+	Session
+	end  func()
+	once sync.Once
+}
+
+func (s *pooledSession) Close() {
+	s.Session.Close()
+	s.once.Do(s.end)
 }
 
 // StartService starts svc in a sandbox prepared for it when there is one,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -34,6 +35,11 @@ func releasePair() (server, sandbox *os.File, err error) {
 // sendRelease writes the release message on the server's end, with the
 // streams when given (nil: the streams were made at preparation).
 func sendRelease(ctl *os.File, streams []*os.File) error {
+	return send(ctl, []byte{shim.GoByte}, streams)
+}
+
+// send writes msg on the server's end, with the streams when given.
+func send(ctl *os.File, msg []byte, streams []*os.File) error {
 	rc, err := ctl.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("release: %w", err)
@@ -51,7 +57,7 @@ func sendRelease(ctl *os.File, streams []*os.File) error {
 	}
 	var serr error
 	err = rc.Write(func(fd uintptr) bool {
-		serr = unix.Sendmsg(int(fd), []byte{shim.GoByte}, oob, nil, 0)
+		serr = unix.Sendmsg(int(fd), msg, oob, nil, 0)
 		return !errors.Is(serr, unix.EAGAIN)
 	})
 	if err == nil {
@@ -61,6 +67,37 @@ func sendRelease(ctl *os.File, streams []*os.File) error {
 		return fmt.Errorf("release: %w", err)
 	}
 	return nil
+}
+
+// sendCommand writes a helper session's command on the server's end: the
+// argv (checked by the caller) and its three streams.
+func sendCommand(ctl *os.File, argv []string, streams []*os.File) error {
+	msg := append([]byte{shim.CommandByte}, strings.Join(argv, "\x00")...)
+	if len(msg)-1 > shim.MaxCommandBytes {
+		return fmt.Errorf("command: %d bytes of argv, at most %d", len(msg)-1, shim.MaxCommandBytes)
+	}
+	return send(ctl, msg, streams)
+}
+
+// readStatus reads a session command's status on the server's end: its
+// exit code, or false when the channel ended (or said something else)
+// first.
+func readStatus(ctl *os.File) (int, bool) {
+	rc, err := ctl.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	buf := make([]byte, 8)
+	var n, flags int
+	var rerr error
+	err = rc.Read(func(fd uintptr) bool {
+		n, _, flags, _, rerr = unix.Recvmsg(int(fd), buf, nil, 0)
+		return !errors.Is(rerr, unix.EAGAIN)
+	})
+	if err != nil || rerr != nil || n != 2 || buf[0] != shim.StatusByte || flags&unix.MSG_TRUNC != 0 {
+		return 0, false
+	}
+	return int(buf[1]), true
 }
 
 func closeAll(fds []int) {

@@ -121,6 +121,16 @@ type Template struct {
 	// written to (a helper that reads its stdin); otherwise stdin is
 	// /dev/null, as a tool call's is. It is set exactly when Input is.
 	Stdin bool
+	// Session makes the template a built-in's helper session (a Session,
+	// OpenSession): Argv is then the fixed prefix of every command the
+	// sandbox runs (the helper's exe as configured and the arguments
+	// toolgate always gives it), and each command's further words come
+	// with it, from toolgate alone, the first of them one of Verbs when
+	// Verbs is set (shim.CheckCommand). Only helpers are sessions: a
+	// tool's sandbox never takes an argv. SplitStderr and Stdin do not
+	// apply: each command's call shapes its own streams.
+	Session bool
+	Verbs   []string
 }
 
 // Call is what only the call brings: its limits, its input and its

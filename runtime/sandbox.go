@@ -184,6 +184,16 @@ func (s *Sandbox) Run(ctx context.Context, inv Invocation) (Result, error) {
 	return r.Run(ctx, inv)
 }
 
+// OpenSession opens a helper session in the backend (OpenSession),
+// waiting for the setup within ctx.
+func (s *Sandbox) OpenSession(ctx context.Context, t Template) (Session, error) {
+	r, err := s.Backend(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return OpenSession(ctx, r, t)
+}
+
 // StartService starts svc in the backend, waiting for the setup within
 // ctx. A backend that cannot run services (oci) answers an error that wraps
 // ErrNoServices.

@@ -69,7 +69,8 @@ type Plan struct {
 	// bundle.TrustBundle over bundle.SystemTrust, where the host has it.
 	Trust bool
 
-	// Standby prepares the sandbox ahead of its call (the pool, rt.Pool):
+	// Standby (set for every Session template too) prepares the sandbox
+	// ahead of its call (the pool, rt.Pool):
 	// the sandbox is the same in every respect, but its first process is
 	// the standby shim (shim.Standby), which sets the rlimits, waits on
 	// the release channel at ReleaseFD, and on release takes the call's
@@ -203,7 +204,12 @@ func Args(pol bundle.Policy, p Plan) []string {
 	}
 	a = append(a, "--", bundle.ShimPath)
 	init := shim.Spec{Mode: shim.Init, Rlimits: rlimits, KeepStderr: p.SplitStderr, Egress: egress, Env: p.Env, Path: exe, Argv: p.Argv}
-	if p.Standby {
+	switch {
+	case p.Session:
+		// A helper session: its shim runs the commands the release
+		// channel brings, each Argv and further words (Template.Session).
+		init = shim.Spec{Mode: shim.Session, Rlimits: rlimits, Env: p.Env, Verbs: p.Verbs, ReleaseFD: ReleaseFD, Path: exe, Argv: p.Argv}
+	case p.Standby:
 		init.Mode, init.ReleaseFD = shim.Standby, ReleaseFD
 	}
 	return append(a, init.Args()...)

@@ -217,6 +217,9 @@ func Hint(msg string) string {
 
 // Run runs inv in a fresh sandbox.
 func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
+	if inv.Session {
+		return rt.Result{}, fmt.Errorf("bwrap: %s: a helper session's template runs through OpenSession", inv.Name)
+	}
 	plan := Plan{Template: inv.Template}
 	// The sandbox made on the call's path: what toolgate does before bwrap
 	// starts (ids, the egress proxy, the filter, the cgroup); bwrap's own
@@ -272,6 +275,13 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 	}
 	plan := Plan{Template: t, Standby: true}
 	return r.prepare(plan, rt.Env, fixedPaths(t.Dir, t.Path))
+}
+
+// OpenSession opens a helper session for t (rt.OpenSession) in a sandbox
+// of its own, prepared on the caller's path: the sandbox a call of a tool
+// gets, whose session shim runs the commands toolgate sends it.
+func (r *Runner) OpenSession(ctx context.Context, t rt.Template) (rt.Session, error) {
+	return rt.OpenPrepared(ctx, r, t)
 }
 
 // prepare starts plan (a Standby plan) with env as bwrap's environment.

@@ -390,6 +390,9 @@ func (r *Runner) Runtime() Name { return r.cfg.Runtime }
 // Run runs inv in a fresh container. However the call ends, the container
 // is killed and deleted and its bundle removed.
 func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
+	if inv.Session {
+		return rt.Result{}, fmt.Errorf("oci: %s: a helper session's template runs through rt.OpenSession", inv.Name)
+	}
 	id, err := r.containerID(inv.ID)
 	if err != nil {
 		return rt.Result{}, err
@@ -468,6 +471,11 @@ func (r *Runner) hostIDs(sid rt.SandboxID) (int, int) {
 // checks nothing was written to them. Cleanup deletes the container and
 // its bundle, off the call's path.
 func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
+	if t.Session {
+		// Its container's process is fixed at create: each command of a
+		// session runs in a container of its own (rt.OpenSession).
+		return nil, fmt.Errorf("oci: %s: a helper session is not prepared in one container", t.Name)
+	}
 	if len(t.Argv) == 0 {
 		return nil, errors.New("oci: prepare: empty argv")
 	}
