@@ -47,15 +47,19 @@ var gitConfig = []string{
 	"-c", "color.ui=never",
 }
 
-// gitArgs names the repository explicitly (its .git directory and work
-// tree: the workspace root, so that neither GIT_DIR discovery nor
-// core.worktree can point git elsewhere) and prefixes a git subcommand
-// with gitConfig.
-func (e *env) gitArgs(sub ...string) []string {
-	root := e.ws.Root()
+// gitPrefix is the start of every git run's arguments (its session's
+// fixed prefix, which the sandbox's shim holds every command to): the
+// repository named explicitly (its .git directory and work tree: the
+// workspace root, so that neither GIT_DIR discovery nor core.worktree can
+// point git elsewhere), then gitConfig.
+func gitPrefix(root string) []string {
 	a := []string{"--git-dir=" + filepath.Join(root, ".git"), "--work-tree=" + root}
-	a = append(a, gitConfig...)
-	return append(a, sub...)
+	return append(a, gitConfig...)
+}
+
+// gitArgs prefixes a git subcommand with gitPrefix.
+func (e *env) gitArgs(sub ...string) []string {
+	return append(gitPrefix(e.ws.Root()), sub...)
 }
 
 // checkRepo says why the workspace root is not a repository git_diff_input
@@ -132,8 +136,8 @@ var hexSHA = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
 
 // resolveRev turns one validated revision into a commit id with
 // rev-parse --verify, behind --end-of-options.
-func (e *env) resolveRev(ctx context.Context, rev string) (string, error) {
-	res, err := e.runHelper(ctx, HelperGit, e.gitArgs("rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{commit}"),
+func (e *env) resolveRev(ctx context.Context, git *helperSession, rev string) (string, error) {
+	res, err := git.run(ctx, e.gitArgs("rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{commit}"),
 		gitRevTimeout, 4<<10, nil)
 	if err != nil {
 		return "", err
@@ -234,20 +238,26 @@ func (e *env) gitDiff(ctx context.Context, target string, index *int) (Result, e
 	if err := e.checkRepo(); err != nil {
 		return Errorf("git_diff_input: %v", err), nil
 	}
+	// One sandbox for every git run of the call.
+	git, err := e.openHelper(ctx, HelperGit)
+	if err != nil {
+		return Errorf("git_diff_input: %v", err), nil
+	}
+	defer git.close()
 	info := DiffInfo{Target: target, Head: "worktree"}
-	left, err := e.resolveRev(ctx, rs.left)
+	left, err := e.resolveRev(ctx, git, rs.left)
 	if err != nil {
 		return Errorf("git_diff_input: %v", err), nil
 	}
 	info.Base = left
 	revs := []string{left}
 	if rs.right != "" {
-		right, err := e.resolveRev(ctx, rs.right)
+		right, err := e.resolveRev(ctx, git, rs.right)
 		if err != nil {
 			return Errorf("git_diff_input: %v", err), nil
 		}
 		if rs.threeDot {
-			res, err := e.runHelper(ctx, HelperGit, e.gitArgs("merge-base", left, right), gitRevTimeout, 4<<10, nil)
+			res, err := git.run(ctx, e.gitArgs("merge-base", left, right), gitRevTimeout, 4<<10, nil)
 			if err != nil {
 				return Errorf("git_diff_input: %v", err), nil
 			}
@@ -265,7 +275,7 @@ func (e *env) gitDiff(ctx context.Context, target string, index *int) (Result, e
 	argv := e.gitArgs("diff", "--no-color", "--no-ext-diff", "--no-textconv", "--relative", "--find-renames",
 		"--end-of-options")
 	argv = append(append(argv, revs...), "--")
-	res, err := e.runHelper(ctx, HelperGit, argv, gitDiffTimeout, MaxDiffBytes, nil)
+	res, err := git.run(ctx, argv, gitDiffTimeout, MaxDiffBytes, nil)
 	if err != nil {
 		return Errorf("git_diff_input: %v", err), nil
 	}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/toolgate/toolgate/internal/testbin"
 )
 
 func TestParseRevSpec(t *testing.T) {
@@ -85,7 +87,7 @@ func (r gitRepo) run(args ...string) string {
 func makeGitFixture(t *testing.T) (root string, r gitRepo) {
 	t.Helper()
 	git := requireBinary(t, "git")
-	root = filepath.Join(t.TempDir(), "repo")
+	root = filepath.Join(testbin.Dir(t), "repo") // a sandbox can bind it
 	r = gitRepo{t: t, git: git, dir: root}
 	writeTree(t, root, map[string]string{
 		"a.txt":        "one\ntwo\nthree\n",

@@ -247,6 +247,77 @@ func (e *env) runHelper(ctx context.Context, name string, args []string, timeout
 		Template: helperTemplate(h, args, e.ws.Root(), stdin != nil),
 		Call:     rt.Call{Timeout: timeout, MaxBytes: maxStdout, StderrMax: helperMaxStderr, Input: stdin},
 	})
+	return helperOutcome(span, name, res, err)
+}
+
+// helperSession is a built-in call's runs of one helper: one sandbox for
+// all of them (rt.Session), whose every command is the helper's fixed
+// prefix (sessionShapes) and the call's further words.
+type helperSession struct {
+	e    *env
+	name string
+	sess rt.Session
+}
+
+// sessionShape is how a helper's commands begin: the words after its exe
+// that every run gives it, and the words one of which comes next (none:
+// any).
+type sessionShape struct {
+	prefix func(root string) []string
+	verbs  []string
+}
+
+// sessionShapes are the helpers whose runs go through a session: git
+// (git_diff_input's rev-parse, merge-base and diff, each argv chosen per
+// call) and tokei (sloc's paths). ctags (outline) runs once with a fixed
+// argv, prepared ahead as it is (PoolTemplates).
+var sessionShapes = map[string]sessionShape{
+	HelperGit:   {prefix: gitPrefix, verbs: []string{"rev-parse", "merge-base", "diff"}},
+	HelperTokei: {prefix: func(string) []string { return tokeiPrefix }},
+}
+
+// sessionTemplate is the session of helper h over the workspace root: the
+// sandbox of its runs, prepared ahead by the pool (PoolTemplates) or on
+// the call's path (openHelper), its argv's fixed prefix and verbs.
+func sessionTemplate(h Helper, root string) rt.Template {
+	shape := sessionShapes[h.Name]
+	return rt.Template{
+		Name: h.Name, Path: h.Path, Argv: append([]string{h.Path}, shape.prefix(root)...), Dir: root,
+		Session: true, Verbs: shape.verbs,
+	}
+}
+
+// openHelper opens the session of helper name for one call: its runs
+// share one sandbox, made ahead of the call when the pool keeps it.
+func (e *env) openHelper(ctx context.Context, name string) (*helperSession, error) {
+	h := e.helpers[name]
+	if !h.Available() {
+		return nil, fmt.Errorf("helper %s is not available", name)
+	}
+	sess, err := rt.OpenSession(ctx, e.sandbox, sessionTemplate(h, e.ws.Root()))
+	if err != nil {
+		return nil, fmt.Errorf("%s could not run sandboxed: %w", name, err)
+	}
+	return &helperSession{e: e, name: name, sess: sess}, nil
+}
+
+// run runs the helper with args (its fixed prefix first) in the session's
+// sandbox, with the workspace root as its working directory and stdin
+// (nil: /dev/null). An error means it could not run at all: the tool
+// answers it as a failure.
+func (s *helperSession) run(ctx context.Context, args []string, timeout time.Duration, maxStdout int, stdin []byte) (rt.HelperResult, error) {
+	ctx, span := telemetry.Start(ctx, "helper "+s.name, trace.WithAttributes(attribute.String("toolgate.helper", s.name)))
+	defer span.End()
+	res, err := s.sess.Run(ctx, append([]string{s.e.helpers[s.name].Path}, args...),
+		rt.Call{Timeout: timeout, MaxBytes: maxStdout, StderrMax: helperMaxStderr, Input: stdin})
+	return helperOutcome(span, s.name, res, err)
+}
+
+// close ends the session; its sandbox goes off the call's path.
+func (s *helperSession) close() { s.sess.Close() }
+
+// helperOutcome is a helper run's HelperResult, with its span's outcome.
+func helperOutcome(span trace.Span, name string, res rt.Result, err error) (rt.HelperResult, error) {
 	if err != nil {
 		telemetry.Fail(span, "failed", "could not run sandboxed")
 		return rt.HelperResult{}, fmt.Errorf("%s could not run sandboxed: %w", name, err)
@@ -259,25 +330,37 @@ func (e *env) runHelper(ctx context.Context, name string, args []string, timeout
 	return rt.HelperResultOf(res), nil
 }
 
-// PoolTemplates are the helper runs of the served tools whose argv is fixed
-// ahead of the call, for the sandbox pool (rt.Pool): outline's ctags, which
-// reads the file on stdin. git's and tokei's argv depend on the call (a
-// revision, a path), so their sandboxes are made on the call's path. Each
-// template is exactly what runHelper's invocation will be.
+// PoolTemplates are the helper sandboxes of the served tools, for the
+// sandbox pool (rt.Pool) to prepare ahead of their calls: outline's ctags
+// (a fixed argv, the file on stdin: exactly runHelper's invocation), and
+// the sessions of git (git_diff_input) and tokei (sloc), whose argv the
+// call completes at each run.
 func PoolTemplates(root string, tools []Tool, helpers []Helper) []rt.Template {
 	ws, err := NewWorkspace(root)
 	if err != nil {
 		return nil
 	}
+	byName := map[string]Helper{}
+	for _, h := range helpers {
+		if h.Available() {
+			byName[h.Name] = h
+		}
+	}
 	var out []rt.Template
 	for _, t := range tools {
-		if t.Name != "outline" {
-			continue
-		}
-		for _, h := range helpers {
-			if h.Name == HelperCtags && h.Available() {
-				out = append(out, helperTemplate(h, ctagsArgs, ws.Root(), true))
+		var helper string
+		for _, c := range catalogue {
+			if c.name == t.Name {
+				helper = c.helper
 			}
+		}
+		h, ok := byName[helper]
+		switch {
+		case !ok:
+		case helper == HelperCtags:
+			out = append(out, helperTemplate(h, ctagsArgs, ws.Root(), true))
+		default:
+			out = append(out, sessionTemplate(h, ws.Root()))
 		}
 	}
 	return out

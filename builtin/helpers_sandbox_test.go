@@ -7,7 +7,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/bundle"
 	"github.com/toolgate/toolgate/internal/testbin"
@@ -199,5 +201,95 @@ func TestHelperOutlineSandboxed(t *testing.T) {
 	}
 	if got := strings.Join(names, ","); got != "package:pkg,func:Run,struct:T,member:X" || o.Language != "Go" {
 		t.Errorf("outline = %s (%s), want package:pkg,func:Run,struct:T,member:X (Go)", got, o.Language)
+	}
+}
+
+// countingSessions counts what the built-ins ask of the sandbox: sessions
+// opened, commands run in them, and runs outside one.
+type countingSessions struct {
+	rt.Runner
+	opened, commands, runs atomic.Int32
+}
+
+func (c *countingSessions) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
+	c.runs.Add(1)
+	return c.Runner.Run(ctx, inv)
+}
+
+func (c *countingSessions) OpenSession(ctx context.Context, t rt.Template) (rt.Session, error) {
+	c.opened.Add(1)
+	s, err := rt.OpenSession(ctx, c.Runner, t)
+	if err != nil {
+		return nil, err
+	}
+	return countedSession{s, c}, nil
+}
+
+type countedSession struct {
+	rt.Session
+	c *countingSessions
+}
+
+func (s countedSession) Run(ctx context.Context, argv []string, call rt.Call) (rt.Result, error) {
+	s.c.commands.Add(1)
+	return s.Session.Run(ctx, argv, call)
+}
+
+// TestGitDiffInputOneSandbox: a git_diff_input call of A...B runs its four
+// git commands (two rev-parse, merge-base, diff) in one sandbox, on the
+// real bwrap backend; with the pool keeping the built-ins' templates, that
+// sandbox was prepared ahead of the call, and the next one is prepared
+// after it.
+func TestGitDiffInputOneSandbox(t *testing.T) {
+	root, _ := makeGitFixture(t)
+	c := &countingSessions{Runner: sandboxRunner(t)}
+	tools := toolsWith(t, root, c)
+	res := call(t, tools, "git_diff_input", `{"target":"main...feature","index":1}`)
+	if res.IsError {
+		t.Fatal(res.Text)
+	}
+	if !strings.Contains(res.Text, "diff --git a/f.txt b/f.txt") {
+		t.Errorf("chunk 1 is not f.txt's diff:\n%s", res.Text)
+	}
+	if o, n, r := c.opened.Load(), c.commands.Load(), c.runs.Load(); o != 1 || n != 4 || r != 0 {
+		t.Errorf("sandbox use: %d sessions, %d commands, %d runs; want 1 session of 4 commands", o, n, r)
+	}
+
+	pool := rt.NewPool(c.Runner, rt.PoolConfig{Depth: 1})
+	t.Cleanup(func() { pool.Close() })
+	cfg := Config{Root: root, SearchPath: "/usr/bin:/bin", Version: "test", Sandbox: pool}
+	list, helpers, err := Tools(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Keep(PoolTemplates(root, list, helpers))
+	waitPool := func(what string, ok func(rt.PoolStatus) bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !ok(pool.Status()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: pool %+v", what, pool.Status())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitPool("the git session prepared", func(st rt.PoolStatus) bool {
+		for _, e := range st.Entries {
+			if e.Name == HelperGit && e.Ready == 1 {
+				return true
+			}
+		}
+		return false
+	})
+	tools = toolsOf(t, cfg)
+	for i := range 2 {
+		res = call(t, tools, "git_diff_input", `{"target":"HEAD~1..HEAD"}`)
+		if res.IsError {
+			t.Fatal(res.Text)
+		}
+		if st := pool.Status(); st.Hits != int64(i+1) || st.Misses != 0 {
+			t.Fatalf("call %d: pool %+v; want each call to take the prepared session", i+1, st)
+		}
+		waitPool("the next session prepared", func(st rt.PoolStatus) bool { return st.Ready >= 1 && st.Preparing == 0 })
 	}
 }

@@ -143,6 +143,9 @@ type tokeiReport struct {
 	} `json:"stats"`
 }
 
+// tokeiPrefix are the arguments of every tokei run, before its paths.
+var tokeiPrefix = []string{"--output", "json"}
+
 // tokeiArg turns a workspace path into an argument tokei cannot take for
 // an option: always "./"-prefixed.
 func tokeiArg(rel string) string {
@@ -153,11 +156,16 @@ func tokeiArg(rel string) string {
 }
 
 func (e *env) sloc(ctx context.Context, rels []string) (Result, error) {
-	args := []string{"--output", "json"}
+	args := slices.Clone(tokeiPrefix)
 	for _, r := range rels {
 		args = append(args, tokeiArg(r))
 	}
-	res, err := e.runHelper(ctx, HelperTokei, args, slocTimeout, slocMaxStdout, nil)
+	tokei, err := e.openHelper(ctx, HelperTokei)
+	if err != nil {
+		return Errorf("sloc: %v", err), nil
+	}
+	defer tokei.close()
+	res, err := tokei.run(ctx, args, slocTimeout, slocMaxStdout, nil)
 	if err != nil {
 		return Errorf("sloc: %v", err), nil
 	}
