@@ -201,6 +201,9 @@ func Main(pre, args []string) {
 	case "intrude":
 		requireSandbox()
 		intrude()
+	case "session-intrude":
+		requireSandbox()
+		sessionIntrude()
 	case "reach":
 		reach(atoi(arg(args, 0)))
 	case "add_key":
@@ -516,6 +519,43 @@ func intrude() {
 		fmt.Printf("write %s: %s\n", f, result(os.WriteFile(f, []byte("intruder\n"), 0o644)))
 	}
 	fmt.Println("kill -1:", result(syscall.Kill(-1, syscall.SIGKILL)))
+}
+
+// sessionIntrude is a helper session's command (a child of the session
+// shim, PID 1) trying to reach the shim and its release channel: its own
+// descriptors, PID 1's (/proc/1/fd), its environment and memory, ptrace,
+// signals that would stop or end it; then it leaves a process and a file
+// behind for the next command to find.
+func sessionIntrude() {
+	fds()
+	_, err := os.ReadDir("/proc/1/fd")
+	fmt.Printf("list /proc/1/fd: %s\n", result(err))
+	for _, fd := range []string{"3", "4", "5"} {
+		f, err := os.Open("/proc/1/fd/" + fd)
+		if err == nil {
+			f.Close()
+		}
+		fmt.Printf("open /proc/1/fd/%s: %s\n", fd, result(err))
+	}
+	for _, f := range []string{"/proc/1/environ", "/proc/1/mem"} {
+		_, err := os.ReadFile(f)
+		fmt.Printf("read %s: %s\n", f, result(err))
+	}
+	runtime.LockOSThread()
+	_, _, e := syscall.Syscall6(syscall.SYS_PTRACE, 0x4206 /* PTRACE_SEIZE */, 1, 0, 0, 0, 0)
+	if e == 0 {
+		fmt.Println("ptrace 1: attached")
+		syscall.Syscall6(syscall.SYS_PTRACE, syscall.PTRACE_DETACH, 1, 0, 0, 0, 0)
+	} else {
+		fmt.Printf("ptrace 1: %s\n", result(e))
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGKILL} {
+		fmt.Printf("kill 1 %d: sent %s\n", int(sig), result(syscall.Kill(1, sig)))
+	}
+	fmt.Printf("leave /tmp/toolgate-session-left: %s\n", result(os.WriteFile("/tmp/toolgate-session-left", []byte("x"), 0o644)))
+	c := self("detached-child")
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	fmt.Printf("leave a process: %s\n", result(c.Start()))
 }
 
 // reach reports what this process can do to process pid: signal it, read

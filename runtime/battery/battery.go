@@ -342,6 +342,9 @@ func Cases() []Case {
 		{Name: "own-sandbox", Guarantee: "two calls never share a sandbox: calls in flight at once each have namespaces of their own", Run: caseOwnSandbox},
 		{Name: "ids-apart", Guarantee: "each sandbox runs as host ids of its own, from a range no account uses: a host process with the previous call's uid can neither signal, read nor enter the next call", Run: caseIDsApart},
 		{Name: "prepared-apart", Guarantee: "a sandbox prepared for one tool is out of reach of another tool's call (no process, descriptor or file of it), and runs its own tool only", Run: casePreparedApart},
+		{Name: "session-shape", Guarantee: "a built-in's helper session runs only its helper, with exactly the argv toolgate sent; a command of another exe, prefix or verb is refused unrun, and the session goes on", Run: caseSessionShape},
+		{Name: "session-unreachable", Guarantee: "a helper session's command cannot reach its shim or release channel (only fds 0-2, /proc/1 closed, no ptrace; signals do not stop it), and nothing it leaves meets the next command, which runs exactly what was sent", Run: caseSessionUnreachable},
+		{Name: "session-fresh", Guarantee: "a helper session's sandbox is as fresh as a tool's: its first command sees nothing an earlier session left, and exactly the four variables", Run: caseSessionFresh},
 	}
 }
 

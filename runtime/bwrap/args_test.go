@@ -87,6 +87,10 @@ func goldenPlans() []goldenPlan {
 		// shim first.
 		{"standby-tool", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/git", Argv: []string{"/usr/bin/git", "--no-pager", "diff", "--check"}, Dir: "/srv/repo"}, Standby: true}},
 		{"standby-helper", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{Path: "/usr/bin/ctags-universal", Argv: []string{"/usr/bin/ctags", "--options=NONE", "--_interactive"}, Dir: "/srv/x", SplitStderr: true}, Standby: true}},
+		{"session-helper", testPolicy(debianHost, 64<<20), Plan{Template: rt.Template{
+			Path: "/usr/bin/git", Argv: []string{"/usr/bin/git", "--git-dir=/srv/repo/.git", "-c", "protocol.allow=never"}, Dir: "/srv/repo",
+			Session: true, Verbs: []string{"rev-parse", "diff"},
+		}, Standby: true}},
 		{"standby-service", testPolicy(debianHost, 64<<20), Plan{
 			Template: rt.Template{Path: "/usr/bin/node", Argv: []string{"/usr/bin/node", "/opt/mcp/node_modules/srv/dist/index.js", "stdio"}, Dir: "/opt/mcp"},
 			Service:  true, ReadOnly: []string{"/opt/mcp/node_modules/srv/dist/index.js"}, Standby: true,
