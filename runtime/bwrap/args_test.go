@@ -147,6 +147,44 @@ func TestStandbyIsTheSameSandbox(t *testing.T) {
 	}
 }
 
+// TestSessionIsTheSameSandbox holds a helper session's sandbox to the one
+// a call of a tool with the same exe and dir gets: the same bwrap flags,
+// binds and environment; only the shim differs (session mode, the release
+// descriptor, the verbs, and the fixed argv as the prefix of every
+// command).
+func TestSessionIsTheSameSandbox(t *testing.T) {
+	for _, tc := range goldenPlans() {
+		if !tc.plan.Session {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			tool := tc.plan
+			tool.Session, tool.Verbs, tool.Standby = false, nil, false
+			cut := func(a []string) ([]string, []string) {
+				i := slices.Index(a, "--")
+				return a[:i], a[i+1:]
+			}
+			tb, ts := cut(Args(tc.policy, tool))
+			sb, ss := cut(Args(tc.policy, tc.plan))
+			if !slices.Equal(tb, sb) {
+				t.Fatalf("the sandbox differs:\n tool    %q\n session %q", tb, sb)
+			}
+			if shim.Mode(ts[2]) != shim.Init || shim.Mode(ss[2]) != shim.Session {
+				t.Fatalf("shims: tool %q, session %q", ts[:3], ss[:3])
+			}
+			i := slices.Index(ts, "--")
+			var verbs []string
+			for _, v := range tc.plan.Verbs {
+				verbs = append(verbs, "--verb", v)
+			}
+			want := slices.Concat(ts[:2], []string{string(shim.Session)}, ts[3:i], []string{"--release-fd", strconv.Itoa(ReleaseFD)}, verbs, ts[i:])
+			if !slices.Equal(ss, want) {
+				t.Errorf("session shim argv = %q\nwant %q", ss, want)
+			}
+		})
+	}
+}
+
 // TestArgsGolden pins the exact argv for representative plans. Run with
 // -update to rewrite, and review the diff.
 func TestArgsGolden(t *testing.T) {
