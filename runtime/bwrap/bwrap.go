@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,6 +69,8 @@ type Runner struct {
 	seccomp []byte
 	// prepared numbers the prepared sandboxes, for their cgroups' names.
 	prepared atomic.Uint64
+	// bg are the teardowns of finished calls' sandboxes (teardown).
+	bg sync.WaitGroup
 }
 
 // systemDirs are where bwrap is looked up: fixed, absolute.
@@ -226,18 +229,22 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	// setup is in the process run's span.
 	_, span := telemetry.Start(ctx, "sandbox make", trace.WithAttributes(attribute.String("toolgate.backend", "bwrap")))
 	defer span.End() // at once when a step fails; else ended before the run
-	// The sandbox's own host ids, given back once Exec has killed and
-	// reaped everything it started (the deferred calls below run first).
+	// The cgroup and the host ids are given back after the call's answer,
+	// off its path: the cgroup's directories empty some milliseconds after
+	// bwrap's exit, as the pid namespace's last processes go, and the ids
+	// are never handed out again before that.
+	var held []func()
+	defer func() { r.teardown(held) }()
 	id, err := r.ids.Acquire()
 	if err != nil {
 		return rt.Result{}, err
 	}
-	defer id.Release()
+	held = append(held, id.Release)
 	eg, err := inv.StartEgress(r.policy, id.UID, id.GID)
 	if err != nil {
 		return rt.Result{}, err
 	}
-	defer eg.Close()
+	defer eg.Close() // nothing of the call's network outlives it
 	if eg != nil {
 		plan.EgressDir, plan.Trust = eg.Dir, eg.Trust
 		if eg.Trust {
@@ -253,7 +260,7 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	if err != nil {
 		return rt.Result{}, err
 	}
-	defer group.Close()
+	held = append(held, func() { _ = group.Close() })
 	span.End()
 	res, err := rt.Exec(ctx, rt.Cmd{
 		Proc: rt.Proc{Path: start.path, Args: start.argv, ExtraFiles: []*os.File{filter}, Env: rt.Env, Dir: "/", Group: group},
@@ -261,6 +268,23 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 	})
 	res.Egress = eg.Use()
 	return res, err
+}
+
+// teardown gives back what a finished call's sandbox held (held, in
+// reverse order), off the call's path; Close waits for every teardown.
+func (r *Runner) teardown(held []func()) {
+	r.bg.Go(func() {
+		for i := len(held) - 1; i >= 0; i-- {
+			held[i]()
+		}
+	})
+}
+
+// Close waits until every finished call's sandbox has given back what it
+// held on the host.
+func (r *Runner) Close() error {
+	r.bg.Wait()
+	return nil
 }
 
 // Prepare starts a sandbox for t ahead of its call (rt.Preparer): the
