@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -232,4 +233,39 @@ func encode(t *testing.T, m map[string]any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestHTTPListenToldOfReload: a stateless 2026-07-28 client that holds a
+// subscriptions/listen stream for toolsListChanged is told of a reload
+// at once, as a session is: the TTL bounds only what a client without
+// one keeps. Its next tools/list is the new one.
+func TestHTTPListenToldOfReload(t *testing.T) {
+	f := startHTTP(t, HTTPOptions{Auth: auth.NewStaticTokens(tokenFile(t, "alice "+aliceToken))}, withListTTL(time.Hour))
+	c := mcpClient(t, f.url, aliceToken, false)
+	told := make(chan string, 8)
+	c.OnNotification(func(n mcp.JSONRPCNotification) { told <- n.Method })
+	stop, err := c.ListenAsync(context.Background(), mcp.SubscriptionFilter{ToolsListChanged: true}, func(err error) { t.Errorf("listen: %v", err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop) // before the server stops: a stream open holds its drain
+	await := func(method mcp.MCPMethod) {
+		t.Helper()
+		for {
+			select {
+			case m := <-told:
+				if m == string(method) {
+					return
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no %s on the listen stream within 10 s", method)
+			}
+		}
+	}
+	await(mcp.MethodNotificationSubscriptionsAcknowledged)
+	f.srv.Reload(Snapshot{Conf: loadConf(t, "tool hello EXE read 1 100 off DIR --\ntool fresh EXE read 1 100 off DIR --\n"), Trigger: "sighup"})
+	await(mcp.MethodNotificationToolsListChanged)
+	if got := listNames(t, c); !slices.Equal(got, []string{"checkpoint_status", "hello", "fresh"}) {
+		t.Errorf("tools/list after the reload = %v, want [checkpoint_status hello fresh]", got)
+	}
 }
