@@ -30,6 +30,14 @@ func (s *Server) hooks() *mcpserver.Hooks {
 			s.waitListed(ctx)
 		}
 	})
+	// The 2026-07-28 caching hints (listing.go); mcp-go keeps them
+	// rather than its own (0, private).
+	h.AddAfterListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest, res *mcp.ListToolsResult) {
+		s.cacheHints(ctx, &res.CacheableResult, true)
+	})
+	h.AddAfterDiscover(func(ctx context.Context, _ any, _ *mcp.DiscoverRequest, res *mcp.DiscoverResult) {
+		s.cacheHints(ctx, &res.CacheableResult, false)
+	})
 	return h
 }
 

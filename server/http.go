@@ -551,6 +551,7 @@ func (h *HTTP) serveMCP(w http.ResponseWriter, r *http.Request) {
 	h.mcp.ServeHTTP(w, r.WithContext(withHTTP(auth.WithPrincipal(ctx, p), h)))
 }
 
+// readBody reads at most max bytes of r's body: a longer one (by its
 // Content-Length or as it is read) is an error, and what was read is let
 // go.
 func readBody(r *http.Request, max int) ([]byte, error) {

@@ -127,7 +127,6 @@ func (h *HTTP) refuseScope(w http.ResponseWriter, p auth.Principal, env envelope
 	writeAuthError(w, http.StatusForbidden, "insufficient_scope", "the token's scopes do not open tool "+strconv.Quote(bounded(env.Params.Name, 128))+"; it needs one of: "+scopes)
 }
 
-// readBody reads at most max bytes of r's body: a longer one (by its
 // gate runs a call over HTTP: it checks the principal's scope again
 // (gateTools already hid the tool), holds a slot of the principal's
 // --max-concurrent-per-principal, and times the call. A request without

@@ -77,6 +77,10 @@ type Options struct {
 	// TracePrincipal records an HTTP call's principal on its span
 	// (enduser.id; serve --trace-principal).
 	TracePrincipal bool
+	// ListTTL is the ttlMs of a 2026-07-28 tools/list and server/discover
+	// result (serve --list-ttl, DefaultListTTL; listing.go), in whole
+	// milliseconds; 0 (or less) is immediately stale.
+	ListTTL time.Duration
 }
 
 // Server is a configured toolgate MCP server.

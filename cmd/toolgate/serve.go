@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -56,6 +57,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	a.opts.MaxRequestBytes = f.maxRequest
+	a.opts.ListTTL = f.listTTL
 	a.opts.KeepEscapes = f.keep
 	a.opts.Metrics = f.hf.listen != "" // served at /metrics
 	a.opts.Policy = f.pf.use(a.log)
@@ -112,6 +114,7 @@ type serveFlags struct {
 	pf         policyFlag
 	tf         tracingFlags
 	maxRequest int
+	listTTL    time.Duration
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -121,6 +124,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	f.rates.register(fs)
 	fs.IntVar(&f.maxRequest, "max-request-bytes", server.DefaultMaxRequestBytes,
 		"longest request line served; a longer one is discarded as it is read and answered -32600")
+	fs.DurationVar(&f.listTTL, "list-ttl", server.DefaultListTTL,
+		"how long a 2026-07-28 client may reuse a tools/list (and server/discover) result, its ttlMs (whole milliseconds): after a reload, a client without notifications lists the old tools for up to this long; 0 is immediately stale")
 	f.pf.register(fs)
 	f.tf.register(fs)
 }
@@ -138,6 +143,9 @@ func (f *serveFlags) check() error {
 	}
 	if f.maxRequest < server.MinMaxRequestBytes {
 		return fmt.Errorf("--max-request-bytes %d: want at least %d", f.maxRequest, server.MinMaxRequestBytes)
+	}
+	if f.listTTL < 0 {
+		return fmt.Errorf("--list-ttl %s: want 0 (immediately stale) or more", f.listTTL)
 	}
 	return f.pf.load(len(f.hf.toolScopes) > 0)
 }
