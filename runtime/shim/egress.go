@@ -16,6 +16,11 @@ import (
 	"github.com/toolgate/toolgate/bundle"
 )
 
+// EgressAtRelease, as a standby shim's Egress, says that the sandbox was
+// prepared for a tool with an egress allowlist and takes its call's proxy
+// socket at its release (standby.go).
+const EgressAtRelease = "@release"
+
 // superviseEgress is the init (or service) shim of a sandbox with an
 // egress allowlist. It stays the sandbox's first process (PID 1 of its
 // pid namespace), so that the tool has no unexpected child to wait for

@@ -20,20 +20,29 @@ import (
 // release says), closes every other descriptor (its end of the release
 // channel, anything bwrap left open) and execs the tool it was prepared
 // for, with exactly bundle.Env (KeepEnv: the service's environment).
+//
+// Prepared for a tool with an egress allowlist (Egress EgressAtRelease),
+// the release carries a fourth descriptor, the call's egress proxy socket
+// (opened O_PATH: an egress proxy is a call's own, started at the
+// release); the shim then stays PID 1 and bridges the proxy port onto it,
+// as the init shim of a sandbox made with its proxy does.
 func standbyExec(s Spec) {
 	if s.ReleaseFD < 3 {
 		die(125, "standby: no release channel")
 	}
-	if s.Egress != "" {
-		// An egress proxy is a call's own: a sandbox with one is never
-		// prepared ahead (rt.Pool), and this shim does not bridge it.
-		die(125, "standby: a sandbox with an egress proxy is not prepared ahead of its call")
+	want := Streams
+	switch s.Egress {
+	case "":
+	case EgressAtRelease:
+		want++
+	default:
+		die(125, "standby: a prepared sandbox takes its egress proxy at its release")
 	}
 	setRlimits(s.Rlimits)
 	if err := signalReady(s.ReleaseFD, 0); err != nil {
 		die(125, "standby: ready: %v", err)
 	}
-	fds, err := awaitRelease(s.ReleaseFD, Streams)
+	fds, err := awaitRelease(s.ReleaseFD, want)
 	if errors.Is(err, errDiscarded) {
 		os.Exit(125)
 	}
@@ -49,16 +58,28 @@ func standbyExec(s Spec) {
 			die(126, "standby: dup2: %v", err)
 		}
 	}
+	keep := 3 // the first descriptor closed below
+	if want > Streams {
+		// The proxy socket, as 3, still closed at the tool's exec.
+		if err := unix.Dup3(fds[Streams], 3, unix.O_CLOEXEC); err != nil && fds[Streams] != 3 {
+			die(126, "standby: dup3: %v", err)
+		}
+		keep = 4
+	}
 	// Everything else goes: the release channel, the descriptors as
 	// received, whatever else the sandbox was started with.
-	if err := unix.CloseRange(3, ^uint(0), 0); err != nil {
-		for fd := 3; fd < 1024; fd++ {
+	if err := unix.CloseRange(uint(keep), ^uint(0), 0); err != nil {
+		for fd := keep; fd < 1024; fd++ {
 			_ = unix.Close(fd)
 		}
 	}
 	env := toolEnv(s.Env)
 	if s.KeepEnv {
 		env = withoutPWD(os.Environ())
+	}
+	if want > Streams {
+		s.Egress = "/proc/self/fd/3"
+		os.Exit(superviseEgress(s, env, s.KeepStderr))
 	}
 	onMainThread("standby")
 	err = syscall.Exec(s.Path, s.Argv, env) //nolint:gosec // the standby shim's job: exec the path and argv it was prepared with
