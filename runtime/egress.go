@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/toolgate/toolgate/bundle"
 	"github.com/toolgate/toolgate/egress"
 	"github.com/toolgate/toolgate/egress/allowlist"
@@ -185,6 +187,53 @@ func startEgress(allow allowlist.List, inject map[string]egress.Injection, limit
 		_ = e.proxy.Serve(l)
 	}()
 	return e, nil
+}
+
+// open opens the proxy's socket O_PATH, for a prepared sandbox that takes
+// it at release: a descriptor its shim can connect to (through
+// /proc/self/fd) and do nothing else with.
+func (e *Egress) open() (*os.File, error) {
+	p := filepath.Join(e.Dir, bundle.EgressSocket)
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("egress socket: %w", err)
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
+// TrustDir is a directory of the server CA's trust files alone
+// (bundle.TrustBundle, bundle.TrustCA), for a sandbox prepared ahead of a
+// call with a credential: bound at bundle.EgressDir, as a call's egress
+// directory is, before the call's proxy exists. Made once per server.
+func TrustDir() (string, error) {
+	trustDir.once.Do(func() {
+		root, err := egressRoot()
+		if err != nil {
+			trustDir.err = err
+			return
+		}
+		d := filepath.Join(root, "trust")
+		if err := os.Mkdir(d, 0o755); err != nil {
+			trustDir.err = fmt.Errorf("egress: %w", err)
+			return
+		}
+		if err := os.Chmod(d, 0o755); err != nil {
+			trustDir.err = fmt.Errorf("egress: %w", err)
+			return
+		}
+		if err := linkTrust(root, d); err != nil {
+			trustDir.err = err
+			return
+		}
+		trustDir.dir = d
+	})
+	return trustDir.dir, trustDir.err
+}
+
+var trustDir struct {
+	once sync.Once
+	dir  string
+	err  error
 }
 
 // Use sums up the traffic so far; zero for a nil Egress.

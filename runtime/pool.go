@@ -37,7 +37,7 @@ func (t Template) key() string {
 	for _, kv := range t.Env {
 		field(kv)
 	}
-	fmt.Fprintf(h, "%v%d", t.Session, len(t.Verbs))
+	fmt.Fprintf(h, "%v%v%v%d", t.Proxied, t.Trusted, t.Session, len(t.Verbs))
 	for _, v := range t.Verbs {
 		field(v)
 	}
@@ -188,11 +188,7 @@ func (p *Pool) Keep(ts []Template) {
 	if p.closed {
 		return
 	}
-	// A backend that keeps no sandbox for a session's commands has
-	// nothing to prepare for one.
-	if _, ok := Runner(p.backend).(SessionOpener); !ok {
-		ts = slices.DeleteFunc(slices.Clone(ts), func(t Template) bool { return t.Session })
-	}
+	ts = slices.DeleteFunc(slices.Clone(ts), func(t Template) bool { return !p.CanPrepare(t) })
 	want := map[string]bool{}
 	for _, t := range ts {
 		k := t.key()
@@ -440,13 +436,26 @@ func (p *Pool) slotOf(key string) *slot {
 	return p.slots[key]
 }
 
+// CanPrepare reports whether the backend can prepare a sandbox for t
+// ahead of its call: a helper session's only when it keeps one sandbox
+// for its commands (SessionOpener), a proxied tool's only when its
+// prepared sandboxes take their proxy at release (EgressAttacher).
+func (p *Pool) CanPrepare(t Template) bool {
+	if _, ok := Runner(p.backend).(SessionOpener); t.Session && !ok {
+		return false
+	}
+	if _, ok := Runner(p.backend).(EgressAttacher); t.Proxied && !ok {
+		return false
+	}
+	return true
+}
+
 // Run runs inv in a sandbox prepared for it when the pool keeps its
 // template, else (or when none can be had) through the backend's Run.
+// A call with an egress allowlist gets a proxy of its own, started for it
+// and handed to the prepared sandbox at its release (EgressAttacher).
 func (p *Pool) Run(ctx context.Context, inv Invocation) (Result, error) {
-	// A call with an egress allowlist gets a proxy of its own, bound into
-	// its sandbox when the sandbox is made (StartEgress): never a prepared
-	// one.
-	if len(inv.Egress) > 0 {
+	if !inv.egressShape() || !p.CanPrepare(inv.Template) {
 		return p.backend.Run(ctx, inv)
 	}
 	if err := inv.streams(inv.Template); err != nil {
@@ -466,7 +475,7 @@ func (p *Pool) Run(ctx context.Context, inv Invocation) (Result, error) {
 		}
 		telemetry.Attrs(span, attribute.Bool("toolgate.pool.hit", true))
 		span.End()
-		res, err := sb.Release(ctx, inv.Call)
+		res, err := p.release(ctx, sb, inv)
 		p.afterCall(sb.Cleanup)
 		if errors.Is(err, ErrStandbyStale) || errors.Is(err, ErrStandbyUsed) {
 			p.counters.stale.Add(1)
@@ -479,6 +488,31 @@ func (p *Pool) Run(ctx context.Context, inv Invocation) (Result, error) {
 	telemetry.Attrs(span, attribute.Bool("toolgate.pool.hit", false))
 	span.End()
 	return p.backend.Run(ctx, inv)
+}
+
+// release runs inv in the prepared sandbox sb, with its egress proxy when
+// it has an allowlist: started now and handed over with the streams, and
+// closed with the call.
+func (p *Pool) release(ctx context.Context, sb *Standby, inv Invocation) (Result, error) {
+	if !inv.Proxied {
+		return sb.Release(ctx, inv.Call)
+	}
+	eg, err := Runner(p.backend).(EgressAttacher).AttachEgress(inv, sb.IDs())
+	if err != nil {
+		sb.Discard()
+		return Result{}, err
+	}
+	defer eg.Close()
+	res, err := sb.releaseWith(ctx, inv.Call, eg)
+	res.Egress = eg.Use()
+	return res, err
+}
+
+// EgressAttacher is a backend whose sandboxes prepared for a proxied
+// template (Template.Proxied) take their call's egress proxy at release:
+// AttachEgress starts the proxy of inv for the sandbox of host ids id.
+type EgressAttacher interface {
+	AttachEgress(inv Invocation, id SandboxID) (*Egress, error)
 }
 
 // afterCallDelay is how long after a call's result its sandbox's cleanup

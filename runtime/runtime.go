@@ -131,6 +131,18 @@ type Template struct {
 	// apply: each command's call shapes its own streams.
 	Session bool
 	Verbs   []string
+	// Proxied says the tool reaches the network only through an egress
+	// proxy of its call's own (Invocation.Egress), and Trusted that the
+	// proxy sets credentials on its requests (Invocation.Inject), so that
+	// the sandbox trusts the server CA. A sandbox prepared ahead for a
+	// proxied template takes its call's proxy at its release (an
+	// EgressAttacher backend); both must agree with the invocation's.
+	Proxied, Trusted bool
+}
+
+// egressShape reports whether inv's Template says what its egress is.
+func (inv Invocation) egressShape() bool {
+	return inv.Proxied == (len(inv.Egress) > 0) && inv.Trusted == (len(inv.Inject) > 0)
 }
 
 // Call is what only the call brings: its limits, its input and its

@@ -329,6 +329,17 @@ func (s *Standby) take() bool {
 // ran is a Result.
 // The caller runs Cleanup afterwards, off the call's path.
 func (s *Standby) Release(ctx context.Context, c Call) (Result, error) {
+	return s.releaseWith(ctx, c, nil)
+}
+
+// IDs are the sandbox's host ids.
+func (s *Standby) IDs() SandboxID { return s.ids }
+
+// releaseWith is Release with, for a sandbox prepared for a proxied
+// template, the call's egress proxy: its socket goes with the streams, as
+// a fourth descriptor (opened O_PATH: the sandbox's shim connects to it
+// through /proc/self/fd, and can do nothing else with it).
+func (s *Standby) releaseWith(ctx context.Context, c Call, eg *Egress) (Result, error) {
 	if c.MaxBytes <= 0 || c.Timeout <= 0 {
 		// Taken from the pool all the same: it is ended, never left
 		// waiting with nobody to end it.
@@ -387,6 +398,21 @@ func (s *Standby) Release(ctx context.Context, c Call) (Result, error) {
 		closeAfter = append(closeAfter, p.outW, p.inR)
 		if p.errW != p.outW {
 			closeAfter = append(closeAfter, p.errW)
+		}
+		if eg != nil {
+			sock, err := eg.open()
+			if err != nil {
+				for _, f := range closeAfter {
+					if f != nil {
+						f.Close()
+					}
+				}
+				p.closeParent()
+				go s.kill() // off the call's path; Cleanup waits for it
+				return Result{}, fmt.Errorf("release: %w", err)
+			}
+			streams = append(streams, sock)
+			closeAfter = append(closeAfter, sock)
 		}
 		sv.out, sv.errOut, sv.stdin = p.outR, p.errR, p.inW
 	}

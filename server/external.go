@@ -198,6 +198,7 @@ func InvocationOf(t conf.Tool) rt.Invocation {
 	}
 	if len(t.Egress) > 0 {
 		inv.Egress, inv.Inject = t.Egress, toolcall.Injections(t.Credentials)
+		inv.Proxied, inv.Trusted = true, len(inv.Inject) > 0
 	}
 	return inv
 }

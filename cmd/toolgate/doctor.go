@@ -111,9 +111,12 @@ func writePool(d *doctorReport, f *sandboxFlags, c *conf.Config, r rt.Runner) {
 		d.line("sandbox pool: off (--sandbox-pool 0): every sandboxed call prepares its sandbox on its path")
 		return
 	}
+	// An egress tool's sandbox is prepared only where it takes its proxy
+	// at release (bwrap); elsewhere it is made on the call's path.
+	_, attaches := r.(rt.EgressAttacher)
 	tools := 0
 	for _, t := range c.Tools {
-		if t.Class == conf.ClassTest && len(t.Egress) == 0 { // an egress tool's sandbox is made on its path
+		if t.Class == conf.ClassTest && (len(t.Egress) == 0 || attaches) {
 			tools++
 		}
 	}

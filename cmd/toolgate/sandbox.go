@@ -118,10 +118,12 @@ func (f *sandboxFlags) fixedFlag(uid bool) func(string) error {
 
 // poolTemplates are what the pool keeps sandboxes prepared for: every
 // served test-class tool, in conf order (the Template of the invocation
-// the call handler runs, server.InvocationOf), then the built-ins' helper runs whose argv is
-// fixed. A tool with an egress line is left out: its proxy is the call's
-// own (its caps and audit records are the call's), so its sandbox is made
-// on the call's path.
+// the call handler runs, server.InvocationOf), then the built-ins' helper
+// sandboxes (builtin.PoolTemplates). A tool with an egress line is kept
+// too: its proxy is still the call's own (its caps and audit records are
+// the call's), started at the release (rt.EgressAttacher); a backend that
+// cannot take it then (oci) makes its sandbox on the call's path
+// (rt.Pool.CanPrepare).
 func poolTemplates(c *conf.Config, served []status.Tool, helpers []rt.Template) []rt.Template {
 	names := map[string]bool{}
 	for _, t := range served {
@@ -132,7 +134,7 @@ func poolTemplates(c *conf.Config, served []status.Tool, helpers []rt.Template) 
 	var out []rt.Template
 	if c != nil {
 		for _, t := range c.Tools {
-			if t.Class == conf.ClassTest && names[t.Name] && len(t.Egress) == 0 {
+			if t.Class == conf.ClassTest && names[t.Name] {
 				out = append(out, server.InvocationOf(t).Template)
 			}
 		}

@@ -180,9 +180,9 @@ func (e *Env) invocation(timeout time.Duration, max int, args ...string) rt.Invo
 }
 
 // call runs the probe with args through the backend. When the runner is a
-// pool (rt.Pool), the call runs in a sandbox prepared for it ahead of the
-// call, and it is an error if it did not: the battery then proves every
-// guarantee of a prepared sandbox.
+// pool (rt.Pool) that can prepare its sandbox, the call runs in a sandbox
+// prepared for it ahead of the call, and it is an error if it did not: the
+// battery then proves every guarantee of a prepared sandbox.
 func (e *Env) call(ctx context.Context, timeout time.Duration, max int, args ...string) (rt.Result, error) {
 	return e.callInvocation(ctx, e.invocation(timeout, max, args...))
 }
@@ -191,7 +191,7 @@ func (e *Env) call(ctx context.Context, timeout time.Duration, max int, args ...
 func (e *Env) callInvocation(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
 	var res rt.Result
 	var err error
-	if p, ok := e.Runner.(*rt.Pool); ok {
+	if p, ok := e.Runner.(*rt.Pool); ok && p.CanPrepare(inv.Template) {
 		res, err = e.callPrepared(ctx, p, inv)
 	} else {
 		res, err = e.Runner.Run(ctx, inv)

@@ -94,11 +94,16 @@ func (e *Env) callCredential(ctx context.Context, allow []string, inject map[str
 	)
 	argv := append(append([]string{e.Probe.Path}, e.Probe.Prefix...), args...)
 	argv = append(argv, e.tag)
-	res, err := e.Runner.Run(ctx, rt.Invocation{
-		ID:       fmt.Sprintf("battery-%s-%d", e.tag[4:12], e.seq.Add(1)),
-		Template: rt.Template{Name: "probe", Path: e.Probe.Path, Argv: argv, Dir: e.Dir},
-		Call:     rt.Call{Timeout: 30 * time.Second, MaxBytes: 16 << 10},
-		Egress:   list, Inject: inject,
+	// Through a pool that can, in a sandbox prepared ahead (callInvocation),
+	// which takes its proxy at its release.
+	res, err := e.callInvocation(ctx, rt.Invocation{
+		ID: fmt.Sprintf("battery-%s-%d", e.tag[4:12], e.seq.Add(1)),
+		Template: rt.Template{
+			Name: "probe", Path: e.Probe.Path, Argv: argv, Dir: e.Dir,
+			Proxied: true, Trusted: len(inject) > 0,
+		},
+		Call:   rt.Call{Timeout: 30 * time.Second, MaxBytes: 16 << 10},
+		Egress: list, Inject: inject,
 		EgressRecord: func(r egress.Record) {
 			mu.Lock()
 			recs = append(recs, r)
@@ -106,7 +111,7 @@ func (e *Env) callCredential(ctx context.Context, allow []string, inject map[str
 		},
 	})
 	if err != nil {
-		return res, nil, fmt.Errorf("the call could not run: %w", err)
+		return res, nil, err
 	}
 	mu.Lock()
 	defer mu.Unlock()

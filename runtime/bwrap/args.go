@@ -67,6 +67,9 @@ type Plan struct {
 	EgressDir string
 	// Trust (a call with a credential) binds EgressDir's
 	// bundle.TrustBundle over bundle.SystemTrust, where the host has it.
+	// A sandbox prepared for a proxied template (Standby, Proxied) takes
+	// its call's proxy socket at release; its EgressDir, set when it is
+	// Trusted, is rt.TrustDir, the server's trust files alone.
 	Trust bool
 
 	// Standby (set for every Session template too) prepares the sandbox
@@ -183,6 +186,12 @@ func Args(pol bundle.Policy, p Plan) []string {
 		if p.Trust && h.Visible(bundle.SystemTrust) {
 			a = append(a, "--ro-bind", p.EgressDir+"/"+bundle.TrustBundle, bundle.SystemTrust)
 		}
+	}
+	if p.Standby && p.Proxied {
+		// Prepared ahead of its call, whose proxy does not exist yet: the
+		// socket comes with the release (EgressDir, when set, holds the
+		// trust files alone).
+		egress = shim.EgressAtRelease
 	}
 	a = append(a, "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", chdir)
 	if pol.Seccomp {

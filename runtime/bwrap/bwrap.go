@@ -298,7 +298,24 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 		return nil, errors.New("bwrap: prepare: empty argv")
 	}
 	plan := Plan{Template: t, Standby: true}
+	if t.Trusted {
+		// The trust files the call's egress directory would hold, and
+		// the variables that point at them.
+		d, err := rt.TrustDir()
+		if err != nil {
+			return nil, err
+		}
+		plan.EgressDir, plan.Trust = d, true
+		plan.Env = append(slices.Clip(plan.Env), bundle.TrustEnv...)
+	}
 	return r.prepare(plan, rt.Env, fixedPaths(t.Dir, t.Path))
+}
+
+// AttachEgress starts the egress proxy of inv for a sandbox prepared for
+// its proxied template, with host ids id (rt.EgressAttacher): the socket
+// the release hands over.
+func (r *Runner) AttachEgress(inv rt.Invocation, id rt.SandboxID) (*rt.Egress, error) {
+	return inv.StartEgress(r.policy, id.UID, id.GID)
 }
 
 // OpenSession opens a helper session for t (rt.OpenSession) in a sandbox

@@ -476,6 +476,11 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 		// session runs in a container of its own (rt.OpenSession).
 		return nil, fmt.Errorf("oci: %s: a helper session is not prepared in one container", t.Name)
 	}
+	if t.Proxied {
+		// Its egress directory is bound at create: the call's proxy is
+		// made with its container.
+		return nil, fmt.Errorf("oci: %s: a tool with an egress allowlist is not prepared ahead of its call", t.Name)
+	}
 	if len(t.Argv) == 0 {
 		return nil, errors.New("oci: prepare: empty argv")
 	}
