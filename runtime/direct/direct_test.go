@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -296,18 +297,31 @@ func assertGone(t *testing.T, pid int) {
 
 func TestCancellation(t *testing.T) {
 	eachRunner(t, func(t *testing.T, r *Runner) {
+		// Cancelled once the tool has written its three lines (the pids
+		// of the two processes that ignore SIGTERM): at a fixed time, a
+		// loaded host may not have started them yet.
 		ctx, cancel := context.WithCancel(context.Background())
-		time.AfterFunc(200*time.Millisecond, cancel)
-		start := time.Now()
-		res, err := r.Run(ctx, inv(t, t.TempDir(), 30*time.Second, 4096, "ignoreterm"))
+		i := inv(t, t.TempDir(), 30*time.Second, 4096, "ignoreterm")
+		var seen atomic.Int64
+		i.Seen = &seen
+		var cancelled atomic.Int64
+		go func() {
+			// Two lines are at most 39 bytes (7-digit pids): 42 are three.
+			for deadline := time.Now().Add(10 * time.Second); seen.Load() < 42 && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
+			cancelled.Store(time.Now().UnixNano())
+			cancel()
+		}()
+		res, err := r.Run(ctx, i)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if res.Limit != rt.LimitCancelled || res.TimedOut || !res.Failed() {
 			t.Errorf("Limit %q TimedOut %v, want cancelled", res.Limit, res.TimedOut)
 		}
-		if took := time.Since(start); took > 200*time.Millisecond+time.Second {
-			t.Errorf("cancelled call took %s", took)
+		if took := time.Since(time.Unix(0, cancelled.Load())); took > time.Second {
+			t.Errorf("the call ended %s after its cancellation", took)
 		}
 		for _, pid := range pids(t, res.Output, `(?:child|ignoring) pid=(\d+)`, 3) {
 			assertGone(t, pid)
