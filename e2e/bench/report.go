@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // targets checks issue 7's targets against what was measured.
@@ -211,7 +213,7 @@ func (b *bench) markdown() string {
 	fmt.Fprintf(&w, "### Benchmark (%s)\n\n", b.res.Started.Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&w, "Machine: %s, %s CPUs (%s), %s, kernel %s, cgroups %s; %s, %s, %s, %s, %s, node %s; %s (%s). ",
 		m["os"], m["cpus"], m["cpu"], m["memory"], m["kernel"], m["cgroups"], m["bwrap"], m["runc"], m["crun"], m["runsc"], m["podman"], m["node"], m["toolgate"], m["go"])
-	fmt.Fprintf(&w, "Tool: the probe (a static Go program) printing `hello`; %d measured calls per path after warm-up, one at a time, in rounds that run every path once in a shuffled order. Run took %.0f s.\n\n", b.calls, b.res.Seconds)
+	fmt.Fprintf(&w, "Tool: the probe (a static Go program) printing `hello`; %d measured calls per path after warm-up, one at a time, %s, in rounds that run every path once in a shuffled order. Run took %.0f s.\n\n", b.calls, paceText(b.pace), b.res.Seconds)
 
 	w.WriteString("| path | median ms | p99 ms | × floor | calls | how |\n|---|---:|---:|---:|---:|---|\n")
 	floorOf := map[string]string{
@@ -335,6 +337,14 @@ func shortFloor(name string) string {
 		return "runc"
 	}
 	return name
+}
+
+// paceText says how far apart the per-call rounds' calls were.
+func paceText(pace time.Duration) string {
+	if pace <= 0 {
+		return "back to back"
+	}
+	return "calls " + strconv.FormatFloat(float64(pace)/float64(time.Millisecond), 'f', -1, 64) + " ms apart"
 }
 
 func mdEscape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }

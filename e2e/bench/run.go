@@ -28,8 +28,11 @@ import (
 // bench is one run of the benchmark.
 type bench struct {
 	common
-	calls       int
-	warm        int
+	calls int
+	warm  int
+	// pace is the least time from the end of one per-call measurement to
+	// the start of the next, as an agent's calls are apart.
+	pace        time.Duration
 	starts      int
 	floodCalls  int
 	rssCalls    int
@@ -55,16 +58,18 @@ type bench struct {
 
 // Results is everything one run measured: bench.json.
 type Results struct {
-	Machine    map[string]string `json:"machine"`
-	Started    time.Time         `json:"started"`
-	Seconds    float64           `json:"seconds"`
-	Rows       []Row             `json:"per_call"`
-	Throughput []Throughput      `json:"throughput"`
-	Pool       []PoolCost        `json:"pool_idle_cost"`
-	Startup    []Startup         `json:"startup"`
-	Flood      []Flood           `json:"flood"`
-	RSS        []RSS             `json:"rss"`
-	Targets    []Target          `json:"targets"`
+	Machine map[string]string `json:"machine"`
+	Started time.Time         `json:"started"`
+	Seconds float64           `json:"seconds"`
+	// PaceMS is how far apart the per-call rounds' calls were (-pace).
+	PaceMS     float64      `json:"pace_ms"`
+	Rows       []Row        `json:"per_call"`
+	Throughput []Throughput `json:"throughput"`
+	Pool       []PoolCost   `json:"pool_idle_cost"`
+	Startup    []Startup    `json:"startup"`
+	Flood      []Flood      `json:"flood"`
+	RSS        []RSS        `json:"rss"`
+	Targets    []Target     `json:"targets"`
 }
 
 func runBench(args []string, stdout, stderr io.Writer) int {
@@ -74,6 +79,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	b.register(fs)
 	fs.IntVar(&b.calls, "calls", 200, "measured calls per path")
 	fs.IntVar(&b.warm, "warm", 10, "unmeasured warm-up calls per path")
+	fs.DurationVar(&b.pace, "pace", 40*time.Millisecond, "per-call rounds: the least time from the end of one call to the start of the next, untimed (an agent's calls are about 40 ms apart); 0: back to back")
 	fs.IntVar(&b.starts, "starts", 200, "server starts per start-up figure")
 	fs.IntVar(&b.floodCalls, "flood-calls", 20, "1 GB flood calls per path")
 	fs.IntVar(&b.rssCalls, "rss-calls", 5000, "calls of the RSS run")
@@ -102,7 +108,12 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	b.log = logFile(b.logPath)
 	defer b.log.Close()
+	if b.pace < 0 {
+		fmt.Fprintf(stderr, "bench: -pace %s: want 0 or more\n", b.pace)
+		return 2
+	}
 	b.res.Started = time.Now().UTC()
+	b.res.PaceMS = ms(b.pace)
 	b.res.Machine = machine(b.toolgate)
 
 	stopTarget, err := b.startEgressTarget()
@@ -308,6 +319,13 @@ func (b *bench) perCall(conf string) {
 	// pays for what its predecessor left the kernel to do (a container's
 	// network namespace is torn down asynchronously, a memory cgroup is
 	// offlined later), and only a shuffled order spreads that evenly.
+	//
+	// The calls are paced (-pace) as an agent's are: the next call, of
+	// whichever path, starts pace after this one ended at the earliest,
+	// what settle waited counting towards it. What a call leaves to
+	// finish after its answer (a cgroup's removal, a pool's next
+	// sandbox) then has an agent's time to do it in, on every path
+	// alike.
 	rng := rand.New(rand.NewPCG(7, 7))
 	order := slices.Clone(paths)
 	for i := range b.warm + b.calls {
@@ -329,6 +347,7 @@ func (b *bench) perCall(conf string) {
 			if p.settle != nil {
 				p.settle()
 			}
+			time.Sleep(time.Until(t0.Add(el + b.pace)))
 		}
 		if (i+1)%50 == 0 {
 			logf(b.stderr, "per-call: %d/%d rounds", i+1, b.warm+b.calls)
