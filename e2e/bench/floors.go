@@ -15,6 +15,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
@@ -342,4 +343,64 @@ func (b *bench) enterPath(bwrapArgv []string, withGroup bool) (*path, error) {
 	}
 	p.close = cg.Close
 	return p, nil
+}
+
+// gitHostPath runs, on the host, the git commands a git_diff_input call
+// of HEAD~1..HEAD over the built-in workspace runs in its sandbox, with
+// toolgate's exact argv (builtin.GitDiffArgv, which TestGitDiffArgv holds
+// to what the call runs): the floor of that call.
+func (b *bench) gitHostPath() (*path, error) {
+	p := &path{
+		group: "floor", name: gitHostRow,
+		note: fmt.Sprintf("rev-parse, rev-parse, diff (%d changed files) exec'd one after another from Go (os/exec) with the argv builtin.GitDiffArgv gives, as root, the workspace as working directory; no sandbox", diffFiles),
+	}
+	ws, err := b.builtinWorkspace()
+	if err != nil {
+		return p, err
+	}
+	git, err := findGit()
+	if err != nil {
+		return p, err
+	}
+	ids := make([]string, 2)
+	for i, rev := range []string{"HEAD~1", "HEAD"} {
+		out, err := exec.Command(git, "-C", ws, "rev-parse", "--verify", rev).Output()
+		if err != nil {
+			return p, fmt.Errorf("git rev-parse %s: %w", rev, err)
+		}
+		ids[i] = strings.TrimSpace(string(out))
+	}
+	runs := builtin.GitDiffArgv(git, ws, "HEAD~1", "HEAD", ids[0], ids[1])
+	p.call = func() error {
+		for i, argv := range runs {
+			var out, errOut bytes.Buffer
+			cmd := &exec.Cmd{Path: argv[0], Args: argv, Env: rtEnv(), Dir: ws, Stdout: &out, Stderr: &errOut}
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("git run %d: %w: %s", i+1, err, firstLine(errOut.String()))
+			}
+			switch {
+			case i < 2 && strings.TrimSpace(out.String()) != ids[i]:
+				return fmt.Errorf("git rev-parse printed %q, want %s", firstLine(out.String()), ids[i])
+			case i == 2 && strings.Count(out.String(), "\ndiff --git ")+1 != diffFiles:
+				return fmt.Errorf("git diff: %d files, want %d", strings.Count(out.String(), "\ndiff --git ")+1, diffFiles)
+			}
+		}
+		return nil
+	}
+	return p, nil
+}
+
+// findGit is the git a toolgate server of the bench finds: the first in
+// the absolute entries of the default PATH, symlinks resolved.
+func findGit() (string, error) {
+	for _, dir := range filepath.SplitList(rt.DefaultPath) {
+		p, err := filepath.EvalSymlinks(filepath.Join(dir, "git"))
+		if err != nil {
+			continue
+		}
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("git not found in %s", rt.DefaultPath)
 }

@@ -235,7 +235,9 @@ func (b *bench) markdown() string {
 		"before: oci/runc":                "raw runc run",
 		"bwrap through the enter shim, no cgroup (by hand)":        "raw bwrap",
 		"bwrap through the enter shim, per-call cgroups (by hand)": "raw bwrap",
-		shimStartRow: minimalStartRow,
+		shimStartRow:         minimalStartRow,
+		builtinGitDiffRow:    gitHostRow,
+		builtinGitDiffOffRow: gitHostRow,
 	}
 	group := ""
 	for _, r := range b.res.Rows {
@@ -335,6 +337,8 @@ func shortFloor(name string) string {
 		return "fork+exec"
 	case "raw runc run":
 		return "runc"
+	case gitHostRow:
+		return "host git"
 	}
 	return name
 }

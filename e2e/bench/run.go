@@ -47,6 +47,9 @@ type bench struct {
 	podmanImage string
 	podmanNote  string
 	baseline    string
+	// ws is the built-in workspace, made once a run (builtinWorkspace).
+	ws    string
+	wsErr error
 	// egressAddr is the bench's own HTTP server on 127.0.0.1, the one
 	// destination of the egress tools.
 	egressAddr string
@@ -278,6 +281,7 @@ func (b *bench) perCall(conf string) {
 		add(b.runcPath())
 		add(b.runcOwnBundlePath(conf))
 		add(b.runcStartPath(conf))
+		add(b.gitHostPath())
 	}
 	if want(b.sections, "toolgate") {
 		const g = "toolgate (MCP stdio)"
@@ -465,26 +469,35 @@ func (b *bench) addSample(group, name, note string, d sample, err error) {
 
 // builtinPaths are calls of the built-ins: git_diff_input and outline,
 // whose helpers (git, ctags) run in the bwrap sandbox, beside repo_chunks,
-// which starts no process; and the same calls of the baseline, whose
-// helpers ran on the host: what sandboxing the helpers costs a call.
+// which starts no process; git_diff_input also with the pool off; and the
+// same calls of the baseline.
 func (b *bench) builtinPaths(conf string, add func(*path, error)) {
-	ws, err := b.builtinWorkspace()
-	calls := []struct{ name, note, tool string }{
-		{"built-in repo_chunks", "no helper: reads the workspace itself", "repo_chunks"},
-		{"built-in git_diff_input", "3 git runs (2 rev-parse, diff), each in the bwrap sandbox made on its path (git's argv depends on the call: no prepared sandbox)", "git_diff_input"},
-		{"built-in outline", "one ctags run in the bwrap sandbox, the file on stdin; pool on (the default): its sandbox is prepared ahead of the call (its argv is fixed)", "outline"},
+	ws, wsErr := b.builtinWorkspace()
+	gitNote := fmt.Sprintf("HEAD~1..HEAD (%d changed files), listing the chunks (no index: an agent's first call); ", diffFiles)
+	calls := []struct {
+		name, note, tool string
+		pooled           bool // pool on (the server's default)
+	}{
+		{"built-in repo_chunks", "no helper: reads the workspace itself", "repo_chunks", false},
+		{builtinGitDiffRow, gitNote + "3 git runs (2 rev-parse, diff) in one sandbox prepared ahead of the call (a helper session; pool on, the default)", "git_diff_input", true},
+		{"built-in outline", "one ctags run in the bwrap sandbox, the file on stdin; pool on (the default): its sandbox is prepared ahead of the call (its argv is fixed)", "outline", true},
 	}
 	args := map[string]map[string]any{
 		"repo_chunks":    {"index": 1},
-		"git_diff_input": {"target": "HEAD~1..HEAD", "index": 1},
+		"git_diff_input": {"target": "HEAD~1..HEAD"},
 		"outline":        {"path": "hello.go"},
+	}
+	want := map[string]string{
+		"repo_chunks":    "hello",
+		"git_diff_input": fmt.Sprintf("of %d files, digest", diffFiles),
+		"outline":        "hello",
 	}
 	servers := []struct{ group, prefix, bin string }{{"toolgate (MCP stdio)", "", b.toolgate}}
 	if b.baseline != "" {
 		servers = append(servers, struct{ group, prefix, bin string }{"toolgate before this change (same rounds)", "before: ", b.baseline})
 	}
 	for _, srv := range servers {
-		var s *session
+		s, err := (*session)(nil), wsErr
 		if err == nil {
 			s, err = dial([]string{srv.bin, "serve", "--conf", conf, "--root", ws}, os.Environ(), b.log)
 		}
@@ -493,24 +506,52 @@ func (b *bench) builtinPaths(conf string, add func(*path, error)) {
 			if srv.prefix != "" {
 				note = "" // the baseline's own way, whatever it was
 			}
-			add(b.mcpPath(s, srv.group, srv.prefix+c.name, note, c.tool, args[c.tool]), err)
+			p := b.mcpPathWant(s, srv.group, srv.prefix+c.name, note, c.tool, args[c.tool], want[c.tool])
+			if c.pooled && srv.prefix == "" {
+				p = pooled(p, s)
+			}
+			add(p, err)
+		}
+		if srv.prefix == "" {
+			s, err := (*session)(nil), wsErr
+			if err == nil {
+				s, err = dial([]string{srv.bin, "serve", "--conf", conf, "--root", ws, "--sandbox-pool", "0"}, os.Environ(), b.log)
+			}
+			note := gitNote + "--sandbox-pool 0: the helper session's sandbox made on the call's path, its 3 git runs in it"
+			add(b.mcpPathWant(s, srv.group, builtinGitDiffOffRow, note, "git_diff_input", args["git_diff_input"], want["git_diff_input"]), err)
 		}
 	}
 }
 
-// builtinWorkspace is a git repository of two commits whose files say
-// hello, for builtinPaths.
+// diffFiles is how many files the built-in workspace's last commit
+// changes: what git_diff_input diffs.
+const diffFiles = 10
+
+// builtinWorkspace is a git repository of two commits, made again on
+// each run: the first adds hello.go (for outline) and diffFiles Go files
+// of 60 lines, the second changes 3 lines in the middle of each of them
+// (for git_diff_input of HEAD~1..HEAD).
 func (b *bench) builtinWorkspace() (string, error) {
-	ws := filepath.Join(b.cache, "builtin-ws")
-	if _, err := os.Stat(filepath.Join(ws, ".git")); err == nil {
-		return ws, nil
+	if b.ws != "" || b.wsErr != nil {
+		return b.ws, b.wsErr
 	}
+	b.ws, b.wsErr = b.makeBuiltinWorkspace()
+	return b.ws, b.wsErr
+}
+
+func (b *bench) makeBuiltinWorkspace() (string, error) {
+	ws := filepath.Join(b.cache, "builtin-ws")
 	_ = os.RemoveAll(ws)
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		return "", err
 	}
+	// The path toolgate works in (--root is made canonical).
+	ws, err := filepath.EvalSymlinks(ws)
+	if err != nil {
+		return "", err
+	}
 	git := func(args ...string) error {
-		cmd := exec.Command("git", append([]string{"-c", "user.name=bench", "-c", "user.email=bench@invalid"}, args...)...)
+		cmd := exec.Command("git", append([]string{"-c", "user.name=bench", "-c", "user.email=bench@invalid", "-c", "commit.gpgsign=false"}, args...)...)
 		cmd.Dir, cmd.Env = ws, []string{"PATH=" + rt.DefaultPath, "GIT_CONFIG_NOSYSTEM=1", "HOME=" + ws}
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("git %s: %w: %s", args[0], err, out)
@@ -518,17 +559,41 @@ func (b *bench) builtinWorkspace() (string, error) {
 		return nil
 	}
 	write := func(name, text string) error { return os.WriteFile(filepath.Join(ws, name), []byte(text), 0o644) }
+	// source is file n of the diffed ones, at version v (1 or 2): 60
+	// lines, of which lines 29 to 31 differ between the versions.
+	source := func(n, v int) string {
+		var w strings.Builder
+		fmt.Fprintf(&w, "package hello\n\n// F%02d is function %d of the bench's workspace.\nfunc F%02d(x int) int {\n", n, n, n)
+		for l := 5; l < 60; l++ {
+			if v == 2 && l >= 29 && l <= 31 {
+				fmt.Fprintf(&w, "\tx = x*%d + %d // changed\n", l, n)
+				continue
+			}
+			fmt.Fprintf(&w, "\tx += %d\n", l*n)
+		}
+		w.WriteString("\treturn x\n}\n")
+		return w.String()
+	}
 	steps := []func() error{
 		func() error { return git("init", "-q") },
 		func() error {
 			return write("hello.go", "package hello\n\n// Hello says hello.\nfunc Hello() string { return \"hello\" }\n")
 		},
+	}
+	for n := range diffFiles {
+		steps = append(steps, func() error { return write(fmt.Sprintf("f%02d.go", n), source(n, 1)) })
+	}
+	steps = append(steps,
 		func() error { return git("add", ".") },
 		func() error { return git("commit", "-q", "-m", "one") },
-		func() error { return write("notes.txt", "hello again\n") },
+	)
+	for n := range diffFiles {
+		steps = append(steps, func() error { return write(fmt.Sprintf("f%02d.go", n), source(n, 2)) })
+	}
+	steps = append(steps,
 		func() error { return git("add", ".") },
 		func() error { return git("commit", "-q", "-m", "two") },
-	}
+	)
 	for _, step := range steps {
 		if err := step(); err != nil {
 			return "", fmt.Errorf("built-in workspace: %w", err)
