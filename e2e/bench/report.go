@@ -233,11 +233,14 @@ func (b *bench) markdown() string {
 		"before: direct (read tool)":      "fork+exec from Go",
 		"before: bwrap":                   "raw bwrap",
 		"before: oci/runc":                "raw runc run",
-		"bwrap through the enter shim, no cgroup (by hand)":        "raw bwrap",
-		"bwrap through the enter shim, per-call cgroups (by hand)": "raw bwrap",
-		shimStartRow:         minimalStartRow,
-		builtinGitDiffRow:    gitHostRow,
-		builtinGitDiffOffRow: gitHostRow,
+		enterNoCgroupRow:                  rawBwrapRow,
+		enterV2Row:                        rawBwrapRow,
+		enterFullRow:                      rawBwrapRow,
+		bwrapNoSeccompRow:                 rawBwrapRow,
+		bwrapBareRow:                      rawBwrapRow,
+		shimStartRow:                      minimalStartRow,
+		builtinGitDiffRow:                 gitHostRow,
+		builtinGitDiffOffRow:              gitHostRow,
 	}
 	group := ""
 	for _, r := range b.res.Rows {
@@ -256,6 +259,7 @@ func (b *bench) markdown() string {
 		fmt.Fprintf(&w, "| %s | %s | %s | %s | %d | %s |\n", r.Name, fmtMS(r.MedianMS), fmtMS(r.P99MS), x, r.Calls, mdEscape(r.Note))
 	}
 
+	writeBreakdown(&w, b.res.Breakdown)
 	if len(b.res.Throughput) > 0 {
 		w.WriteString("\n| throughput (one server; stdio: one session, N calls in flight; HTTP: N clients, a session and connections each) | calls/s | median ms | p99 ms | calls | server peak RSS | pool: released a ready one / prepared on the call's path |\n|---|---:|---:|---:|---:|---:|---|\n")
 		for _, t := range b.res.Throughput {
@@ -349,6 +353,40 @@ func paceText(pace time.Duration) string {
 		return "back to back"
 	}
 	return "calls " + strconv.FormatFloat(float64(pace)/float64(time.Millisecond), 'f', -1, 64) + " ms apart"
+}
+
+// writeBreakdown writes the breakdown of a pool-off bwrap call (none
+// when nothing of it was measured).
+func writeBreakdown(w *strings.Builder, steps []Step) {
+	if len(steps) == 0 {
+		return
+	}
+	w.WriteString("\n| breakdown of a pool-off bwrap call: each step the difference of two rows' medians above | ms | rows |\n|---|---:|---|\n")
+	for _, st := range steps {
+		name, v, rows := st.Name, fmtDiff(st.MS), st.Row
+		if st.Base != "" {
+			rows = st.Row + " − " + st.Base
+		}
+		switch st.Kind {
+		case StepTotal:
+			name, v = "**"+name+"** (the steps add up to it)", "**"+v+"**"
+		case StepAlone:
+			name = "alone: " + name
+		}
+		if st.Unmeasured != "" {
+			v, rows = "–", st.Row+": "+st.Unmeasured
+		}
+		fmt.Fprintf(w, "| %s | %s | %s |\n", mdEscape(name), v, mdEscape(rows))
+	}
+}
+
+// fmtDiff formats a difference of medians, which noise can make
+// negative.
+func fmtDiff(v float64) string {
+	if v < 0 {
+		return "−" + fmtMS(-v)
+	}
+	return fmtMS(v)
 }
 
 func mdEscape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }

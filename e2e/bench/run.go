@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 
 // bench is one run of the benchmark.
@@ -65,8 +67,10 @@ type Results struct {
 	Started time.Time         `json:"started"`
 	Seconds float64           `json:"seconds"`
 	// PaceMS is how far apart the per-call rounds' calls were (-pace).
-	PaceMS     float64      `json:"pace_ms"`
-	Rows       []Row        `json:"per_call"`
+	PaceMS float64 `json:"pace_ms"`
+	Rows   []Row   `json:"per_call"`
+	// Breakdown is the pool-off bwrap call, step by step (breakdown).
+	Breakdown  []Step       `json:"bwrap_breakdown,omitempty"`
 	Throughput []Throughput `json:"throughput"`
 	Pool       []PoolCost   `json:"pool_idle_cost"`
 	Startup    []Startup    `json:"startup"`
@@ -147,6 +151,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	b.res.Targets = b.targets()
+	b.res.Breakdown = breakdown(b.res.Rows)
 	b.res.Seconds = time.Since(b.res.Started).Seconds()
 
 	md := b.markdown()
@@ -251,6 +256,12 @@ type path struct {
 	// waits there until its server has prepared the next sandbox, so
 	// that the preparation does not fall on the next path's call.
 	settle func()
+	// teardown, when set, runs after each call and its settle, untimed
+	// in the call's figure: it gives back what the call held (its
+	// cgroups), after the answer as toolgate does. Its own time is the
+	// figure of side, when set: a row of its own after this one.
+	teardown func() error
+	side     *path
 }
 
 // perCall measures every per-call path in rounds, one call of each per
@@ -270,14 +281,23 @@ func (b *bench) perCall(conf string) {
 			filepath.Join(filepath.Dir(b.toolgate), "minimal"), 0))
 		add(b.startPath(shimStartRow, "toolgate-shim with no shim argument: the Go runtime's start, the shim's init, its refusal (exit 2)",
 			b.shim, 2))
+		// The pool-off bwrap call, one step added per row (breakdown).
+		bare, err := b.bwrapArgv(withoutSeccomp, withoutInitShim)
+		add(b.execPath("floor", bwrapBareRow, "the same argv with the policy's seccomp off and the tool exec'd by bwrap itself, not through the init shim (no rlimits; bwrap's PWD is kept): bwrap's own namespaces and mounts", bare, "/", sandboxAttr(), rtEnv()), err)
+		noSeccomp, err := b.bwrapArgv(withoutSeccomp)
+		add(b.execPath("floor", bwrapNoSeccompRow, "the backend's argv with the policy's seccomp off (no --seccomp): the init shim inside, no filter", noSeccomp, "/", sandboxAttr(), rtEnv()), err)
 		argv, err := b.bwrapArgv()
-		raw := b.execPath("floor", "raw bwrap", "runtime/bwrap.Args argv (init shim inside, seccomp filter) as uid 65534; no enter shim, no cgroup", argv, "/", sandboxAttr(), rtEnv())
+		raw := b.execPath("floor", rawBwrapRow, "runtime/bwrap.Args argv (init shim inside, seccomp filter) as uid 65534; no enter shim, no cgroup", argv, "/", sandboxAttr(), rtEnv())
 		raw.files = seccompFile
 		add(raw, err)
+		cg := cgroup.Setup()
+		defer cg.Close() // after every path's own close
 		if err == nil {
-			add(b.enterPath(argv, false))
-			add(b.enterPath(argv, true))
+			for _, which := range []enterCgroups{enterNoCgroup, enterV2Group, enterCallGroups} {
+				add(b.enterPath(argv, cg, which))
+			}
 		}
+		add(b.cgroupPath(cg))
 		add(b.runcPath())
 		add(b.runcOwnBundlePath(conf))
 		add(b.runcStartPath(conf))
@@ -287,7 +307,7 @@ func (b *bench) perCall(conf string) {
 		const g = "toolgate (MCP stdio)"
 		s, err := b.sessionFor(conf, "bwrap")
 		add(b.mcpPath(s, g, "direct (read tool)", "per-call cgroup2 group (CLONE_INTO_CGROUP, cgroup.kill)", "rd", nil), err)
-		add(b.mcpPath(s, g, "bwrap", "pool off: the full bwrap policy made on the call's path; host ids of its own; the enter shim (v1 cgroup joins on a hybrid host, the uid, a new session keyring); rlimits set inside", "ts", nil), err)
+		add(b.mcpPath(s, g, "bwrap", "pool off: the full bwrap policy made on the call's path; host ids of its own; the enter shim (v1 cgroup joins on a hybrid host, the uid, a new session keyring); rlimits set inside; the cgroups and ids given back after the answer", "ts", nil), err)
 		add(b.mcpPath(s, g, "bwrap + egress", "the same tool with an egress line: a proxy per call, the shim as PID 1 bridging 127.0.0.1:3128", "tse", nil), err)
 		add(b.mcpPathWant(s, g, egressConnsRow("bwrap"), "the egress tool making 20 CONNECTs in a row through its proxy (each dialled to a server on 127.0.0.1)", "tsg", nil, fmt.Sprintf("200=%d", egressConns)), err)
 		s, err = b.sessionFor(conf, "bwrap"+poolSuffix)
@@ -326,9 +346,9 @@ func (b *bench) perCall(conf string) {
 	//
 	// The calls are paced (-pace) as an agent's are: the next call, of
 	// whichever path, starts pace after this one ended at the earliest,
-	// what settle waited counting towards it. What a call leaves to
-	// finish after its answer (a cgroup's removal, a pool's next
-	// sandbox) then has an agent's time to do it in, on every path
+	// what settle and teardown waited counting towards it. What a call
+	// leaves to finish after its answer (a cgroup's removal, a pool's
+	// next sandbox) then has an agent's time to do it in, on every path
 	// alike.
 	rng := rand.New(rand.NewPCG(7, 7))
 	order := slices.Clone(paths)
@@ -351,6 +371,16 @@ func (b *bench) perCall(conf string) {
 			if p.settle != nil {
 				p.settle()
 			}
+			if p.teardown != nil {
+				t1 := time.Now()
+				if err := p.teardown(); err != nil {
+					p.err = fmt.Errorf("call %d: teardown: %w", i, err)
+					continue
+				}
+				if p.side != nil && i >= b.warm {
+					p.side.d = append(p.side.d, time.Since(t1))
+				}
+			}
 			time.Sleep(time.Until(t0.Add(el + b.pace)))
 		}
 		if (i+1)%50 == 0 {
@@ -362,6 +392,9 @@ func (b *bench) perCall(conf string) {
 			p.close()
 		}
 		b.addSample(p.group, p.name, p.note, p.d, p.err)
+		if p.side != nil {
+			b.addSample(p.side.group, p.side.name, p.side.note, p.side.d, cmp.Or(p.err, p.side.err))
+		}
 	}
 }
 
