@@ -1,6 +1,9 @@
 package main
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // The per-call rows that issue 27's goals and the breakdown of a pool-off
 // bwrap call are computed from, by name: each is a path of the same paced,
@@ -15,8 +18,12 @@ const (
 	enterFullRow         = "bwrap through the enter shim, per-call cgroups (by hand)"
 	teardownRow          = "teardown of the per-call cgroups after bwrap exits (by hand)"
 	cgroupRow            = "cgroup creation and removal alone, in-process"
+	runcStartRow         = "runc start of a created container, toolgate's own bundle"
 	gitHostRow           = "git_diff_input's git runs on the host"
+	directRow            = "direct (read tool)"
 	bwrapRow             = "bwrap"
+	bwrapPoolRow         = "bwrap, pool on"
+	runcPoolRow          = "oci/runc, pool on"
 	builtinGitDiffRow    = "built-in git_diff_input"
 	builtinGitDiffOffRow = "built-in git_diff_input, pool off"
 )
@@ -29,6 +36,49 @@ func findRow(rows []Row, name string) (Row, bool) {
 		}
 	}
 	return Row{}, false
+}
+
+// ratioTarget holds median(a) to at most limit times median(floor).
+func ratioTarget(rows []Row, name, a, floor string, limit float64) Target {
+	t := Target{Name: name, Want: fmt.Sprintf("median ≤ %.2f× %s", limit, floor)}
+	ra, ok1 := findRow(rows, a)
+	rf, ok2 := findRow(rows, floor)
+	if !ok1 || !ok2 || rf.MedianMS <= 0 {
+		t.Unmeasured = "a path was not measured"
+		return t
+	}
+	r := ra.MedianMS / rf.MedianMS
+	t.Measured = fmt.Sprintf("%s / %s ms = %.2f×", fmtMS(ra.MedianMS), fmtMS(rf.MedianMS), r)
+	t.Held = r <= limit
+	return t
+}
+
+// overTarget holds median(a) to at most limit ms over median(floor).
+func overTarget(rows []Row, name, a, floor string, limit float64) Target {
+	t := Target{Name: name, Want: fmt.Sprintf("median(%s) − median(%s) ≤ %s ms", a, floor, fmtMS(limit))}
+	ra, ok1 := findRow(rows, a)
+	rf, ok2 := findRow(rows, floor)
+	if !ok1 || !ok2 {
+		t.Unmeasured = "a path was not measured"
+		return t
+	}
+	add := ra.MedianMS - rf.MedianMS
+	t.Measured = fmt.Sprintf("%s − %s = %.2f ms", fmtMS(ra.MedianMS), fmtMS(rf.MedianMS), add)
+	t.Held = add <= limit
+	return t
+}
+
+// goalTargets are issue 27's goals: each path against its floor, both
+// measured side by side in the same rounds, calls paced as an agent's.
+func goalTargets(rows []Row) []Target {
+	return []Target{
+		ratioTarget(rows, "git_diff_input ≤ 2× its git runs on the host", builtinGitDiffRow, gitHostRow, 2),
+		ratioTarget(rows, "(info) git_diff_input, pool off, ≤ 2× its git runs on the host", builtinGitDiffOffRow, gitHostRow, 2),
+		overTarget(rows, "bwrap, pool on, ≤ direct (read tool) + 0.5 ms", bwrapPoolRow, directRow, 0.5),
+		ratioTarget(rows, "bwrap, pool off, ≤ 1.5× raw bwrap", bwrapRow, rawBwrapRow, 1.5),
+		overTarget(rows, "oci/runc, pool on, ≤ runc start of a created container + 1.5 ms", runcPoolRow, runcStartRow, 1.5),
+		ratioTarget(rows, "toolgate-shim starts in ≤ 1.3× a minimal static Go binary's time", shimStartRow, minimalStartRow, 1.3),
+	}
 }
 
 // Step is one line of the breakdown of a pool-off bwrap call.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -13,6 +14,115 @@ func rowsOf(medians map[string]float64) []Row {
 		rows = append(rows, Row{Group: "g", Name: name, Calls: 10, MedianMS: m})
 	}
 	return rows
+}
+
+func TestRatioTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		rows       []Row
+		want       Target
+		unmeasured bool
+	}{
+		{
+			name: "held at the limit",
+			rows: rowsOf(map[string]float64{"a": 30, "f": 20}),
+			want: Target{Name: "t", Want: "median ≤ 1.50× f", Measured: "30.0 / 20.0 ms = 1.50×", Held: true},
+		},
+		{
+			name: "missed",
+			rows: rowsOf(map[string]float64{"a": 30.5, "f": 20}),
+			want: Target{Name: "t", Want: "median ≤ 1.50× f", Measured: "30.5 / 20.0 ms = 1.52×"},
+		},
+		{
+			name: "floor skipped",
+			rows: append(rowsOf(map[string]float64{"a": 30}), Row{Name: "f", Skipped: "no bwrap"}),
+			want: Target{Name: "t", Want: "median ≤ 1.50× f", Unmeasured: "a path was not measured"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, ratioTarget(tc.rows, "t", "a", "f", 1.5)); diff != "" {
+				t.Errorf("ratioTarget (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestOverTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rows []Row
+		want Target
+	}{
+		{
+			name: "held",
+			rows: rowsOf(map[string]float64{"a": 3.9, "f": 3.5}),
+			want: Target{Name: "t", Want: "median(a) − median(f) ≤ 0.50 ms", Measured: "3.90 − 3.50 = 0.40 ms", Held: true},
+		},
+		{
+			name: "missed",
+			rows: rowsOf(map[string]float64{"a": 4.39, "f": 3.54}),
+			want: Target{Name: "t", Want: "median(a) − median(f) ≤ 0.50 ms", Measured: "4.39 − 3.54 = 0.85 ms"},
+		},
+		{
+			name: "path missing",
+			rows: rowsOf(map[string]float64{"f": 3.54}),
+			want: Target{Name: "t", Want: "median(a) − median(f) ≤ 0.50 ms", Unmeasured: "a path was not measured"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, overTarget(tc.rows, "t", "a", "f", 0.5)); diff != "" {
+				t.Errorf("overTarget (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestGoalTargets: each of issue 27's goals compares its path with its
+// own floor and limit: held just inside it, missed just outside.
+func TestGoalTargets(t *testing.T) {
+	floors := map[string]float64{
+		gitHostRow: 10, directRow: 3.5, rawBwrapRow: 12, runcStartRow: 12, minimalStartRow: 1,
+	}
+	inside := map[string]float64{
+		builtinGitDiffRow: 20, builtinGitDiffOffRow: 19.9, bwrapPoolRow: 4, bwrapRow: 18, runcPoolRow: 13.5, shimStartRow: 1.3,
+	}
+	outside := map[string]float64{
+		builtinGitDiffRow: 20.1, builtinGitDiffOffRow: 60, bwrapPoolRow: 4.01, bwrapRow: 18.1, runcPoolRow: 13.6, shimStartRow: 1.31,
+	}
+	want := []string{
+		"git_diff_input ≤ 2× its git runs on the host",
+		"(info) git_diff_input, pool off, ≤ 2× its git runs on the host",
+		"bwrap, pool on, ≤ direct (read tool) + 0.5 ms",
+		"bwrap, pool off, ≤ 1.5× raw bwrap",
+		"oci/runc, pool on, ≤ runc start of a created container + 1.5 ms",
+		"toolgate-shim starts in ≤ 1.3× a minimal static Go binary's time",
+	}
+	for _, tc := range []struct {
+		name  string
+		paths map[string]float64
+		held  bool
+	}{{"inside", inside, true}, {"outside", outside, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			medians := maps.Clone(floors)
+			maps.Copy(medians, tc.paths)
+			got := goalTargets(rowsOf(medians))
+			var names []string
+			for _, g := range got {
+				names = append(names, g.Name)
+				if g.Unmeasured != "" || g.Held != tc.held {
+					t.Errorf("%s: held %v (unmeasured %q, measured %q), want held %v", g.Name, g.Held, g.Unmeasured, g.Measured, tc.held)
+				}
+			}
+			if diff := cmp.Diff(want, names); diff != "" {
+				t.Errorf("goalTargets names (-want +got):\n%s", diff)
+			}
+		})
+	}
+	for _, g := range goalTargets(nil) {
+		if g.Unmeasured == "" {
+			t.Errorf("%s: measured with no rows: %+v", g.Name, g)
+		}
+	}
 }
 
 // chainRows are the rows of a hybrid host's full breakdown.

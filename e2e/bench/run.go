@@ -233,14 +233,7 @@ func (b *bench) add(r Row) {
 }
 
 // row returns the measured row named name, if any.
-func (b *bench) row(name string) (Row, bool) {
-	for _, r := range b.res.Rows {
-		if r.Name == name && r.Skipped == "" {
-			return r, true
-		}
-	}
-	return Row{}, false
-}
+func (b *bench) row(name string) (Row, bool) { return findRow(b.res.Rows, name) }
 
 // path is one per-call path of the table: call runs one call and checks
 // its answer.
