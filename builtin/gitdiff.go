@@ -62,6 +62,31 @@ func (e *env) gitArgs(sub ...string) []string {
 	return append(gitPrefix(e.ws.Root()), sub...)
 }
 
+// revParseArgs are the arguments of the run that resolves one validated
+// revision to a commit id, behind --end-of-options.
+func revParseArgs(root, rev string) []string {
+	return append(gitPrefix(root), "rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{commit}")
+}
+
+// diffArgs are the arguments of the diff of revs: one commit id (against
+// the working tree), or two (from the first to the second).
+func diffArgs(root string, revs ...string) []string {
+	a := append(gitPrefix(root), "diff", "--no-color", "--no-ext-diff", "--no-textconv", "--relative", "--find-renames",
+		"--end-of-options")
+	return append(append(a, revs...), "--")
+}
+
+// GitDiffArgv is the argv of each git run of a git_diff_input call of
+// the target left..right over the repository at root, git being the
+// helper's resolved path, once the two sides resolved to the commit ids
+// base and head: the rev-parse of each side, then the diff. The handler
+// builds its runs with the same functions; the bench execs these on the
+// host, the floor of that call (e2e/bench).
+func GitDiffArgv(git, root, left, right, base, head string) [][]string {
+	argv := func(args []string) []string { return append([]string{git}, args...) }
+	return [][]string{argv(revParseArgs(root, left)), argv(revParseArgs(root, right)), argv(diffArgs(root, base, head))}
+}
+
 // checkRepo says why the workspace root is not a repository git_diff_input
 // can diff: inside the sandbox only the workspace exists, so its .git must
 // be a directory of its own (not a file pointing at a linked worktree's or
@@ -137,8 +162,7 @@ var hexSHA = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
 // resolveRev turns one validated revision into a commit id with
 // rev-parse --verify, behind --end-of-options.
 func (e *env) resolveRev(ctx context.Context, git *helperSession, rev string) (string, error) {
-	res, err := git.run(ctx, e.gitArgs("rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{commit}"),
-		gitRevTimeout, 4<<10, nil)
+	res, err := git.run(ctx, revParseArgs(e.ws.Root(), rev), gitRevTimeout, 4<<10, nil)
 	if err != nil {
 		return "", err
 	}
@@ -272,10 +296,7 @@ func (e *env) gitDiff(ctx context.Context, target string, index *int) (Result, e
 		info.Head = right
 		revs = []string{info.Base, right}
 	}
-	argv := e.gitArgs("diff", "--no-color", "--no-ext-diff", "--no-textconv", "--relative", "--find-renames",
-		"--end-of-options")
-	argv = append(append(argv, revs...), "--")
-	res, err := git.run(ctx, argv, gitDiffTimeout, MaxDiffBytes, nil)
+	res, err := git.run(ctx, diffArgs(e.ws.Root(), revs...), gitDiffTimeout, MaxDiffBytes, nil)
 	if err != nil {
 		return Errorf("git_diff_input: %v", err), nil
 	}

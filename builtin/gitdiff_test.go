@@ -1,15 +1,18 @@
 package builtin
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/testbin"
+	rt "github.com/toolgate/toolgate/runtime"
 )
 
 func TestParseRevSpec(t *testing.T) {
@@ -273,4 +276,40 @@ func TestGitDiffInputProject(t *testing.T) {
 		t.Fatalf("empty diff of the last commit: %+v", l.DiffInfo)
 	}
 	fetchAll(t, tools, "git_diff_input", `"target":"`+l.Base+`..`+l.Head+`"`)
+}
+
+// recordingRunner records the argv of every run it is given (each command
+// of a session runs through Run: it opens no session of its own).
+type recordingRunner struct {
+	rt.Runner
+	argvs [][]string
+}
+
+func (r *recordingRunner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) {
+	r.argvs = append(r.argvs, slices.Clone(inv.Argv))
+	return r.Runner.Run(ctx, inv)
+}
+
+// TestGitDiffArgv: GitDiffArgv is exactly the git runs a git_diff_input
+// call of A..B makes, in order: the bench execs it on the host as that
+// call's floor, which would measure something else if the two drifted.
+func TestGitDiffArgv(t *testing.T) {
+	root, r := makeGitFixture(t)
+	git, err := lookPath(HelperGit, "/usr/bin:/bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recordingRunner{Runner: hostRunner(t)}
+	res := call(t, toolsWith(t, root, rec), "git_diff_input", `{"target":"HEAD~1..HEAD"}`)
+	if res.IsError {
+		t.Fatal(res.Text)
+	}
+	base, head := r.run("rev-parse", "HEAD~1"), r.run("rev-parse", "HEAD")
+	if l := res.Structured.(DiffChunkList); l.Base != base || l.Head != head {
+		t.Fatalf("git_diff_input compared %s..%s, want %s..%s", l.Base, l.Head, base, head)
+	}
+	want := GitDiffArgv(git, root, "HEAD~1", "HEAD", base, head)
+	if !slices.EqualFunc(rec.argvs, want, slices.Equal[[]string]) {
+		t.Errorf("git_diff_input ran\n%q\nGitDiffArgv(%q, %q, HEAD~1, HEAD, %s, %s) =\n%q", rec.argvs, git, root, base, head, want)
+	}
 }

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# The side-by-side benchmark of every execution path (issue 7): floors
-# (fork+exec, raw bwrap with the backend's own argv, raw runc run of a
-# minimal bundle), toolgate over MCP stdio (direct, bwrap, oci/runc,
-# oci/crun, oci/runsc) and over streamable HTTP on loopback (direct and bwrap
-# in a 2025-11-25 session, direct stateless 2026-07-28; throughput with 1,
-# 8, 32 and 128 clients on one server), and what operators would use instead (srt from
-# @anthropic-ai/sandbox-runtime, mcp-server-commands over MCP, podman run
-# --rm per call), then throughput, start-up, a capped 1 GB flood and the
-# server's RSS. Prints a markdown table and writes bench.md and bench.json,
-# with each target held or missed, and the same figures, with the date and
-# the machine, to docs/performance.md (a full run only).
+# The side-by-side benchmark of every execution path (issues 7 and 27):
+# floors (fork+exec, raw bwrap with the backend's own argv and the same call
+# one step at a time, raw runc run of a minimal bundle, git_diff_input's git
+# runs on the host), toolgate over MCP stdio (direct, bwrap, oci/runc,
+# oci/crun, oci/runsc, the built-ins) and over streamable HTTP on loopback
+# (direct and bwrap in a 2025-11-25 session, direct stateless 2026-07-28;
+# throughput with 1, 8, 32 and 128 clients on one server), and what
+# operators would use instead (srt from @anthropic-ai/sandbox-runtime,
+# mcp-server-commands over MCP, podman run --rm per call), each call 40 ms
+# after the one before (-pace); then the breakdown of a pool-off bwrap
+# call, throughput, start-up, a capped 1 GB flood and the server's RSS.
+# Prints a markdown table and writes bench.md and bench.json, with each
+# target held or missed, and the same figures, with the date and the
+# machine, to docs/performance.md (a full run only).
 #
 # Installs what it needs, idempotently (Debian 12, as root): the build and
 # sandbox packages (scripts/deps.sh), socat and ripgrep (srt needs them),

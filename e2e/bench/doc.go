@@ -39,17 +39,20 @@ Why a call costs what it does is explained in
 
 ` + "`scripts/bench.sh`" + ` measures every way a call can run, side by side, in one
 run: the floors (fork+exec of the tool from Go; raw ` + "`bwrap`" + ` with the exact
-argv the backend builds, init shim included; ` + "`runc run`" + ` of a minimal
-hand-written bundle), toolgate over MCP stdio with mcp-go's client (a read
-tool, and a test tool through bwrap, oci/runc, oci/crun, oci/runsc) and over
-streamable HTTP on loopback, and what an operator would use instead (` + "`srt`" + `
-from @anthropic-ai/sandbox-runtime, ` + "`mcp-server-commands`" + ` over MCP,
+argv the backend builds, init shim included, and the same call one step at a
+time, from bwrap alone to the enter shim and the per-call cgroups; ` + "`runc run`" + `
+of a minimal hand-written bundle; git_diff_input's git runs on the host),
+toolgate over MCP stdio with mcp-go's client (a read tool, a test tool through
+bwrap, oci/runc, oci/crun, oci/runsc, and the built-ins) and over streamable
+HTTP on loopback, and what an operator would use instead (` + "`srt`" + ` from
+@anthropic-ai/sandbox-runtime, ` + "`mcp-server-commands`" + ` over MCP,
 ` + "`podman run --rm --network none`" + ` per call). Each path gets 200 calls, one at
-a time, in rounds that run every path once in a shuffled order, so that a
-shared machine's load and each call's asynchronous teardown (network
-namespaces, cgroups) fall on all paths alike; then throughput, the idle
-cost of a prepared sandbox, start-up, a capped 1 GB flood and the server's
-RSS, and the targets, each held or missed. It installs what it needs
+a time and 40 ms apart as an agent's calls are, in rounds that run every path
+once in a shuffled order, so that a shared machine's load and each call's
+asynchronous teardown (network namespaces, cgroups) fall on all paths alike;
+then the breakdown of a pool-off bwrap call, throughput, the idle cost of a
+prepared sandbox, start-up, a capped 1 GB flood and the server's RSS, and
+the targets, each held or missed. It installs what it needs
 (Debian packages, the two npm peers at pinned versions under
 ` + "`/var/cache/toolgate/bench`" + `, a local podman image; no registry) and also writes
 ` + "`bench.md`" + ` and ` + "`bench.json`" + ` under its work directory. ` + "`scripts/soak.sh`" + ` runs
@@ -57,7 +60,7 @@ RSS, and the targets, each held or missed. It installs what it needs
 server comes back to where it started.
 
 ` + "```sh" + `
-scripts/bench.sh                       # about 16 minutes; loads every core
+scripts/bench.sh                       # about 22 minutes; loads every core
 BENCH_BASELINE=<rev> scripts/bench.sh  # also toolgate built from <rev>, in the same rounds
 scripts/soak.sh                        # about 2 minutes
 ` + "```" + `

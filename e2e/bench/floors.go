@@ -3,18 +3,21 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/bundle"
 	rt "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/runtime/bwrap"
@@ -31,10 +34,25 @@ func sandboxAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: rt.SandboxUID, Gid: rt.SandboxGID, Groups: []uint32{}}}
 }
 
+// bwrapStep is a step of the backend's bwrap argv that a floor leaves
+// out, to isolate what it costs (breakdown).
+type bwrapStep int
+
+const (
+	// withoutSeccomp renders the policy with its seccomp off: no
+	// --seccomp, no filter loaded.
+	withoutSeccomp bwrapStep = iota + 1
+	// withoutInitShim has bwrap exec the tool itself, not the init shim
+	// that sets the rlimits and execs it with exactly the policy's
+	// environment.
+	withoutInitShim
+)
+
 // bwrapArgv is the exact argv the bwrap backend builds for the probe tool
 // (bwrap.Args of the default policy): the init shim bound inside and run
-// first, the seccomp program read from bwrap.SeccompFD (seccompFile).
-func (b *bench) bwrapArgv() ([]string, error) {
+// first, the seccomp program read from bwrap.SeccompFD (seccompFile);
+// without leaves steps out.
+func (b *bench) bwrapArgv(without ...bwrapStep) ([]string, error) {
 	bin, err := bwrap.Find()
 	if err != nil {
 		return nil, err
@@ -44,8 +62,19 @@ func (b *bench) bwrapArgv() ([]string, error) {
 		return nil, err
 	}
 	pol := rt.DefaultSandboxLimits().Policy(h, b.shim)
+	if slices.Contains(without, withoutSeccomp) {
+		pol.Seccomp = false
+	}
 	p := bwrap.Plan{Template: rt.Template{Path: b.probe, Argv: b.toolArgv(), Dir: b.work}}
-	return append([]string{bin}, bwrap.Args(pol, p)...), nil
+	args := bwrap.Args(pol, p)
+	if slices.Contains(without, withoutInitShim) {
+		i := slices.IndexFunc(args[:len(args)-1], func(a string) bool { return a == "--" })
+		if i < 0 || args[i+1] != bundle.ShimPath {
+			return nil, fmt.Errorf("bwrap argv: no \"-- %s\" to replace with the tool", bundle.ShimPath)
+		}
+		args = append(args[:i+1:i+1], p.Argv...)
+	}
+	return append([]string{bin}, args...), nil
 }
 
 // seccompFile is a descriptor holding the backend's seccomp program, as
@@ -296,36 +325,77 @@ func (b *bench) runcStartPath(conf string) (*path, error) {
 	return p, nil
 }
 
+// enterCgroups are the cgroups a by-hand bwrap call through the enter
+// shim makes and enters.
+type enterCgroups int
+
+const (
+	enterNoCgroup enterCgroups = iota
+	// enterV2Group is the call's cgroup2 group alone, entered at clone
+	// (CLONE_INTO_CGROUP), with the limits cgroup2 itself enforces: on a
+	// hybrid host none (killed as one), the limits being v1's.
+	enterV2Group
+	// enterCallGroups are the backend's groups: the cgroup2 group and,
+	// on a hybrid host, the v1 pids and memory groups the enter shim
+	// joins.
+	enterCallGroups
+)
+
 // enterPath runs the same bwrap argv the way the backend does, by hand:
-// through the enter shim (join of the call's v1 pids and memory cgroups,
-// rlimits, uid 65534, no_new_privs), with a fresh cgroup per call. It
-// separates what the policy costs per call from what toolgate adds.
-func (b *bench) enterPath(bwrapArgv []string, withGroup bool) (*path, error) {
-	p := &path{
-		group: "floor", name: "bwrap through the enter shim, per-call cgroups (by hand)",
-		note: "the backend's exec chain without toolgate: cgroup.Manager.NewGroup (v1 pids 256, memory 512 MiB) joined by toolgate-shim enter (rlimits, uid 65534), bwrap",
-	}
-	if !withGroup {
-		p.name = "bwrap through the enter shim, no cgroup (by hand)"
-		p.note = "toolgate-shim enter (rlimits, uid 65534, no_new_privs), bwrap: what the extra exec costs"
-	}
-	cg := cgroup.Setup()
+// through the enter shim (the v1 cgroup joins, uid 65534, a new session
+// keyring, no_new_privs), with the cgroups which says made per call and
+// given back after the call, untimed (teardown), as the backend gives
+// them back after the answer. It separates what the policy costs per
+// call from what toolgate adds.
+func (b *bench) enterPath(bwrapArgv []string, cg *cgroup.Manager, which enterCgroups) (*path, error) {
 	lim := rt.DefaultSandboxLimits()
+	limits := cgroup.Limits{Pids: lim.Pids, Memory: lim.Memory}
+	m, prefix := cg, "bench-cg-"
+	p := &path{group: "floor"}
+	switch which {
+	case enterNoCgroup:
+		p.name, p.note = enterNoCgroupRow, "toolgate-shim enter (uid 65534, a new session keyring, no_new_privs), bwrap: what the extra exec costs"
+		m = nil
+	case enterV2Group:
+		p.name = enterV2Row
+		switch {
+		case cg.V2 == "":
+			return p, fmt.Errorf("no cgroup2 hierarchy usable here (%s)", cg)
+		case len(cg.V1) == 0:
+			return p, errors.New("cgroup2 only: the per-call cgroups row is the cgroup2 group alone")
+		}
+		m, prefix = &cgroup.Manager{V2: cg.V2, V2Controllers: cg.V2Controllers}, "bench-v2-"
+		if !slices.Contains(cg.V2Controllers, "pids") {
+			limits.Pids = 0
+		}
+		if !slices.Contains(cg.V2Controllers, "memory") {
+			limits.Memory = 0
+		}
+		p.note = "the enter shim started in a cgroup2 group of its own (CLONE_INTO_CGROUP), " + cgroupLayout(m, limits) + ", made per call; no v1 groups"
+	case enterCallGroups:
+		p.name = enterFullRow
+		p.note = "the backend's exec chain without toolgate: cgroup.Manager.NewGroup (" + cgroupLayout(cg, limits) + ") entered at clone and joined by toolgate-shim enter (uid 65534, a new session keyring), bwrap"
+		p.side = &path{group: "floor", name: teardownRow, note: "after the call above, untimed in it: its cgroups killed and removed (cgroup.Group.Close) once bwrap has exited; toolgate does it after the call's answer, off its path"}
+	}
 	var drop *shim.IDs
 	if os.Geteuid() == 0 {
 		drop = &shim.IDs{UID: rt.SandboxUID, GID: rt.SandboxGID}
 	}
 	i := 0
+	var g *cgroup.Group
 	p.call = func() error {
 		i++
 		spec := shim.Spec{Mode: shim.Enter, Drop: drop, Path: bwrapArgv[0], Argv: bwrapArgv}
-		if withGroup {
-			g, err := cg.NewGroup("bench-"+strconv.Itoa(i), cgroup.Limits{Pids: lim.Pids, Memory: lim.Memory})
-			if err != nil {
+		var attr *syscall.SysProcAttr
+		if m != nil {
+			var err error
+			if g, err = m.NewGroup(prefix+strconv.Itoa(i), limits); err != nil {
 				return err
 			}
-			defer g.Close()
 			spec.Joins = g.Joins()
+			if fd := g.FD(); fd >= 0 {
+				attr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+			}
 		}
 		argv := append([]string{b.shim}, spec.Args()...)
 		filter, err := seccompFile()
@@ -334,12 +404,138 @@ func (b *bench) enterPath(bwrapArgv []string, withGroup bool) (*path, error) {
 		}
 		defer filter.Close()
 		var out bytes.Buffer
-		cmd := &exec.Cmd{Path: b.shim, Args: argv, Env: rt.Env, Dir: "/", Stdout: &out, Stderr: &out, ExtraFiles: []*os.File{filter}}
+		cmd := &exec.Cmd{Path: b.shim, Args: argv, Env: rt.Env, Dir: "/", Stdout: &out, Stderr: &out, ExtraFiles: []*os.File{filter}, SysProcAttr: attr}
 		if err := cmd.Run(); err != nil || !strings.Contains(out.String(), "hello") {
 			return fmt.Errorf("enter shim: %w: %s", err, firstLine(out.String()))
 		}
 		return nil
 	}
-	p.close = cg.Close
+	if m != nil {
+		p.teardown = func() error {
+			err := g.Close()
+			g = nil
+			return err
+		}
+		p.close = func() { _ = g.Close() }
+	}
 	return p, nil
+}
+
+// cgroupPath times a call's cgroups alone, in this process: made with
+// the backend's limits (cgroup.Manager.NewGroup), then removed (Close),
+// with no process ever in them.
+func (b *bench) cgroupPath(cg *cgroup.Manager) (*path, error) {
+	lim := rt.DefaultSandboxLimits()
+	limits := cgroup.Limits{Pids: lim.Pids, Memory: lim.Memory}
+	p := &path{group: "floor", name: cgroupRow, note: "cgroup.Manager.NewGroup (" + cgroupLayout(cg, limits) + ") then Close, in the bench's own process: no process in them, no exec"}
+	if cg.V2 == "" && len(cg.V1) == 0 {
+		return p, fmt.Errorf("no usable cgroups here (%s)", cg)
+	}
+	i := 0
+	p.call = func() error {
+		i++
+		g, err := cg.NewGroup("bench-alone-"+strconv.Itoa(i), limits)
+		if err != nil {
+			return err
+		}
+		return g.Close()
+	}
+	return p, nil
+}
+
+// cgroupLayout says which groups m makes per call with lim, as detected
+// (runtime/cgroup), for the rows' notes.
+func cgroupLayout(m *cgroup.Manager, lim cgroup.Limits) string {
+	limit := func(ctl string) string {
+		switch {
+		case ctl == "pids" && lim.Pids > 0:
+			return fmt.Sprintf("pids %d", lim.Pids)
+		case ctl == "memory" && lim.Memory > 0:
+			return fmt.Sprintf("memory %d MiB", lim.Memory>>20)
+		}
+		return ""
+	}
+	var parts []string
+	if m.V2 != "" {
+		var in []string
+		for _, ctl := range []string{"pids", "memory"} {
+			if l := limit(ctl); l != "" && slices.Contains(m.V2Controllers, ctl) {
+				in = append(in, l)
+			}
+		}
+		if len(in) == 0 {
+			parts = append(parts, "a cgroup2 group, no controllers")
+		} else {
+			parts = append(parts, "a cgroup2 group, "+strings.Join(in, ", "))
+		}
+	}
+	for _, ctl := range []string{"pids", "memory"} {
+		if l := limit(ctl); l != "" && !slices.Contains(m.V2Controllers, ctl) && m.V1[ctl] != "" {
+			parts = append(parts, "v1 "+l)
+		}
+	}
+	if len(parts) == 0 {
+		return "no cgroup"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// gitHostPath runs, on the host, the git commands a git_diff_input call
+// of HEAD~1..HEAD over the built-in workspace runs in its sandbox, with
+// toolgate's exact argv (builtin.GitDiffArgv, which TestGitDiffArgv holds
+// to what the call runs): the floor of that call.
+func (b *bench) gitHostPath() (*path, error) {
+	p := &path{
+		group: "floor", name: gitHostRow,
+		note: fmt.Sprintf("rev-parse, rev-parse, diff (%d changed files) exec'd one after another from Go (os/exec) with the argv builtin.GitDiffArgv gives, as root, the workspace as working directory; no sandbox", diffFiles),
+	}
+	ws, err := b.builtinWorkspace()
+	if err != nil {
+		return p, err
+	}
+	git, err := findGit()
+	if err != nil {
+		return p, err
+	}
+	ids := make([]string, 2)
+	for i, rev := range []string{"HEAD~1", "HEAD"} {
+		out, err := exec.Command(git, "-C", ws, "rev-parse", "--verify", rev).Output()
+		if err != nil {
+			return p, fmt.Errorf("git rev-parse %s: %w", rev, err)
+		}
+		ids[i] = strings.TrimSpace(string(out))
+	}
+	runs := builtin.GitDiffArgv(git, ws, "HEAD~1", "HEAD", ids[0], ids[1])
+	p.call = func() error {
+		for i, argv := range runs {
+			var out, errOut bytes.Buffer
+			cmd := &exec.Cmd{Path: argv[0], Args: argv, Env: rtEnv(), Dir: ws, Stdout: &out, Stderr: &errOut}
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("git run %d: %w: %s", i+1, err, firstLine(errOut.String()))
+			}
+			switch {
+			case i < 2 && strings.TrimSpace(out.String()) != ids[i]:
+				return fmt.Errorf("git rev-parse printed %q, want %s", firstLine(out.String()), ids[i])
+			case i == 2 && strings.Count(out.String(), "\ndiff --git ")+1 != diffFiles:
+				return fmt.Errorf("git diff: %d files, want %d", strings.Count(out.String(), "\ndiff --git ")+1, diffFiles)
+			}
+		}
+		return nil
+	}
+	return p, nil
+}
+
+// findGit is the git a toolgate server of the bench finds: the first in
+// the absolute entries of the default PATH, symlinks resolved.
+func findGit() (string, error) {
+	for _, dir := range filepath.SplitList(rt.DefaultPath) {
+		p, err := filepath.EvalSymlinks(filepath.Join(dir, "git"))
+		if err != nil {
+			continue
+		}
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("git not found in %s", rt.DefaultPath)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,13 +24,17 @@ import (
 	"time"
 
 	rt "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/runtime/cgroup"
 )
 
 // bench is one run of the benchmark.
 type bench struct {
 	common
-	calls       int
-	warm        int
+	calls int
+	warm  int
+	// pace is the least time from the end of one per-call measurement to
+	// the start of the next, as an agent's calls are apart.
+	pace        time.Duration
 	starts      int
 	floodCalls  int
 	rssCalls    int
@@ -44,6 +49,9 @@ type bench struct {
 	podmanImage string
 	podmanNote  string
 	baseline    string
+	// ws is the built-in workspace, made once a run (builtinWorkspace).
+	ws    string
+	wsErr error
 	// egressAddr is the bench's own HTTP server on 127.0.0.1, the one
 	// destination of the egress tools.
 	egressAddr string
@@ -55,16 +63,20 @@ type bench struct {
 
 // Results is everything one run measured: bench.json.
 type Results struct {
-	Machine    map[string]string `json:"machine"`
-	Started    time.Time         `json:"started"`
-	Seconds    float64           `json:"seconds"`
-	Rows       []Row             `json:"per_call"`
-	Throughput []Throughput      `json:"throughput"`
-	Pool       []PoolCost        `json:"pool_idle_cost"`
-	Startup    []Startup         `json:"startup"`
-	Flood      []Flood           `json:"flood"`
-	RSS        []RSS             `json:"rss"`
-	Targets    []Target          `json:"targets"`
+	Machine map[string]string `json:"machine"`
+	Started time.Time         `json:"started"`
+	Seconds float64           `json:"seconds"`
+	// PaceMS is how far apart the per-call rounds' calls were (-pace).
+	PaceMS float64 `json:"pace_ms"`
+	Rows   []Row   `json:"per_call"`
+	// Breakdown is the pool-off bwrap call, step by step (breakdown).
+	Breakdown  []Step       `json:"bwrap_breakdown,omitempty"`
+	Throughput []Throughput `json:"throughput"`
+	Pool       []PoolCost   `json:"pool_idle_cost"`
+	Startup    []Startup    `json:"startup"`
+	Flood      []Flood      `json:"flood"`
+	RSS        []RSS        `json:"rss"`
+	Targets    []Target     `json:"targets"`
 }
 
 func runBench(args []string, stdout, stderr io.Writer) int {
@@ -74,6 +86,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	b.register(fs)
 	fs.IntVar(&b.calls, "calls", 200, "measured calls per path")
 	fs.IntVar(&b.warm, "warm", 10, "unmeasured warm-up calls per path")
+	fs.DurationVar(&b.pace, "pace", 40*time.Millisecond, "per-call rounds: the least time from the end of one call to the start of the next, untimed (an agent's calls are about 40 ms apart); 0: back to back")
 	fs.IntVar(&b.starts, "starts", 200, "server starts per start-up figure")
 	fs.IntVar(&b.floodCalls, "flood-calls", 20, "1 GB flood calls per path")
 	fs.IntVar(&b.rssCalls, "rss-calls", 5000, "calls of the RSS run")
@@ -102,7 +115,12 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	b.log = logFile(b.logPath)
 	defer b.log.Close()
+	if b.pace < 0 {
+		fmt.Fprintf(stderr, "bench: -pace %s: want 0 or more\n", b.pace)
+		return 2
+	}
 	b.res.Started = time.Now().UTC()
+	b.res.PaceMS = ms(b.pace)
 	b.res.Machine = machine(b.toolgate)
 
 	stopTarget, err := b.startEgressTarget()
@@ -133,6 +151,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	b.res.Targets = b.targets()
+	b.res.Breakdown = breakdown(b.res.Rows)
 	b.res.Seconds = time.Since(b.res.Started).Seconds()
 
 	md := b.markdown()
@@ -214,14 +233,7 @@ func (b *bench) add(r Row) {
 }
 
 // row returns the measured row named name, if any.
-func (b *bench) row(name string) (Row, bool) {
-	for _, r := range b.res.Rows {
-		if r.Name == name && r.Skipped == "" {
-			return r, true
-		}
-	}
-	return Row{}, false
-}
+func (b *bench) row(name string) (Row, bool) { return findRow(b.res.Rows, name) }
 
 // path is one per-call path of the table: call runs one call and checks
 // its answer.
@@ -237,6 +249,12 @@ type path struct {
 	// waits there until its server has prepared the next sandbox, so
 	// that the preparation does not fall on the next path's call.
 	settle func()
+	// teardown, when set, runs after each call and its settle, untimed
+	// in the call's figure: it gives back what the call held (its
+	// cgroups), after the answer as toolgate does. Its own time is the
+	// figure of side, when set: a row of its own after this one.
+	teardown func() error
+	side     *path
 }
 
 // perCall measures every per-call path in rounds, one call of each per
@@ -256,23 +274,33 @@ func (b *bench) perCall(conf string) {
 			filepath.Join(filepath.Dir(b.toolgate), "minimal"), 0))
 		add(b.startPath(shimStartRow, "toolgate-shim with no shim argument: the Go runtime's start, the shim's init, its refusal (exit 2)",
 			b.shim, 2))
+		// The pool-off bwrap call, one step added per row (breakdown).
+		bare, err := b.bwrapArgv(withoutSeccomp, withoutInitShim)
+		add(b.execPath("floor", bwrapBareRow, "the same argv with the policy's seccomp off and the tool exec'd by bwrap itself, not through the init shim (no rlimits; bwrap's PWD is kept): bwrap's own namespaces and mounts", bare, "/", sandboxAttr(), rtEnv()), err)
+		noSeccomp, err := b.bwrapArgv(withoutSeccomp)
+		add(b.execPath("floor", bwrapNoSeccompRow, "the backend's argv with the policy's seccomp off (no --seccomp): the init shim inside, no filter", noSeccomp, "/", sandboxAttr(), rtEnv()), err)
 		argv, err := b.bwrapArgv()
-		raw := b.execPath("floor", "raw bwrap", "runtime/bwrap.Args argv (init shim inside, seccomp filter) as uid 65534; no enter shim, no cgroup", argv, "/", sandboxAttr(), rtEnv())
+		raw := b.execPath("floor", rawBwrapRow, "runtime/bwrap.Args argv (init shim inside, seccomp filter) as uid 65534; no enter shim, no cgroup", argv, "/", sandboxAttr(), rtEnv())
 		raw.files = seccompFile
 		add(raw, err)
+		cg := cgroup.Setup()
+		defer cg.Close() // after every path's own close
 		if err == nil {
-			add(b.enterPath(argv, false))
-			add(b.enterPath(argv, true))
+			for _, which := range []enterCgroups{enterNoCgroup, enterV2Group, enterCallGroups} {
+				add(b.enterPath(argv, cg, which))
+			}
 		}
+		add(b.cgroupPath(cg))
 		add(b.runcPath())
 		add(b.runcOwnBundlePath(conf))
 		add(b.runcStartPath(conf))
+		add(b.gitHostPath())
 	}
 	if want(b.sections, "toolgate") {
 		const g = "toolgate (MCP stdio)"
 		s, err := b.sessionFor(conf, "bwrap")
 		add(b.mcpPath(s, g, "direct (read tool)", "per-call cgroup2 group (CLONE_INTO_CGROUP, cgroup.kill)", "rd", nil), err)
-		add(b.mcpPath(s, g, "bwrap", "pool off: the full bwrap policy made on the call's path; host ids of its own; the enter shim (v1 cgroup joins on a hybrid host, the uid, a new session keyring); rlimits set inside", "ts", nil), err)
+		add(b.mcpPath(s, g, "bwrap", "pool off: the full bwrap policy made on the call's path; host ids of its own; the enter shim (v1 cgroup joins on a hybrid host, the uid, a new session keyring); rlimits set inside; the cgroups and ids given back after the answer", "ts", nil), err)
 		add(b.mcpPath(s, g, "bwrap + egress", "the same tool with an egress line: a proxy per call, the shim as PID 1 bridging 127.0.0.1:3128", "tse", nil), err)
 		add(b.mcpPathWant(s, g, egressConnsRow("bwrap"), "the egress tool making 20 CONNECTs in a row through its proxy (each dialled to a server on 127.0.0.1)", "tsg", nil, fmt.Sprintf("200=%d", egressConns)), err)
 		s, err = b.sessionFor(conf, "bwrap"+poolSuffix)
@@ -308,6 +336,13 @@ func (b *bench) perCall(conf string) {
 	// pays for what its predecessor left the kernel to do (a container's
 	// network namespace is torn down asynchronously, a memory cgroup is
 	// offlined later), and only a shuffled order spreads that evenly.
+	//
+	// The calls are paced (-pace) as an agent's are: the next call, of
+	// whichever path, starts pace after this one ended at the earliest,
+	// what settle and teardown waited counting towards it. What a call
+	// leaves to finish after its answer (a cgroup's removal, a pool's
+	// next sandbox) then has an agent's time to do it in, on every path
+	// alike.
 	rng := rand.New(rand.NewPCG(7, 7))
 	order := slices.Clone(paths)
 	for i := range b.warm + b.calls {
@@ -329,6 +364,17 @@ func (b *bench) perCall(conf string) {
 			if p.settle != nil {
 				p.settle()
 			}
+			if p.teardown != nil {
+				t1 := time.Now()
+				if err := p.teardown(); err != nil {
+					p.err = fmt.Errorf("call %d: teardown: %w", i, err)
+					continue
+				}
+				if p.side != nil && i >= b.warm {
+					p.side.d = append(p.side.d, time.Since(t1))
+				}
+			}
+			time.Sleep(time.Until(t0.Add(el + b.pace)))
 		}
 		if (i+1)%50 == 0 {
 			logf(b.stderr, "per-call: %d/%d rounds", i+1, b.warm+b.calls)
@@ -339,6 +385,9 @@ func (b *bench) perCall(conf string) {
 			p.close()
 		}
 		b.addSample(p.group, p.name, p.note, p.d, p.err)
+		if p.side != nil {
+			b.addSample(p.side.group, p.side.name, p.side.note, p.side.d, cmp.Or(p.err, p.side.err))
+		}
 	}
 }
 
@@ -446,26 +495,35 @@ func (b *bench) addSample(group, name, note string, d sample, err error) {
 
 // builtinPaths are calls of the built-ins: git_diff_input and outline,
 // whose helpers (git, ctags) run in the bwrap sandbox, beside repo_chunks,
-// which starts no process; and the same calls of the baseline, whose
-// helpers ran on the host: what sandboxing the helpers costs a call.
+// which starts no process; git_diff_input also with the pool off; and the
+// same calls of the baseline.
 func (b *bench) builtinPaths(conf string, add func(*path, error)) {
-	ws, err := b.builtinWorkspace()
-	calls := []struct{ name, note, tool string }{
-		{"built-in repo_chunks", "no helper: reads the workspace itself", "repo_chunks"},
-		{"built-in git_diff_input", "3 git runs (2 rev-parse, diff), each in the bwrap sandbox made on its path (git's argv depends on the call: no prepared sandbox)", "git_diff_input"},
-		{"built-in outline", "one ctags run in the bwrap sandbox, the file on stdin; pool on (the default): its sandbox is prepared ahead of the call (its argv is fixed)", "outline"},
+	ws, wsErr := b.builtinWorkspace()
+	gitNote := fmt.Sprintf("HEAD~1..HEAD (%d changed files), listing the chunks (no index: an agent's first call); ", diffFiles)
+	calls := []struct {
+		name, note, tool string
+		pooled           bool // pool on (the server's default)
+	}{
+		{"built-in repo_chunks", "no helper: reads the workspace itself", "repo_chunks", false},
+		{builtinGitDiffRow, gitNote + "3 git runs (2 rev-parse, diff) in one sandbox prepared ahead of the call (a helper session; pool on, the default)", "git_diff_input", true},
+		{"built-in outline", "one ctags run in the bwrap sandbox, the file on stdin; pool on (the default): its sandbox is prepared ahead of the call (its argv is fixed)", "outline", true},
 	}
 	args := map[string]map[string]any{
 		"repo_chunks":    {"index": 1},
-		"git_diff_input": {"target": "HEAD~1..HEAD", "index": 1},
+		"git_diff_input": {"target": "HEAD~1..HEAD"},
 		"outline":        {"path": "hello.go"},
+	}
+	want := map[string]string{
+		"repo_chunks":    "hello",
+		"git_diff_input": fmt.Sprintf("of %d files, digest", diffFiles),
+		"outline":        "hello",
 	}
 	servers := []struct{ group, prefix, bin string }{{"toolgate (MCP stdio)", "", b.toolgate}}
 	if b.baseline != "" {
 		servers = append(servers, struct{ group, prefix, bin string }{"toolgate before this change (same rounds)", "before: ", b.baseline})
 	}
 	for _, srv := range servers {
-		var s *session
+		s, err := (*session)(nil), wsErr
 		if err == nil {
 			s, err = dial([]string{srv.bin, "serve", "--conf", conf, "--root", ws}, os.Environ(), b.log)
 		}
@@ -474,24 +532,52 @@ func (b *bench) builtinPaths(conf string, add func(*path, error)) {
 			if srv.prefix != "" {
 				note = "" // the baseline's own way, whatever it was
 			}
-			add(b.mcpPath(s, srv.group, srv.prefix+c.name, note, c.tool, args[c.tool]), err)
+			p := b.mcpPathWant(s, srv.group, srv.prefix+c.name, note, c.tool, args[c.tool], want[c.tool])
+			if c.pooled && srv.prefix == "" {
+				p = pooled(p, s)
+			}
+			add(p, err)
+		}
+		if srv.prefix == "" {
+			s, err := (*session)(nil), wsErr
+			if err == nil {
+				s, err = dial([]string{srv.bin, "serve", "--conf", conf, "--root", ws, "--sandbox-pool", "0"}, os.Environ(), b.log)
+			}
+			note := gitNote + "--sandbox-pool 0: the helper session's sandbox made on the call's path, its 3 git runs in it"
+			add(b.mcpPathWant(s, srv.group, builtinGitDiffOffRow, note, "git_diff_input", args["git_diff_input"], want["git_diff_input"]), err)
 		}
 	}
 }
 
-// builtinWorkspace is a git repository of two commits whose files say
-// hello, for builtinPaths.
+// diffFiles is how many files the built-in workspace's last commit
+// changes: what git_diff_input diffs.
+const diffFiles = 10
+
+// builtinWorkspace is a git repository of two commits, made again on
+// each run: the first adds hello.go (for outline) and diffFiles Go files
+// of 60 lines, the second changes 3 lines in the middle of each of them
+// (for git_diff_input of HEAD~1..HEAD).
 func (b *bench) builtinWorkspace() (string, error) {
-	ws := filepath.Join(b.cache, "builtin-ws")
-	if _, err := os.Stat(filepath.Join(ws, ".git")); err == nil {
-		return ws, nil
+	if b.ws != "" || b.wsErr != nil {
+		return b.ws, b.wsErr
 	}
+	b.ws, b.wsErr = b.makeBuiltinWorkspace()
+	return b.ws, b.wsErr
+}
+
+func (b *bench) makeBuiltinWorkspace() (string, error) {
+	ws := filepath.Join(b.cache, "builtin-ws")
 	_ = os.RemoveAll(ws)
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		return "", err
 	}
+	// The path toolgate works in (--root is made canonical).
+	ws, err := filepath.EvalSymlinks(ws)
+	if err != nil {
+		return "", err
+	}
 	git := func(args ...string) error {
-		cmd := exec.Command("git", append([]string{"-c", "user.name=bench", "-c", "user.email=bench@invalid"}, args...)...)
+		cmd := exec.Command("git", append([]string{"-c", "user.name=bench", "-c", "user.email=bench@invalid", "-c", "commit.gpgsign=false"}, args...)...)
 		cmd.Dir, cmd.Env = ws, []string{"PATH=" + rt.DefaultPath, "GIT_CONFIG_NOSYSTEM=1", "HOME=" + ws}
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("git %s: %w: %s", args[0], err, out)
@@ -499,17 +585,41 @@ func (b *bench) builtinWorkspace() (string, error) {
 		return nil
 	}
 	write := func(name, text string) error { return os.WriteFile(filepath.Join(ws, name), []byte(text), 0o644) }
+	// source is file n of the diffed ones, at version v (1 or 2): 60
+	// lines, of which lines 29 to 31 differ between the versions.
+	source := func(n, v int) string {
+		var w strings.Builder
+		fmt.Fprintf(&w, "package hello\n\n// F%02d is function %d of the bench's workspace.\nfunc F%02d(x int) int {\n", n, n, n)
+		for l := 5; l < 60; l++ {
+			if v == 2 && l >= 29 && l <= 31 {
+				fmt.Fprintf(&w, "\tx = x*%d + %d // changed\n", l, n)
+				continue
+			}
+			fmt.Fprintf(&w, "\tx += %d\n", l*n)
+		}
+		w.WriteString("\treturn x\n}\n")
+		return w.String()
+	}
 	steps := []func() error{
 		func() error { return git("init", "-q") },
 		func() error {
 			return write("hello.go", "package hello\n\n// Hello says hello.\nfunc Hello() string { return \"hello\" }\n")
 		},
+	}
+	for n := range diffFiles {
+		steps = append(steps, func() error { return write(fmt.Sprintf("f%02d.go", n), source(n, 1)) })
+	}
+	steps = append(steps,
 		func() error { return git("add", ".") },
 		func() error { return git("commit", "-q", "-m", "one") },
-		func() error { return write("notes.txt", "hello again\n") },
+	)
+	for n := range diffFiles {
+		steps = append(steps, func() error { return write(fmt.Sprintf("f%02d.go", n), source(n, 2)) })
+	}
+	steps = append(steps,
 		func() error { return git("add", ".") },
 		func() error { return git("commit", "-q", "-m", "two") },
-	}
+	)
 	for _, step := range steps {
 		if err := step(); err != nil {
 			return "", fmt.Errorf("built-in workspace: %w", err)
