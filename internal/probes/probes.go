@@ -164,6 +164,9 @@ func Main(pre, args []string) {
 		fmt.Println("kill -1:", result(syscall.Kill(-1, syscall.SIGKILL)))
 	case "pid":
 		fmt.Printf("pid=%d ppid=%d\n", os.Getpid(), os.Getppid())
+		if os.Getpid() != 1 && os.Getppid() == 1 && shimIsInit() {
+			fmt.Println("parent: toolgate's shim")
+		}
 	case "processes":
 		fmt.Printf("processes: %d\n", len(pids()))
 	case "pdeathsig":
@@ -479,12 +482,16 @@ func leftovers() {
 	fmt.Printf("leave a process: %s\n", result(c.Start()))
 }
 
-// pids lists the processes visible in /proc.
+// pids lists the processes visible in /proc, but toolgate's shim when it
+// is PID 1 of the sandbox and runs this process as its child (a prepared
+// sandbox's, a helper session's, an egress sandbox's): it is not the
+// tool's, and it is there in every such sandbox.
 func pids() []int {
+	shim := os.Getpid() != 1 && shimIsInit()
 	entries, _ := os.ReadDir("/proc")
 	var out []int
 	for _, e := range entries {
-		if n, err := strconv.Atoi(e.Name()); err == nil {
+		if n, err := strconv.Atoi(e.Name()); err == nil && (n != 1 || !shim) {
 			out = append(out, n)
 		}
 	}
@@ -585,11 +592,14 @@ func reach(pid int) {
 // 1 there (the egress init shim, a helper session's shim), which only a
 // sandbox has.
 func sandboxed() bool {
-	if os.Getpid() == 1 {
-		return true
-	}
+	return os.Getpid() == 1 || os.Getppid() == 1 && shimIsInit()
+}
+
+// shimIsInit reports whether PID 1 (of this process's pid namespace) is
+// toolgate's shim, which only a sandbox has at /.toolgate/shim.
+func shimIsInit() bool {
 	cmd, _ := os.ReadFile("/proc/1/cmdline")
-	return os.Getppid() == 1 && strings.HasPrefix(string(cmd), "/.toolgate/shim\x00")
+	return strings.HasPrefix(string(cmd), "/.toolgate/shim\x00")
 }
 
 func requireSandbox() {

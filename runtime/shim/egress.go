@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -47,26 +46,11 @@ func superviseEgress(s Spec, env []string, keepStderr bool) int {
 	if keepStderr {
 		stderr = os.Stderr
 	}
-	p, err := os.StartProcess(s.Path, s.Argv, &os.ProcAttr{
-		Env:   WithProxyEnv(env),
-		Files: []*os.File{os.Stdin, os.Stdout, stderr},
-	})
-	if err != nil {
-		if errors.Is(err, syscall.E2BIG) {
-			die(126, "start %s: argument list too long", s.Path)
-		}
-		die(127, "start %s: %v", strings.TrimPrefix(s.Path, "fork/exec "), unwrapPathError(err))
-	}
-	// The shim holds none of the call's streams: the tool's output ends
-	// when the tool (and what it left) closes it.
-	if null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0); err == nil {
-		for fd := range 3 {
-			_ = unix.Dup2(int(null.Fd()), fd)
-		}
-		null.Close()
-	}
+	// The shim holds none of the call's streams once the tool has them:
+	// the tool's output ends when the tool (and what it left) closes it.
+	pid := startTool(s.Path, s.Argv, WithProxyEnv(env), stderr)
 	go bridge(l, s.Egress)
-	return reapUntil(p.Pid)
+	return reapUntil(pid)
 }
 
 // unwrapPathError drops os.StartProcess's "fork/exec PATH:" prefix, so
@@ -117,7 +101,7 @@ func reapUntil(pid int) int {
 		case errors.Is(err, unix.EINTR):
 			continue
 		case err != nil:
-			die(126, "sandbox: egress: wait: %v", err)
+			die(126, "sandbox: wait: %v", err)
 		case got != pid:
 			continue
 		case ws.Signaled():

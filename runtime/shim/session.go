@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
 	"syscall"
@@ -46,18 +45,10 @@ func session(s Spec) int {
 		die(125, "session: not the first process of its sandbox (pid %d): it could not end what a command leaves", os.Getpid())
 	}
 	setRlimits(s.Rlimits)
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		die(125, "session: not dumpable: %v", err)
-	}
-	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE)
-	// Nothing the sandbox was started with reaches a command: every
-	// descriptor from 3 up is closed at its exec, the release channel
-	// included (the commands' streams are dup'ed to 0, 1 and 2).
-	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		for fd := 3; fd < 1024; fd++ {
-			unix.CloseOnExec(fd)
-		}
-	}
+	// Nothing the sandbox was started with reaches a command (every
+	// descriptor from 3 up, the release channel included, is closed at
+	// its exec), nor can a command reach the shim.
+	harden()
 	if err := signalReady(s.ReleaseFD, 0); err != nil {
 		die(125, "session: ready: %v", err)
 	}
@@ -88,28 +79,17 @@ func session(s Spec) int {
 // and returns its status (128+N for signal N; 126 or 127 when it could not
 // start, as a shell reports it, with the reason on its stderr).
 func runCommand(path string, argv, env []string, fds []int) int {
-	files := make([]*os.File, len(fds))
-	for i, fd := range fds {
-		files[i] = os.NewFile(uintptr(fd), "stream")
-	}
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
-	p, err := os.StartProcess(path, argv, &os.ProcAttr{Env: env, Files: files})
+	onMainThread("session") // the parent-death signal is the thread's (startTool)
+	pid, err := forkExec(path, argv, env, []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])})
 	if err != nil {
-		code := 127
+		fmt.Fprintf(os.NewFile(uintptr(fds[2]), "stderr"), "toolgate: start %s: %v\n", path, err)
+		closeAll(fds)
 		if errors.Is(err, syscall.E2BIG) {
-			code = 126
+			return 126
 		}
-		fmt.Fprintf(files[2], "toolgate: start %s: %v\n", path, unwrapPathError(err))
-		return code
+		return 127
 	}
-	for _, f := range files {
-		f.Close()
-	}
-	files = nil
+	closeAll(fds)
 	for {
 		var ws unix.WaitStatus
 		got, err := unix.Wait4(-1, &ws, 0, nil)
@@ -118,7 +98,7 @@ func runCommand(path string, argv, env []string, fds []int) int {
 			continue
 		case err != nil:
 			die(125, "session: wait: %v", err)
-		case got != p.Pid:
+		case got != pid:
 			continue
 		case ws.Signaled():
 			return 128 + int(ws.Signal())

@@ -117,6 +117,10 @@ type Spec struct {
 	// runs the tool as its child with the proxy variables
 	// (egress.go).
 	Egress string
+	// Answer (standby) keeps the shim PID 1 of a tool's sandbox: it runs
+	// the tool as its child and answers its exit status on the release
+	// channel instead of exec'ing it (standby.go).
+	Answer bool
 	// KeepEnv (standby) execs with the shim's own environment minus PWD,
 	// as the service mode does, instead of exactly bundle.Env.
 	KeepEnv bool
@@ -172,6 +176,9 @@ func (s Spec) Args() []string {
 	}
 	if s.KeepEnv {
 		a = append(a, "--env", "keep")
+	}
+	if s.Answer {
+		a = append(a, "--answer", "status")
 	}
 	for _, kv := range s.Env {
 		a = append(a, "--setenv", kv)
@@ -245,6 +252,11 @@ func parse(args []string) (Spec, error) {
 				return s, fmt.Errorf("bad --env %q: want keep", val)
 			}
 			s.KeepEnv = true
+		case "--answer":
+			if val != "status" {
+				return s, fmt.Errorf("bad --answer %q: want status", val)
+			}
+			s.Answer = true
 		case "--setenv":
 			if k, _, ok := strings.Cut(val, "="); !ok || k == "" {
 				return s, fmt.Errorf("bad --setenv %q: want KEY=VALUE", val)

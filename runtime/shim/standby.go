@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
@@ -15,17 +16,31 @@ import (
 // standbyExec is the first process of a prepared bwrap sandbox. It sets
 // the rlimits, says it is ready and waits on the release channel: no tool
 // code runs in the sandbox until the release. The release carries the
-// call's stdin, stdout and stderr; the shim makes them 0, 1 and 2 (stderr
-// is stdout unless KeepStderr: a tool's two streams are one, whatever the
-// release says), closes every other descriptor (its end of the release
-// channel, anything bwrap left open) and execs the tool it was prepared
-// for, with exactly bundle.Env (KeepEnv: the service's environment).
+// call's stdin, stdout and stderr, which become the tool's 0, 1 and 2
+// (stderr is stdout unless KeepStderr: a tool's two streams are one,
+// whatever the release says), with nothing else open and exactly
+// bundle.Env plus the tool's own variables.
+//
+// A tool's sandbox (Answer) does not exec the tool: the shim stays its
+// PID 1, runs the tool as its child, and once it exits kills and reaps
+// whatever it left (kill(-1)) and answers its exit status on the release
+// channel, then waits for the channel to close. The server has the
+// call's end from that answer, without waiting for the sandbox's own
+// teardown (the shim's exit, bwrap's, the namespaces'), which happens
+// after the answer, off the call's path; and an exec from a Go process
+// (its threads ended, its address space torn down) costs more than a
+// child's. As in a helper session (session.go), the shim is not
+// dumpable and ignores the signals a tool could send it, so that nothing
+// in the sandbox reaches the channel.
+//
+// A service's sandbox (KeepEnv) execs the service with the service's
+// environment: its process is the sandbox's for the service's life.
 //
 // Prepared for a tool with an egress allowlist (Egress EgressAtRelease),
 // the release carries a fourth descriptor, the call's egress proxy socket
 // (opened O_PATH: an egress proxy is a call's own, started at the
-// release); the shim then stays PID 1 and bridges the proxy port onto it,
-// as the init shim of a sandbox made with its proxy does.
+// release), which the shim bridges the proxy port onto, as the init shim
+// of a sandbox made with its proxy does.
 func standbyExec(s Spec) {
 	if s.ReleaseFD < 3 {
 		die(125, "standby: no release channel")
@@ -38,7 +53,13 @@ func standbyExec(s Spec) {
 	default:
 		die(125, "standby: a prepared sandbox takes its egress proxy at its release")
 	}
+	if s.Answer && (s.KeepEnv || os.Getpid() != 1) {
+		die(125, "standby: a shim that answers is a tool sandbox's PID 1")
+	}
 	setRlimits(s.Rlimits)
+	if s.Answer {
+		harden()
+	}
 	if err := signalReady(s.ReleaseFD, 0); err != nil {
 		die(125, "standby: ready: %v", err)
 	}
@@ -60,33 +81,138 @@ func standbyExec(s Spec) {
 	}
 	keep := 3 // the first descriptor closed below
 	if want > Streams {
-		// The proxy socket, as 3, still closed at the tool's exec.
+		// The proxy socket, as 3, closed at the tool's exec.
 		if err := unix.Dup3(fds[Streams], 3, unix.O_CLOEXEC); err != nil && fds[Streams] != 3 {
 			die(126, "standby: dup3: %v", err)
 		}
 		keep = 4
 	}
-	// Everything else goes: the release channel, the descriptors as
-	// received, whatever else the sandbox was started with.
+	env := toolEnv(s.Env)
+	if s.KeepEnv {
+		env = withoutPWD(os.Environ())
+	}
+	if !s.Answer {
+		execPrepared(s, env, keep)
+	}
+	// The descriptors as received go (the streams are 0, 1 and 2 now);
+	// whatever else the sandbox was started with, the release channel
+	// included, is closed at the tool's exec.
+	for _, fd := range fds {
+		if fd >= keep && fd != s.ReleaseFD {
+			_ = unix.Close(fd)
+		}
+	}
+	closeOnExec(keep)
+	var code int
+	if want > Streams {
+		s.Egress = "/proc/self/fd/3"
+		code = superviseEgress(s, env, s.KeepStderr)
+	} else {
+		code = reapUntil(startTool(s.Path, s.Argv, env, os.Stderr))
+	}
+	endAll()
+	if err := sendStatus(s.ReleaseFD, code); err != nil {
+		die(125, "standby: status: %v", err)
+	}
+	awaitClose(s.ReleaseFD)
+	os.Exit(0)
+}
+
+// execPrepared execs the tool (or service) of s with env, every
+// descriptor from keep up closed: a service's sandbox, whose process is
+// the service's.
+func execPrepared(s Spec, env []string, keep int) {
 	if err := unix.CloseRange(uint(keep), ^uint(0), 0); err != nil {
 		for fd := keep; fd < 1024; fd++ {
 			_ = unix.Close(fd)
 		}
 	}
-	env := toolEnv(s.Env)
-	if s.KeepEnv {
-		env = withoutPWD(os.Environ())
-	}
-	if want > Streams {
-		s.Egress = "/proc/self/fd/3"
-		os.Exit(superviseEgress(s, env, s.KeepStderr))
+	if keep > 3 {
+		// A service with an egress allowlist is never prepared (rt.Pool
+		// starts it with its proxy), nor released with a socket.
+		die(125, "standby: a service takes no egress socket at its release")
 	}
 	onMainThread("standby")
-	err = syscall.Exec(s.Path, s.Argv, env) //nolint:gosec // the standby shim's job: exec the path and argv it was prepared with
+	err := syscall.Exec(s.Path, s.Argv, env) //nolint:gosec // the standby shim's job: exec the path and argv it was prepared with
 	if errors.Is(err, syscall.E2BIG) {
 		die(126, "start %s: argument list too long", s.Path)
 	}
 	die(127, "start %s: %v", s.Path, err)
+}
+
+// harden keeps a shim that stays its sandbox's PID 1 out of the reach of
+// what runs in the sandbox as the same uid: not dumpable (no ptrace, no
+// /proc/1/fd, /proc/1/environ or /proc/1/mem), deaf to the signals a
+// pid namespace's init would handle, and every descriptor it was started
+// with closed at an exec.
+func harden() {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		die(125, "sandbox: not dumpable: %v", err)
+	}
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE)
+	closeOnExec(3)
+}
+
+// closeOnExec marks every descriptor from fd up close-on-exec.
+func closeOnExec(fd int) {
+	if err := unix.CloseRange(uint(fd), ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		for ; fd < 1024; fd++ {
+			unix.CloseOnExec(fd)
+		}
+	}
+}
+
+// startTool starts path with argv and env as a child whose stdin, stdout
+// and stderr are the shim's 0, 1 and stderr, then lets go of the three
+// (so that the call's output ends when the tool and what it left end),
+// and returns its pid. A tool that cannot start ends the shim as the
+// init shim's exec failure would: 127 (126: argument list too long),
+// the reason on the call's stderr.
+func startTool(path string, argv, env []string, stderr *os.File) int {
+	// The parent-death signal is the main thread's (shim.go's init holds
+	// the shim there), which ends only with the shim: a tool outlives
+	// its PID 1 in no case (the pid namespace ends with it), and has one
+	// as a tool exec'd by the shim has.
+	onMainThread("start")
+	pid, err := forkExec(path, argv, env, []uintptr{0, 1, stderr.Fd()})
+	if err != nil {
+		if errors.Is(err, syscall.E2BIG) {
+			die(126, "start %s: argument list too long", path)
+		}
+		die(127, "start %s: %v", path, err)
+	}
+	if null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0); err == nil {
+		for fd := range 3 {
+			_ = unix.Dup2(int(null.Fd()), fd)
+		}
+		null.Close()
+	}
+	return pid
+}
+
+// forkExec starts path as a child with files as its descriptors 0, 1, 2
+// (nothing else: every other descriptor of the shim is close-on-exec),
+// SIGKILLed when this thread ends. syscall.ForkExec, not
+// os.StartProcess: the first os.StartProcess of a process forks a child
+// of its own to learn whether the kernel has pidfds, half a millisecond
+// on every prepared call.
+func forkExec(path string, argv, env []string, files []uintptr) (int, error) {
+	return syscall.ForkExec(path, argv, &syscall.ProcAttr{
+		Env: env, Files: files,
+		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	})
+}
+
+// awaitClose waits until the server closes the release channel (or says
+// anything more on it).
+func awaitClose(fd int) {
+	buf := make([]byte, 8)
+	for {
+		_, _, _, _, err := unix.Recvmsg(fd, buf, nil, 0)
+		if !errors.Is(err, unix.EINTR) {
+			return
+		}
+	}
 }
 
 // hold keeps an OCI container prepared: it runs the runtime's create
