@@ -273,14 +273,15 @@ func TestGitDiffInputOneSandbox(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	waitPool("the git session prepared", func(st rt.PoolStatus) bool {
+	gitReady := func(st rt.PoolStatus) bool {
 		for _, e := range st.Entries {
 			if e.Name == HelperGit && e.Ready == 1 {
 				return true
 			}
 		}
 		return false
-	})
+	}
+	waitPool("the git session prepared", gitReady)
 	tools = toolsOf(t, cfg)
 	for i := range 2 {
 		res = call(t, tools, "git_diff_input", `{"target":"HEAD~1..HEAD"}`)
@@ -290,6 +291,8 @@ func TestGitDiffInputOneSandbox(t *testing.T) {
 		if st := pool.Status(); st.Hits != int64(i+1) || st.Misses != 0 {
 			t.Fatalf("call %d: pool %+v; want each call to take the prepared session", i+1, st)
 		}
-		waitPool("the next session prepared", func(st rt.PoolStatus) bool { return st.Ready >= 1 && st.Preparing == 0 })
+		// The call took the git entry's sandbox; the next is prepared
+		// after it.
+		waitPool("the next session prepared", gitReady)
 	}
 }

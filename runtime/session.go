@@ -156,11 +156,26 @@ func (s *sandboxSession) Run(ctx context.Context, argv []string, c Call) (Result
 		s.ended = true
 		return Result{}, fmt.Errorf("session %s: %w: %w", s.t.Name, ErrSessionEnded, err)
 	}
-	// The command has ended when its status comes back, or when the
-	// sandbox ends first (killed at a timeout, or by a limit).
+	res, ended := s.sb.superviseAnswered(ctx, supervised{
+		start: start, out: p.outR, errOut: p.errR, stdin: p.inW, input: c.Input,
+		timeout: c.Timeout, maxBytes: c.MaxBytes, stderrMax: c.StderrMax, seen: c.Seen,
+	})
+	// Nothing more runs in a sandbox that ended or reached a limit.
+	s.ended = ended
+	return res, nil
+}
+
+// superviseAnswered supervises a command that the shim of s runs and
+// answers (a session's command, or the tool of an answering prepared
+// sandbox): it has ended when its status comes back on the release
+// channel, or when the sandbox ends first. A timeout or a cancellation
+// kills the whole sandbox. The shim has ended everything the command
+// left before it answered. ended reports that the sandbox can run
+// nothing more: it ended, or the command reached a limit.
+func (s *Standby) superviseAnswered(ctx context.Context, sv supervised) (res Result, ended bool) {
 	status := make(chan int, 1)
 	go func() {
-		code, ok := readStatus(s.sb.ctl)
+		code, ok := readStatus(s.ctl)
 		if !ok {
 			code = -1
 		}
@@ -171,35 +186,23 @@ func (s *sandboxSession) Run(ctx context.Context, argv []string, c Call) (Result
 	go func() {
 		select {
 		case code = <-status:
-		case <-s.sb.exited:
+		case <-s.exited:
 		}
 		close(exited)
 	}()
-	res := supervise(ctx, supervised{
-		exited: exited, start: start,
-		out: p.outR, errOut: p.errR, stdin: p.inW, input: c.Input,
-		timeout: c.Timeout, maxBytes: c.MaxBytes, stderrMax: c.StderrMax, seen: c.Seen,
-		group: s.sb.group,
-		// A timeout or a cancellation ends the whole sandbox: the session
-		// runs nothing more.
-		kill: func() {
-			killed = true
-			killGroup(s.sb.pid, s.sb.group)
-		},
-		// The shim has ended everything the command left before it
-		// answered.
-		end: func() int {
-			if code < 0 && killed {
-				return 128 + 9
-			}
-			return code
-		},
-	})
-	if code < 0 || res.Limit != LimitNone || s.sb.group.Exceeded() != "" {
-		// Nothing more runs in a sandbox that ended or reached a limit.
-		s.ended = true
+	sv.exited, sv.group = exited, s.group
+	sv.kill = func() {
+		killed = true
+		killGroup(s.pid, s.group)
 	}
-	return res, nil
+	sv.end = func() int {
+		if code < 0 && killed {
+			return 128 + 9
+		}
+		return code
+	}
+	res = supervise(ctx, sv)
+	return res, code < 0 || res.Limit != LimitNone || s.group.Exceeded() != ""
 }
 
 func (s *sandboxSession) Close() {

@@ -44,6 +44,11 @@ type StandbyCmd struct {
 	// IDs are the sandbox's host ids: given back after Cleanup, or by
 	// the Process of a released service when it is done.
 	IDs SandboxID
+	// Answers says that the sandbox's shim answers the call's exit
+	// status on the release channel and waits for the channel's close
+	// (shim.Spec.Answer): the call ends at the answer, and the sandbox
+	// itself ends at Cleanup.
+	Answers bool
 	// Fixed are host paths the sandbox bound when it was prepared (the
 	// tool's dir, its executable): a release checks each is still the
 	// same file, and a sandbox whose paths changed is stale.
@@ -98,6 +103,11 @@ type Standby struct {
 	ids      SandboxID
 	fixed    []fixedFile
 	born     time.Time
+	answers  bool
+	// answered is set once a release's status has been waited for: the
+	// sandbox still runs (its shim waits for the channel's close) until
+	// Cleanup.
+	answered bool
 	// ns holds the sandbox's mount namespace from its ready message
 	// until Cleanup (release.go says why).
 	ns *os.File
@@ -134,7 +144,7 @@ func StartStandby(c StandbyCmd) (*Standby, error) {
 	}
 	s := &Standby{
 		group: c.Group, streams: c.Streams, split: c.SplitStderr, stdin: c.Stdin,
-		stop: c.Stop, finish: c.Finish, cleanup: c.Cleanup, ids: c.IDs, born: time.Now(),
+		stop: c.Stop, finish: c.Finish, cleanup: c.Cleanup, ids: c.IDs, born: time.Now(), answers: c.Answers,
 		exited: make(chan struct{}), ready: make(chan struct{}), notReady: make(chan struct{}),
 	}
 	for _, p := range c.Fixed {
@@ -423,7 +433,9 @@ func (s *Standby) releaseWith(ctx context.Context, c Call, eg *Egress) (Result, 
 			f.Close()
 		}
 	}
-	s.ctl.Close()
+	if !s.answers {
+		s.ctl.Close()
+	}
 	if err != nil {
 		sv.out.Close()
 		if sv.errOut != sv.out {
@@ -434,6 +446,13 @@ func (s *Standby) releaseWith(ctx context.Context, c Call, eg *Egress) (Result, 
 		}
 		go s.kill() // off the call's path; Cleanup waits for it
 		return Result{}, fmt.Errorf("%w: %w", ErrStandbyStale, err)
+	}
+	if s.answers {
+		// The call ends at the answer; the sandbox at Cleanup, off the
+		// call's path.
+		res, _ := s.superviseAnswered(ctx, sv)
+		s.answered = true
+		return res, nil
 	}
 	res := supervise(ctx, sv)
 	untrack(s.pid)
@@ -495,6 +514,10 @@ func (s *Standby) kill() {
 // safe to call more than once.
 func (s *Standby) Cleanup() {
 	s.clean.Do(func() {
+		if s.answered {
+			// Its shim waits for the channel's close, and exits at it.
+			s.kill()
+		}
 		<-s.exited
 		select {
 		case <-s.ready:

@@ -188,11 +188,7 @@ func caseSessionFresh(ctx context.Context, e *Env) error {
 		if err != nil {
 			return err
 		}
-		procs := "processes: 1"
-		if e.sessions() {
-			procs = "processes: 2" // the command and its session shim
-		}
-		if err := want(res.Output, "leftover /tmp/toolgate-leftover: false", "leftover /dev/shm/toolgate-leftover: false", procs, exact); err != nil {
+		if err := want(res.Output, "leftover /tmp/toolgate-leftover: false", "leftover /dev/shm/toolgate-leftover: false", "processes: 1", exact); err != nil {
 			return fmt.Errorf("session %d's first command: %w", i+1, err)
 		}
 		if err := want(res.Output, "leave /tmp/toolgate-leftover: ok", "leave a process: ok"); err != nil {

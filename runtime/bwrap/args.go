@@ -219,7 +219,7 @@ func Args(pol bundle.Policy, p Plan) []string {
 		// channel brings, each Argv and further words (Template.Session).
 		init = shim.Spec{Mode: shim.Session, Rlimits: rlimits, Env: p.Env, Verbs: p.Verbs, ReleaseFD: ReleaseFD, Path: exe, Argv: p.Argv}
 	case p.Standby:
-		init.Mode, init.ReleaseFD = shim.Standby, ReleaseFD
+		init.Mode, init.ReleaseFD, init.Answer = shim.Standby, ReleaseFD, true
 	}
 	return append(a, init.Args()...)
 }

@@ -131,12 +131,13 @@ func TestStandbyIsTheSameSandbox(t *testing.T) {
 			if ps[0] != bundle.ShimPath || ss[0] != bundle.ShimPath || shim.Mode(ps[2]) != wantMode || shim.Mode(ss[2]) != shim.Standby {
 				t.Fatalf("shims: plain %q, standby %q", ps[:3], ss[:3])
 			}
-			// Standby adds the release descriptor (and, for a service, says
-			// to keep stderr and the environment, as the service mode
-			// does); nothing else changes.
-			extra := []string{"--release-fd", strconv.Itoa(ReleaseFD)}
+			// Standby adds the release descriptor and, for a tool, says to
+			// answer its status (for a service: to keep stderr and the
+			// environment, as the service mode does); nothing else
+			// changes.
+			extra := []string{"--answer", "status", "--release-fd", strconv.Itoa(ReleaseFD)}
 			if tc.plan.Service {
-				extra = append([]string{"--stderr", "keep", "--env", "keep"}, extra...)
+				extra = []string{"--stderr", "keep", "--env", "keep", "--release-fd", strconv.Itoa(ReleaseFD)}
 			}
 			i := slices.Index(ps, "--")
 			want := slices.Concat(ps[:2], []string{string(shim.Standby)}, ps[3:i], extra, ps[i:])

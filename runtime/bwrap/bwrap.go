@@ -352,6 +352,9 @@ func (r *Runner) prepare(plan Plan, env, fixed []string) (*rt.Standby, error) {
 		Streams: rt.StreamsAtRelease,
 		Fixed:   fixed,
 		IDs:     id,
+		// A tool's standby shim answers its status; a service's execs
+		// the service, and a session's answers each command (rt.Session).
+		Answers: !plan.Service && !plan.Session,
 	})
 	if err != nil {
 		if group != nil {

@@ -184,6 +184,9 @@ func parseInit(t *testing.T, a []string) initSpec {
 			if a[1] != strconv.Itoa(ReleaseFD) {
 				t.Fatalf("the standby shim waits on descriptor %s, want %d", a[1], ReleaseFD)
 			}
+		case "--answer":
+			// A prepared tool sandbox's shim runs the tool as its child
+			// and answers its status: the sandbox is the same.
 		case "--stderr":
 			s.keepStderr = a[1] == "keep"
 		case "--egress":
