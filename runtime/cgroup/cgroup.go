@@ -313,6 +313,15 @@ type Group struct {
 	v2 string
 	fd int
 	v1 []string
+	// events are the files whose counts say a limit was reached
+	// (Exceeded): one for each limit the group set, memory's first.
+	events []event
+}
+
+// event is a flat-keyed cgroup file whose key counts the times a
+// controller's limit was reached.
+type event struct {
+	file, key, controller string
 }
 
 // NewGroup creates the cgroup of call id with the given limits. A limit
@@ -334,6 +343,7 @@ func (c *Manager) NewGroup(id string, lim Limits) (*Group, error) {
 			if err := writeLimit(dir, "pids.max", lim.Pids); err != nil {
 				return fail(err)
 			}
+			g.events = append(g.events, event{filepath.Join(dir, "pids.events"), "max", Pids})
 			lim.Pids = 0
 		}
 		if lim.Memory > 0 && slices.Contains(c.V2Controllers, "memory") {
@@ -341,6 +351,7 @@ func (c *Manager) NewGroup(id string, lim Limits) (*Group, error) {
 				return fail(err)
 			}
 			_ = writeLimit(dir, "memory.swap.max", 0)
+			g.events = append([]event{{filepath.Join(dir, "memory.events"), "oom_kill", Memory}}, g.events...)
 			lim.Memory = 0
 		}
 		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -362,6 +373,7 @@ func (c *Manager) NewGroup(id string, lim Limits) (*Group, error) {
 		if err := writeLimit(dir, "pids.max", lim.Pids); err != nil {
 			return fail(err)
 		}
+		g.events = append(g.events, event{filepath.Join(dir, "pids.events"), "max", Pids})
 	}
 	if lim.Memory > 0 {
 		base, ok := c.V1["memory"]
@@ -376,6 +388,7 @@ func (c *Manager) NewGroup(id string, lim Limits) (*Group, error) {
 		if err := writeLimit(dir, "memory.limit_in_bytes", lim.Memory); err != nil {
 			return fail(err)
 		}
+		g.events = append([]event{{filepath.Join(dir, "memory.oom_control"), "oom_kill", Memory}}, g.events...)
 		// Swap counts against the same limit where swap accounting exists.
 		if _, err := os.Stat(filepath.Join(dir, "memory.memsw.limit_in_bytes")); err == nil {
 			if err := writeLimit(dir, "memory.memsw.limit_in_bytes", lim.Memory); err != nil {
@@ -500,20 +513,11 @@ func (g *Group) Exceeded() string {
 	if g == nil {
 		return ""
 	}
-	var dirs []string
-	if g.v2 != "" {
-		dirs = append(dirs, g.v2)
-	}
-	dirs = append(dirs, g.v1...)
-	for _, d := range dirs {
-		if eventCount(filepath.Join(d, "memory.events"), "oom_kill") > 0 ||
-			eventCount(filepath.Join(d, "memory.oom_control"), "oom_kill") > 0 {
-			return Memory
-		}
-	}
-	for _, d := range dirs {
-		if eventCount(filepath.Join(d, "pids.events"), "max") > 0 {
-			return Pids
+	// Only the limits the group set can be reached: a call's path reads
+	// their files and no other.
+	for _, e := range g.events {
+		if eventCount(e.file, e.key) > 0 {
+			return e.controller
 		}
 	}
 	return ""
