@@ -731,6 +731,11 @@ func caseForkBomb(ctx context.Context, e *Env) error {
 	default:
 		return fmt.Errorf("the fork bomb was not stopped (exit %d, limit %q, timed out %v):\n%s", res.ExitCode, res.Limit, res.TimedOut, clip(res.Output))
 	}
+	// Where toolgate's own cgroup holds the call (bwrap) and its pids
+	// limit is the lower bound, the result names it.
+	if e.ownCgroup() && e.Limits.Pids > 0 && e.Limits.Pids <= int64(e.Limits.NProc) && res.Limit != rt.LimitPids {
+		return fmt.Errorf("the fork bomb met the pids limit, but the result names limit %q", res.Limit)
+	}
 	if err := e.survivors(); err != nil {
 		return err
 	}
@@ -752,8 +757,16 @@ func caseMemoryBomb(ctx context.Context, e *Env) error {
 	if res.ExitCode != 128+9 || res.TimedOut {
 		return fmt.Errorf("the memory bomb ended with exit %d (timed out %v), not an OOM kill (137)", res.ExitCode, res.TimedOut)
 	}
+	if e.ownCgroup() && res.Limit != rt.LimitMemory {
+		return fmt.Errorf("the memory bomb was OOM-killed, but the result names limit %q", res.Limit)
+	}
 	return stillServing(ctx, e)
 }
+
+// ownCgroup reports whether the calls run in toolgate's own per-call
+// cgroup (the bwrap backend's), which the result reads the limits
+// reached from; an OCI runtime makes its container's own.
+func (e *Env) ownCgroup() bool { return strings.HasPrefix(e.Backend, "bwrap") }
 
 func caseFlood(ctx context.Context, e *Env) error {
 	before := vmHWM()
