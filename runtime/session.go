@@ -187,6 +187,12 @@ func (s *Standby) superviseAnswered(ctx context.Context, sv supervised) (res Res
 		select {
 		case code = <-status:
 		case <-s.exited:
+			// The channel ends with the sandbox: a status sent before
+			// that is still there to read.
+			select {
+			case code = <-status:
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 		close(exited)
 	}()

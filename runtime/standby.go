@@ -490,9 +490,9 @@ func (s *Standby) kill() {
 	select {
 	case <-s.exited:
 	case <-time.After(discardGrace):
-	}
-	if s.stop != nil {
-		s.stop(s.pid)
+		if s.stop != nil {
+			s.stop(s.pid)
+		}
 	}
 	killGroup(s.pid, s.group)
 	select {

@@ -507,6 +507,7 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 	}
 	hold := shim.Spec{
 		Mode:      shim.Hold,
+		Answer:    true,
 		ReleaseFD: rt.ReleaseFD(0),
 		PidFile:   filepath.Join(b, "pid"),
 		Start:     r.fl.startArgv(r.bin, r.state, id),
@@ -534,6 +535,9 @@ func (r *Runner) Prepare(t rt.Template) (*rt.Standby, error) {
 		},
 		Fixed: dirs,
 		IDs:   sid,
+		// The hold shim answers the container's status, and the call
+		// ends there; the shim, the container's deletion after it.
+		Answers: true,
 	})
 	if err != nil {
 		_ = os.RemoveAll(b)

@@ -226,6 +226,10 @@ func awaitClose(fd int) {
 // signal N killed it). A channel closed without a release, a container
 // that ends before it, or a failed create or start exit 125 without
 // starting the container: the server kills and deletes it.
+//
+// With Answer, the shim answers the status on the release channel
+// instead (125 for a failed start), and exits once the server closes
+// it: the call ends at the answer, the shim after it.
 func hold(s Spec) int {
 	// Children inherit this thread's mount namespace (the crun mask), and
 	// their parent-death signal is tied to it: the thread stays.
@@ -273,6 +277,9 @@ func hold(s Spec) int {
 		fmt.Fprintf(os.NewFile(uintptr(errCopy), "stderr"), "toolgate: "+format+"\n", a...)
 		_ = unix.Kill(pid, unix.SIGKILL)
 		killChildren()
+		if s.Answer {
+			_ = sendStatus(s.ReleaseFD, 125)
+		}
 		return 125
 	}
 	if err := signalReady(s.ReleaseFD, pid); err != nil {
@@ -300,7 +307,9 @@ func hold(s Spec) int {
 		}
 		return fail("hold: %v", err)
 	}
-	_ = unix.Close(s.ReleaseFD)
+	if !s.Answer {
+		_ = unix.Close(s.ReleaseFD)
+	}
 	out, code, err := runCaptured(s.Start)
 	if err != nil || code != 0 {
 		return fail("hold: %s start: exit %d %v: %s", s.Start[0], code, errOrEmpty(err), strings.TrimSpace(out))
@@ -308,6 +317,13 @@ func hold(s Spec) int {
 	_ = unix.Close(errCopy)
 	status := waitInit(pid, pidfd)
 	killChildren()
+	if s.Answer {
+		if err := sendStatus(s.ReleaseFD, status); err != nil {
+			return 125
+		}
+		awaitClose(s.ReleaseFD)
+		return 0
+	}
 	return status
 }
 
