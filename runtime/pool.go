@@ -474,8 +474,7 @@ func (p *Pool) Run(ctx context.Context, inv Invocation) (Result, error) {
 			break
 		}
 		telemetry.Attrs(span, attribute.Bool("toolgate.pool.hit", true))
-		span.End()
-		res, err := p.release(ctx, sb, inv)
+		res, err := p.release(ctx, sb, inv, span)
 		p.afterCall(sb.Cleanup)
 		if errors.Is(err, ErrStandbyStale) || errors.Is(err, ErrStandbyUsed) {
 			p.counters.stale.Add(1)
@@ -491,13 +490,15 @@ func (p *Pool) Run(ctx context.Context, inv Invocation) (Result, error) {
 }
 
 // release runs inv in the prepared sandbox sb, with its egress proxy when
-// it has an allowlist: started now and handed over with the streams, and
-// closed with the call.
-func (p *Pool) release(ctx context.Context, sb *Standby, inv Invocation) (Result, error) {
+// it has an allowlist: started now, within the take's span, handed over
+// with the streams, and closed with the call. It ends take.
+func (p *Pool) release(ctx context.Context, sb *Standby, inv Invocation, take trace.Span) (Result, error) {
 	if !inv.Proxied {
+		take.End()
 		return sb.Release(ctx, inv.Call)
 	}
 	eg, err := Runner(p.backend).(EgressAttacher).AttachEgress(inv, sb.IDs())
+	take.End()
 	if err != nil {
 		sb.Discard()
 		return Result{}, err
