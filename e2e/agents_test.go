@@ -519,7 +519,7 @@ func TestAgentClientRules(t *testing.T) {
 				confDir := testbin.Dir(t)
 				paths := paths
 				paths.ConfDir = confDir
-				writeFile(t, filepath.Join(confDir, "tools.conf"), fmt.Sprintf("tool slowtool /usr/bin/sleep read 30 4096 off %s -- 4\n", ws))
+				writeFile(t, filepath.Join(confDir, "tools.conf"), fmt.Sprintf("tool slowtool /usr/bin/sleep read 60 4096 off %s -- %d\n", ws, slowCallSec))
 				var reg strings.Builder
 				reg.WriteString("schema_version = 8\n")
 				for _, n := range nameProbes {
@@ -539,11 +539,11 @@ startup_timeout_sec = 60
 				var env []string
 				switch c.name {
 				case "codex":
-					entry = mustReplace(t, entry, "tool_timeout_sec = 3600", "tool_timeout_sec = 2")
+					entry = mustReplace(t, entry, "tool_timeout_sec = 3600", fmt.Sprintf("tool_timeout_sec = %d", clientTimeoutSec))
 				case "claude":
-					env = append(env, "MCP_TOOL_TIMEOUT=2000")
+					env = append(env, fmt.Sprintf("MCP_TOOL_TIMEOUT=%d", clientTimeoutSec*1000))
 				case "opencode":
-					entry = mustReplace(t, entry, `"timeout": 3600000`, `"timeout": 2000`)
+					entry = mustReplace(t, entry, `"timeout": 3600000`, fmt.Sprintf(`"timeout": %d`, clientTimeoutSec*1000))
 				}
 				longest := nameProbeID(nameProbes[0]) // the longest toolgate serves
 				script := []scriptCall{
@@ -595,9 +595,9 @@ startup_timeout_sec = 60
 				if r, ok := results[0]; !ok {
 					t.Errorf("the slow call's result never reached the model")
 				} else {
-					t.Logf("a 4 s call, client timeout 2 s: the model received: %s", clip(string(r.Raw), 600))
+					t.Logf("a %d s call, client timeout %d s: the model received: %s", slowCallSec, clientTimeoutSec, clip(string(r.Raw), 600))
 					if !strings.Contains(resultText(r.Raw), rule.slowCall) {
-						t.Errorf("a 4 s call under a 2 s client timeout: the model received %s, want %q in it", r.Raw, rule.slowCall)
+						t.Errorf("a %d s call under a %d s client timeout: the model received %s, want %q in it", slowCallSec, clientTimeoutSec, r.Raw, rule.slowCall)
 					}
 				}
 				if r, ok := results[1]; !ok {
@@ -670,10 +670,22 @@ type clientRule struct {
 	// characters, toolgate's longest downstream name through
 	// server-everything).
 	name func(served string) string
-	// slowCall is in what the model receives for a 4 s call under a 2 s
-	// client tool timeout, toolgate sending progress every second.
+	// slowCall is in what the model receives for a slowCallSec call
+	// under a clientTimeoutSec client tool timeout, toolgate sending
+	// progress every second.
 	slowCall string
 }
+
+// The client tool timeout of TestAgentClientRules' names and timeout, and
+// its slow call. The timeout also bounds the client's tools/list, which
+// waits for the listing of three server-everything processes (node: 2.5 s
+// of CPU each on a slow 2-core VM), and the longest name's call (its
+// server started again, then a 1 s operation): the margins of a 2 s
+// timeout were not enough there.
+const (
+	clientTimeoutSec = 15
+	slowCallSec      = 25
+)
 
 var clientRules = map[string]clientRule{
 	// Codex: namespace mcp__toolgate, the tool part sanitised to
@@ -683,18 +695,18 @@ var clientRules = map[string]clientRule{
 	// still starting.
 	"codex": {
 		name:     func(s string) string { return "mcp__toolgate__" + strings.ReplaceAll(s, "-", "_") },
-		slowCall: "timed out awaiting tools/call after 2s",
+		slowCall: fmt.Sprintf("timed out awaiting tools/call after %ds", clientTimeoutSec),
 	},
 	// Claude Code: mcp__toolgate__ + the name as served; no cap met at 79
 	// characters. MCP_TOOL_TIMEOUT is a hard wall-clock limit. -p waits for
 	// the server.
 	"claude": {
 		name:     func(s string) string { return "mcp__toolgate__" + s },
-		slowCall: `MCP server "toolgate" tool "slowtool" timed out after 2s`,
+		slowCall: fmt.Sprintf(`MCP server "toolgate" tool "slowtool" timed out after %ds`, clientTimeoutSec),
 	},
 	// OpenCode: toolgate_ + the name as served; no cap met at 73
 	// characters. The entry's timeout restarts on every progress
-	// notification (resetTimeoutOnProgress), so the 4 s call completes.
+	// notification (resetTimeoutOnProgress), so the slow call completes.
 	// `opencode run` waits for the server.
 	"opencode": {
 		name:     func(s string) string { return "toolgate_" + s },
