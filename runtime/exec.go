@@ -216,9 +216,11 @@ wait:
 	case <-readDone:
 	case <-time.After(DrainGrace):
 		// Something outside the call's reach still holds a pipe: cut it
-		// off.
-		r.Close()
-		errR.Close()
+		// off. What was written before stays: the readers take what the
+		// pipes hold (a loaded host may not have run them for a while),
+		// then stop.
+		_ = r.SetReadDeadline(time.Now())
+		_ = errR.SetReadDeadline(time.Now())
 		<-readDone
 	}
 	res.Elapsed = time.Since(sv.start)
@@ -433,18 +435,15 @@ func (c *capture) readFrom(r *os.File) {
 	defer readChunks.Put(chunk)
 	for {
 		n, err := r.Read(*chunk)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// Cut off (supervise's drain grace): what the pipe holds
+			// was written before, and is the call's.
+			c.takeBuffered(r, *chunk)
+			return
+		}
 		full := false
 		if n > 0 {
-			c.mu.Lock()
-			c.total += int64(n)
-			if room := c.max - len(c.buf); room > 0 {
-				c.buf = append(c.buf, (*chunk)[:min(n, room)]...)
-			}
-			full = len(c.buf) >= c.max
-			c.mu.Unlock()
-			if c.seen != nil {
-				c.seen.Add(int64(n))
-			}
+			full = c.add((*chunk)[:n])
 		}
 		if err != nil {
 			return
@@ -454,6 +453,42 @@ func (c *capture) readFrom(r *os.File) {
 			return
 		}
 	}
+}
+
+// takeBuffered reads what pipe r holds now, without waiting (and at most
+// drainPipeSize bytes: a writer that goes on is not followed), past its
+// read deadline.
+func (c *capture) takeBuffered(r *os.File, chunk []byte) {
+	rc, err := r.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		for read := 0; read < drainPipeSize; {
+			n, err := unix.Read(int(fd), chunk)
+			if n <= 0 || err != nil {
+				return
+			}
+			read += n
+			c.add(chunk[:n])
+		}
+	})
+}
+
+// add keeps what of b fits under the cap and counts all of it; full
+// reports that the cap is reached.
+func (c *capture) add(b []byte) (full bool) {
+	c.mu.Lock()
+	c.total += int64(len(b))
+	if room := c.max - len(c.buf); room > 0 {
+		c.buf = append(c.buf, b[:min(len(b), room)]...)
+	}
+	full = len(c.buf) >= c.max
+	c.mu.Unlock()
+	if c.seen != nil {
+		c.seen.Add(int64(len(b)))
+	}
+	return full
 }
 
 // discard counts and drops the rest of the stream once the cap is reached.
