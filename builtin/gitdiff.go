@@ -162,7 +162,7 @@ var hexSHA = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
 // resolveRev turns one validated revision into a commit id with
 // rev-parse --verify, behind --end-of-options.
 func (e *env) resolveRev(ctx context.Context, git *helperSession, rev string) (string, error) {
-	res, err := git.run(ctx, revParseArgs(e.ws.Root(), rev), gitRevTimeout, 4<<10, nil)
+	res, err := git.run(ctx, revParseArgs(e.ws.Root(), rev), gitRevTimeout, 4<<10)
 	if err != nil {
 		return "", err
 	}
@@ -281,7 +281,7 @@ func (e *env) gitDiff(ctx context.Context, target string, index *int) (Result, e
 			return Errorf("git_diff_input: %v", err), nil
 		}
 		if rs.threeDot {
-			res, err := git.run(ctx, e.gitArgs("merge-base", left, right), gitRevTimeout, 4<<10, nil)
+			res, err := git.run(ctx, e.gitArgs("merge-base", left, right), gitRevTimeout, 4<<10)
 			if err != nil {
 				return Errorf("git_diff_input: %v", err), nil
 			}
@@ -296,7 +296,7 @@ func (e *env) gitDiff(ctx context.Context, target string, index *int) (Result, e
 		info.Head = right
 		revs = []string{info.Base, right}
 	}
-	res, err := git.run(ctx, diffArgs(e.ws.Root(), revs...), gitDiffTimeout, MaxDiffBytes, nil)
+	res, err := git.run(ctx, diffArgs(e.ws.Root(), revs...), gitDiffTimeout, MaxDiffBytes)
 	if err != nil {
 		return Errorf("git_diff_input: %v", err), nil
 	}

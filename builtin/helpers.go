@@ -303,13 +303,13 @@ func (e *env) openHelper(ctx context.Context, name string) (*helperSession, erro
 
 // run runs the helper with args (its fixed prefix first) in the session's
 // sandbox, with the workspace root as its working directory and stdin
-// (nil: /dev/null). An error means it could not run at all: the tool
-// answers it as a failure.
-func (s *helperSession) run(ctx context.Context, args []string, timeout time.Duration, maxStdout int, stdin []byte) (rt.HelperResult, error) {
+// /dev/null. An error means it could not run at all: the tool answers it
+// as a failure.
+func (s *helperSession) run(ctx context.Context, args []string, timeout time.Duration, maxStdout int) (rt.HelperResult, error) {
 	ctx, span := telemetry.Start(ctx, "helper "+s.name, trace.WithAttributes(attribute.String("toolgate.helper", s.name)))
 	defer span.End()
 	res, err := s.sess.Run(ctx, append([]string{s.e.helpers[s.name].Path}, args...),
-		rt.Call{Timeout: timeout, MaxBytes: maxStdout, StderrMax: helperMaxStderr, Input: stdin})
+		rt.Call{Timeout: timeout, MaxBytes: maxStdout, StderrMax: helperMaxStderr})
 	return helperOutcome(span, s.name, res, err)
 }
 

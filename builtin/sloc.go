@@ -165,7 +165,7 @@ func (e *env) sloc(ctx context.Context, rels []string) (Result, error) {
 		return Errorf("sloc: %v", err), nil
 	}
 	defer tokei.close()
-	res, err := tokei.run(ctx, args, slocTimeout, slocMaxStdout, nil)
+	res, err := tokei.run(ctx, args, slocTimeout, slocMaxStdout)
 	if err != nil {
 		return Errorf("sloc: %v", err), nil
 	}

@@ -128,20 +128,7 @@ type supervised struct {
 // the capped reads, the timeout and cancellation, the kill of everything
 // it started once the direct child exited, the reap and the drain.
 func supervise(ctx context.Context, sv supervised) Result {
-	if sv.kill == nil {
-		pid := sv.cmd.Process.Pid
-		sv.kill = func() { killGroup(pid, sv.group) }
-	}
-	if sv.end == nil {
-		// The direct child has exited: nothing the call started may
-		// outlive it. Kill the group (or the cgroup) while the zombie
-		// still pins the pgid, then reap.
-		sv.end = func() int {
-			sv.kill()
-			werr := sv.cmd.Wait()
-			return exitCode(sv.cmd.ProcessState, werr)
-		}
-	}
+	sv.defaults()
 	r, errR := sv.out, sv.errOut
 	defer r.Close()
 	if errR != r {
@@ -235,6 +222,25 @@ wait:
 		}
 	}
 	return res
+}
+
+// defaults sets the kill and the end of a process sv started itself,
+// where the caller gave none.
+func (sv *supervised) defaults() {
+	if sv.kill == nil {
+		pid := sv.cmd.Process.Pid
+		sv.kill = func() { killGroup(pid, sv.group) }
+	}
+	if sv.end == nil {
+		// The direct child has exited: nothing the call started may
+		// outlive it. Kill the group (or the cgroup) while the zombie
+		// still pins the pgid, then reap.
+		sv.end = func() int {
+			sv.kill()
+			werr := sv.cmd.Wait()
+			return exitCode(sv.cmd.ProcessState, werr)
+		}
+	}
 }
 
 // Proc is what every process toolgate starts is made of, whatever it

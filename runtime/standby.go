@@ -361,102 +361,122 @@ func (s *Standby) releaseWith(ctx context.Context, c Call, eg *Egress) (Result, 
 	if !s.take() {
 		return Result{}, ErrStandbyUsed
 	}
-	if err := s.Stale(); err != nil {
+	sv, streams, err := s.releaseStreams(ctx, c, eg)
+	if err != nil || sv == nil {
 		go s.kill() // off the call's path; Cleanup waits for it
+		if sv == nil && err == nil {
+			return Result{Limit: LimitCancelled, ExitCode: -1}, nil
+		}
 		return Result{}, err
 	}
-	if s.pipes != nil && (s.split != (c.StderrMax > 0) || s.stdin != (c.Input != nil)) {
-		go s.kill() // off the call's path; Cleanup waits for it
-		return Result{}, fmt.Errorf("release: the call's streams (split stderr %v, stdin %v) are not those the sandbox was prepared with (%v, %v)",
-			c.StderrMax > 0, c.Input != nil, s.split, s.stdin)
-	}
-	if err := ctx.Err(); err != nil {
-		go s.kill() // off the call's path; Cleanup waits for it
-		return Result{Limit: LimitCancelled, ExitCode: -1}, nil
-	}
-	sv := supervised{
-		cmd: s.cmd, exited: s.exited, input: c.Input,
-		timeout: c.Timeout, maxBytes: c.MaxBytes, stderrMax: c.StderrMax, seen: c.Seen,
-		group: s.group, stop: s.stop, finish: s.finish,
-	}
-	var streams []*os.File
-	var closeAfter []*os.File
-	if s.pipes != nil {
-		for _, f := range []*os.File{s.pipes.outR, s.pipes.errR} {
-			if n, err := pending(f); err != nil || n != 0 {
-				go s.kill() // off the call's path; Cleanup waits for it
-				return Result{}, fmt.Errorf("%w: %d bytes were written to its streams before its release", ErrStandbyStale, n)
-			}
-		}
-		sv.out, sv.errOut, sv.stdin = s.pipes.outR, s.pipes.errR, s.pipes.inW
-	} else {
-		p, err := newCallPipes(c.StderrMax > 0, c.Input != nil)
-		if err != nil {
-			go s.kill() // off the call's path; Cleanup waits for it
-			return Result{}, fmt.Errorf("release: %w", err)
-		}
-		in := p.inR
-		if in == nil {
-			if in, err = os.Open(os.DevNull); err != nil {
-				p.close()
-				go s.kill() // off the call's path; Cleanup waits for it
-				return Result{}, fmt.Errorf("release: %w", err)
-			}
-			closeAfter = append(closeAfter, in)
-		}
-		streams = []*os.File{in, p.outW, p.errW}
-		closeAfter = append(closeAfter, p.outW, p.inR)
-		if p.errW != p.outW {
-			closeAfter = append(closeAfter, p.errW)
-		}
-		if eg != nil {
-			sock, err := eg.open()
-			if err != nil {
-				for _, f := range closeAfter {
-					if f != nil {
-						f.Close()
-					}
-				}
-				p.closeParent()
-				go s.kill() // off the call's path; Cleanup waits for it
-				return Result{}, fmt.Errorf("release: %w", err)
-			}
-			streams = append(streams, sock)
-			closeAfter = append(closeAfter, sock)
-		}
-		sv.out, sv.errOut, sv.stdin = p.outR, p.errR, p.inW
-	}
 	sv.start = time.Now()
-	err := sendRelease(s.ctl, streams)
-	for _, f := range closeAfter {
-		if f != nil {
-			f.Close()
-		}
-	}
+	err = sendRelease(s.ctl, streams.send)
+	streams.closeSent()
 	if !s.answers {
 		s.ctl.Close()
 	}
 	if err != nil {
-		sv.out.Close()
-		if sv.errOut != sv.out {
-			sv.errOut.Close()
-		}
-		if sv.stdin != nil {
-			sv.stdin.Close()
-		}
+		sv.closeStreams()
 		go s.kill() // off the call's path; Cleanup waits for it
 		return Result{}, fmt.Errorf("%w: %w", ErrStandbyStale, err)
 	}
 	if s.answers {
 		// The call ends at the answer; the sandbox at Cleanup, off the
 		// call's path.
-		res, _ := s.superviseAnswered(ctx, sv)
+		res, _ := s.superviseAnswered(ctx, *sv)
 		s.answered = true
 		return res, nil
 	}
-	res := supervise(ctx, sv)
+	res := supervise(ctx, *sv)
 	untrack(s.pid)
 	return res, nil
+}
+
+// sentStreams are what a release sends (send) and the server's copies of
+// them to close once sent (closeAfter).
+type sentStreams struct {
+	send, closeAfter []*os.File
+}
+
+func (st sentStreams) closeSent() {
+	for _, f := range st.closeAfter {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// releaseStreams checks that s can serve the call c now and returns its
+// supervision, without a start yet, and the streams its release sends:
+// new pipes (the call's, and eg's socket when it has an egress proxy), or
+// those made at preparation, unwritten. A nil supervision without an
+// error is a call cancelled before its release; either way the caller
+// kills the sandbox.
+func (s *Standby) releaseStreams(ctx context.Context, c Call, eg *Egress) (*supervised, sentStreams, error) {
+	var st sentStreams
+	if err := s.Stale(); err != nil {
+		return nil, st, err
+	}
+	if s.pipes != nil && (s.split != (c.StderrMax > 0) || s.stdin != (c.Input != nil)) {
+		return nil, st, fmt.Errorf("release: the call's streams (split stderr %v, stdin %v) are not those the sandbox was prepared with (%v, %v)",
+			c.StderrMax > 0, c.Input != nil, s.split, s.stdin)
+	}
+	if ctx.Err() != nil {
+		return nil, st, nil
+	}
+	sv := &supervised{
+		cmd: s.cmd, exited: s.exited, input: c.Input,
+		timeout: c.Timeout, maxBytes: c.MaxBytes, stderrMax: c.StderrMax, seen: c.Seen,
+		group: s.group, stop: s.stop, finish: s.finish,
+	}
+	if s.pipes != nil {
+		for _, f := range []*os.File{s.pipes.outR, s.pipes.errR} {
+			if n, err := pending(f); err != nil || n != 0 {
+				return nil, st, fmt.Errorf("%w: %d bytes were written to its streams before its release", ErrStandbyStale, n)
+			}
+		}
+		sv.out, sv.errOut, sv.stdin = s.pipes.outR, s.pipes.errR, s.pipes.inW
+		return sv, st, nil
+	}
+	p, err := newCallPipes(c.StderrMax > 0, c.Input != nil)
+	if err != nil {
+		return nil, st, fmt.Errorf("release: %w", err)
+	}
+	st.closeAfter = []*os.File{p.outW, p.inR}
+	if p.errW != p.outW {
+		st.closeAfter = append(st.closeAfter, p.errW)
+	}
+	in := p.inR
+	if in == nil {
+		in, err = os.Open(os.DevNull)
+		st.closeAfter = append(st.closeAfter, in)
+	}
+	st.send = []*os.File{in, p.outW, p.errW}
+	if err == nil && eg != nil {
+		var sock *os.File
+		sock, err = eg.open()
+		st.send = append(st.send, sock)
+		st.closeAfter = append(st.closeAfter, sock)
+	}
+	if err != nil {
+		st.closeSent()
+		p.closeParent()
+		return nil, st, fmt.Errorf("release: %w", err)
+	}
+	sv.out, sv.errOut, sv.stdin = p.outR, p.errR, p.inW
+	return sv, st, nil
+}
+
+// closeStreams closes the server's ends of a supervision that did not
+// start.
+func (sv *supervised) closeStreams() {
+	sv.out.Close()
+	if sv.errOut != sv.out {
+		sv.errOut.Close()
+	}
+	if sv.stdin != nil {
+		sv.stdin.Close()
+	}
 }
 
 // Discard ends an unused sandbox: its shim sees the release channel close

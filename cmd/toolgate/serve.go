@@ -56,13 +56,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
 		return 2
 	}
-	a.opts.MaxRequestBytes = f.maxRequest
-	a.opts.ListTTL = f.listTTL
-	a.opts.KeepEscapes = f.keep
-	a.opts.Metrics = f.hf.listen != "" // served at /metrics
-	a.opts.Policy = f.pf.use(a.log)
-	a.opts.Rates = f.rates.rules
-	f.rates.warn(a.log, f.hf.listen == "")
+	f.setOptions(a)
 	if err := f.hf.loadTokens(a); err != nil {
 		fmt.Fprintf(stderr, "toolgate serve: %v\n", err)
 		return 2
@@ -115,6 +109,17 @@ type serveFlags struct {
 	tf         tracingFlags
 	maxRequest int
 	listTTL    time.Duration
+}
+
+// setOptions sets the server options the flags of serve alone give.
+func (f *serveFlags) setOptions(a *app) {
+	a.opts.MaxRequestBytes = f.maxRequest
+	a.opts.ListTTL = f.listTTL
+	a.opts.KeepEscapes = f.keep
+	a.opts.Metrics = f.hf.listen != "" // served at /metrics
+	a.opts.Policy = f.pf.use(a.log)
+	a.opts.Rates = f.rates.rules
+	f.rates.warn(a.log, f.hf.listen == "")
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {

@@ -63,7 +63,7 @@ func (e *Env) openSession(ctx context.Context) (rt.Session, error) {
 // commands; the OCI backends run each in a container of its own, which
 // the tool cases cover.
 func (e *Env) sessions() bool {
-	var r rt.Runner = e.Runner
+	r := e.Runner
 	if p, ok := r.(*rt.Pool); ok {
 		r = p.Backend()
 	}

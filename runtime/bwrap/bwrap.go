@@ -274,8 +274,8 @@ func (r *Runner) Run(ctx context.Context, inv rt.Invocation) (rt.Result, error) 
 // reverse order), off the call's path; Close waits for every teardown.
 func (r *Runner) teardown(held []func()) {
 	r.bg.Go(func() {
-		for i := len(held) - 1; i >= 0; i-- {
-			held[i]()
+		for _, give := range slices.Backward(held) {
+			give()
 		}
 	})
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/toolgate/toolgate/bundle"
 )
 
-// EgressAtRelease, as a standby shim's Egress, says that the sandbox was
-// prepared for a tool with an egress allowlist and takes its call's proxy
+// EgressAtRelease is a standby shim's Egress when the sandbox was
+// prepared for a tool with an egress allowlist: it takes its call's proxy
 // socket at its release (standby.go).
 const EgressAtRelease = "@release"
 
@@ -51,15 +51,6 @@ func superviseEgress(s Spec, env []string, keepStderr bool) int {
 	pid := startTool(s.Path, s.Argv, WithProxyEnv(env), stderr)
 	go bridge(l, s.Egress)
 	return reapUntil(pid)
-}
-
-// unwrapPathError drops os.StartProcess's "fork/exec PATH:" prefix, so
-// that the message reads as the init shim's exec failure does.
-func unwrapPathError(err error) error {
-	if pe, ok := errors.AsType[*os.PathError](err); ok {
-		return pe.Err
-	}
-	return err
 }
 
 // WithProxyEnv returns env with bundle.ProxyEnv: any proxy variable env

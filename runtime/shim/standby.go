@@ -197,7 +197,7 @@ func startTool(path string, argv, env []string, stderr *os.File) int {
 // of its own to learn whether the kernel has pidfds, half a millisecond
 // on every prepared call.
 func forkExec(path string, argv, env []string, files []uintptr) (int, error) {
-	return syscall.ForkExec(path, argv, &syscall.ProcAttr{
+	return syscall.ForkExec(path, argv, &syscall.ProcAttr{ //nolint:gosec // the shim's job: start the path and argv it was prepared with (or a session's command, checked)
 		Env: env, Files: files,
 		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
@@ -285,19 +285,8 @@ func hold(s Spec) int {
 	if err := signalReady(s.ReleaseFD, pid); err != nil {
 		return fail("hold: ready: %v", err)
 	}
-	fds := []unix.PollFd{{Fd: int32(s.ReleaseFD), Events: unix.POLLIN}, {Fd: int32(pidfd), Events: unix.POLLIN}}
-	for {
-		_, err := unix.Poll(fds, -1)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return fail("hold: poll: %v", err)
-		}
-		break
-	}
-	if fds[0].Revents == 0 && fds[1].Revents != 0 {
-		return fail("hold: the container ended before its release")
+	if err := awaitChannel(s.ReleaseFD, pidfd); err != nil {
+		return fail("hold: %v", err)
 	}
 	if _, err := awaitRelease(s.ReleaseFD, 0); err != nil {
 		if errors.Is(err, errDiscarded) {
@@ -317,14 +306,34 @@ func hold(s Spec) int {
 	_ = unix.Close(errCopy)
 	status := waitInit(pid, pidfd)
 	killChildren()
-	if s.Answer {
-		if err := sendStatus(s.ReleaseFD, status); err != nil {
-			return 125
-		}
-		awaitClose(s.ReleaseFD)
-		return 0
+	if !s.Answer {
+		return status
 	}
-	return status
+	if err := sendStatus(s.ReleaseFD, status); err != nil {
+		return 125
+	}
+	awaitClose(s.ReleaseFD)
+	return 0
+}
+
+// awaitChannel waits until the release channel fd says something (or
+// closes), or fails if the container whose pidfd is given ends first.
+func awaitChannel(fd, pidfd int) error {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, -1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("poll: %w", err)
+		}
+		break
+	}
+	if fds[0].Revents == 0 && fds[1].Revents != 0 {
+		return errors.New("the container ended before its release")
+	}
+	return nil
 }
 
 // waitInit waits for the container's init and returns its exit code, or
