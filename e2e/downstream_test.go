@@ -170,7 +170,11 @@ func describeProcs(procs []string) string {
 		dir := strings.TrimSuffix(f, "cmdline")
 		cmd, _ := os.ReadFile(f)
 		stat, _ := os.ReadFile(dir + "stat")
-		out = append(out, fmt.Sprintf("%s [%s] %q", filepath.Base(dir), strings.Join(strings.Fields(string(stat))[2:4], " ppid "), strings.ReplaceAll(string(cmd), "\x00", " ")))
+		state := "gone" // exited since it was listed
+		if fields := strings.Fields(string(stat)); len(fields) > 3 {
+			state = fields[2] + " ppid " + fields[3]
+		}
+		out = append(out, fmt.Sprintf("%s [%s] %q", filepath.Base(dir), state, strings.ReplaceAll(string(cmd), "\x00", " ")))
 	}
 	return strings.Join(out, "; ")
 }
