@@ -94,6 +94,7 @@ func startHTTPServer(t *testing.T, conf string, extra ...string) *httpServer {
 		s.url = u
 		s.base = strings.TrimSuffix(u, "/mcp")
 	case err := <-s.exited:
+		s.exited <- err // for the cleanup, which waits for it
 		t.Fatalf("toolgate serve --listen exited (%v):\n%s", err, s.stderr)
 	case <-time.After(20 * time.Second):
 		t.Fatalf("toolgate serve --listen named no URL within 20 s:\n%s", s.stderr)
