@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/toolgate/toolgate/builtin"
 	"github.com/toolgate/toolgate/bundle"
@@ -268,17 +269,25 @@ func (b *bench) runcOwnBundlePath(conf string) (*path, error) {
 // that `runc create` made before the call, untimed, by hand: the least a
 // prepared runc container costs a call (the pool's create and start,
 // without the hold shim and toolgate). The call is the start and the wait
-// for the container's output to end; the delete and the next create are
-// untimed.
-func (b *bench) runcStartPath(conf string) (*path, error) {
-	p := &path{group: "floor", name: "runc start of a created container, toolgate's own bundle", note: "`runc create` untimed before the call, then timed: `runc start` and the tool's output to its end"}
-	o, err := b.newOwnBundle(conf, "runc-start")
+// for the container's output to end; with untilExit, also the wait for
+// its init to have exited (its pidfd readable), which the hold shim's
+// status waits for: the kernel's teardown of the container's namespaces
+// comes between the two. The delete and the next create are untimed.
+func (b *bench) runcStartPath(conf string, untilExit bool) (*path, error) {
+	p := &path{group: "floor", name: runcStartRow, note: "`runc create` untimed before the call, then timed: `runc start` and the tool's output to its end"}
+	name := "runc-start"
+	if untilExit {
+		p.name, name = runcStartExitRow, "runc-start-exit"
+		p.note = "the same, and then the wait for the container's init to have exited (its pidfd readable), as the hold shim waits for it before it answers the status"
+	}
+	o, err := b.newOwnBundle(conf, name)
 	if err != nil {
 		return p, err
 	}
 	i := 0
 	var id string
 	var r *os.File
+	pidfd := -1
 	create := func() error {
 		i++
 		id = "toolgate-bench-start-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(i)
@@ -286,14 +295,25 @@ func (b *bench) runcStartPath(conf string) (*path, error) {
 		if err != nil {
 			return err
 		}
-		err = o.cmd(pw, "create", "--bundle", o.dir, id).Run()
+		pidFile := filepath.Join(o.dir, "pid")
+		err = o.cmd(pw, "create", "--bundle", o.dir, "--pid-file", pidFile, id).Run()
 		pw.Close()
 		if err != nil {
 			pr.Close()
 			return fmt.Errorf("runc create: %w", err)
 		}
 		r = pr
-		return nil
+		if untilExit {
+			pidfd, err = openInit(pidFile)
+		}
+		return err
+	}
+	exited := func() error {
+		if pidfd < 0 {
+			return nil
+		}
+		defer func() { _ = unix.Close(pidfd); pidfd = -1 }()
+		return awaitExit(pidfd)
 	}
 	p.settle = func() {
 		_ = o.cmd(nil, "delete", "--force", id).Run()
@@ -316,13 +336,45 @@ func (b *bench) runcStartPath(conf string) (*path, error) {
 		if err != nil || !strings.Contains(string(out), "hello") {
 			return fmt.Errorf("runc start: output %q: %w", out, err)
 		}
-		return nil
+		return exited()
 	}
 	p.close = func() {
 		_ = o.cmd(nil, "delete", "--force", id).Run()
-		o.close("runc-start")
+		if pidfd >= 0 {
+			_ = unix.Close(pidfd)
+		}
+		o.close(name)
 	}
 	return p, nil
+}
+
+// openInit opens a pidfd of the created container's init, named by its
+// pid file.
+func openInit(pidFile string) (int, error) {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return -1, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return -1, fmt.Errorf("runc create: pid file %q", b)
+	}
+	return unix.PidfdOpen(pid, 0)
+}
+
+// awaitExit waits until the process of pidfd has exited, 5 s at most.
+func awaitExit(pidfd int) error {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, 5000)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err == nil && fds[0].Revents == 0 {
+			return errors.New("the container's init did not exit within 5 s")
+		}
+		return err
+	}
 }
 
 // enterCgroups are the cgroups a by-hand bwrap call through the enter

@@ -19,6 +19,7 @@ const (
 	teardownRow          = "teardown of the per-call cgroups after bwrap exits (by hand)"
 	cgroupRow            = "cgroup creation and removal alone, in-process"
 	runcStartRow         = "runc start of a created container, toolgate's own bundle"
+	runcStartExitRow     = "runc start of a created container, until its init has exited"
 	gitHostRow           = "git_diff_input's git runs on the host"
 	directRow            = "direct (read tool)"
 	bwrapRow             = "bwrap"

@@ -293,7 +293,8 @@ func (b *bench) perCall(conf string) {
 		add(b.cgroupPath(cg))
 		add(b.runcPath())
 		add(b.runcOwnBundlePath(conf))
-		add(b.runcStartPath(conf))
+		add(b.runcStartPath(conf, false))
+		add(b.runcStartPath(conf, true))
 		add(b.gitHostPath())
 	}
 	if want(b.sections, "toolgate") {
