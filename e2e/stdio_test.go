@@ -7,6 +7,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -283,17 +284,43 @@ func TestStdoutIsOnlyJSONRPC(t *testing.T) {
 		fmt.Fprintln(stdin, l)
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(500 * time.Millisecond)
-	stdin.Close()
-	sc := bufio.NewScanner(stdout)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	// Closing stdin cancels the calls still in flight, which then answer
+	// nothing: it waits for the six answers (a loaded machine's calls
+	// can take seconds), then for anything more a moment.
+	lines := make(chan []byte)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			lines <- bytes.Clone(sc.Bytes())
+		}
+	}()
 	n := 0
-	for sc.Scan() {
+	check := func(line []byte) {
 		n++
 		var msg map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &msg); err != nil || msg["jsonrpc"] != "2.0" {
-			t.Errorf("stdout line %d is not JSON-RPC: %q", n, sc.Text())
+		if err := json.Unmarshal(line, &msg); err != nil || msg["jsonrpc"] != "2.0" {
+			t.Errorf("stdout line %d is not JSON-RPC: %q", n, line)
 		}
+	}
+	deadline := time.After(60 * time.Second)
+wait:
+	for n < 6 {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				break wait
+			}
+			check(line)
+		case <-deadline:
+			break wait
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	stdin.Close()
+	for line := range lines {
+		check(line)
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("toolgate exited with %v after stdin closed; stderr:\n%s", err, stderr.String())
