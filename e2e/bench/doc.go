@@ -41,7 +41,10 @@ Why a call costs what it does is explained in
 run: the floors (fork+exec of the tool from Go; raw ` + "`bwrap`" + ` with the exact
 argv the backend builds, init shim included, and the same call one step at a
 time, from bwrap alone to the enter shim and the per-call cgroups; ` + "`runc run`" + `
-of a minimal hand-written bundle; git_diff_input's git runs on the host),
+of a minimal hand-written bundle and ` + "`runc start`" + ` of a container created
+before the call; git_diff_input's git runs on the host), the runtime layer
+without MCP (a direct run, and the release of a prepared bwrap sandbox and
+runc container, through the backends' Go API in the bench's own process),
 toolgate over MCP stdio with mcp-go's client (a read tool, a test tool through
 bwrap, oci/runc, oci/crun, oci/runsc, and the built-ins) and over streamable
 HTTP on loopback, and what an operator would use instead (` + "`srt`" + ` from
@@ -50,7 +53,8 @@ HTTP on loopback, and what an operator would use instead (` + "`srt`" + ` from
 a time and 40 ms apart as an agent's calls are, in rounds that run every path
 once in a shuffled order, so that a shared machine's load and each call's
 asynchronous teardown (network namespaces, cgroups) fall on all paths alike;
-then the breakdown of a pool-off bwrap call, throughput, the idle cost of a
+then the breakdowns of a pool-off bwrap call and of the pool-on bwrap and
+runc calls, throughput, the idle cost of a
 prepared sandbox, start-up, a capped 1 GB flood and the server's RSS, and
 the targets, each held or missed. It installs what it needs
 (Debian packages, the two npm peers at pinned versions under

@@ -12,6 +12,9 @@ import (
 // for the same path is kept, marked (info).
 func (b *bench) targets() []Target {
 	out := goalTargets(b.res.Rows)
+	out = append(out,
+		overTarget(b.res.Rows, "(info) bwrap, pool on: the prepared sandbox adds ≤ 0.5 ms over a direct run, both in-process", bwrapInRow, directInRow, 0.5),
+		overTarget(b.res.Rows, "(info) oci/runc, pool on: the hold shim adds ≤ 0.5 ms over runc start and its init's exit by hand", runcInRow, runcStartExitRow, 0.5))
 	ratio := func(name, a, floor string, limit float64) {
 		out = append(out, ratioTarget(b.res.Rows, name, a, floor, limit))
 	}
@@ -241,7 +244,8 @@ func (b *bench) markdown() string {
 		fmt.Fprintf(&w, "| %s | %s | %s | %s | %d | %s |\n", r.Name, fmtMS(r.MedianMS), fmtMS(r.P99MS), x, r.Calls, mdEscape(r.Note))
 	}
 
-	writeBreakdown(&w, b.res.Breakdown)
+	writeBreakdown(&w, "breakdown of a pool-off bwrap call", b.res.Breakdown)
+	writeBreakdown(&w, "breakdown of a pool-on call, bwrap and oci/runc", b.res.PoolBreakdown)
 	if len(b.res.Throughput) > 0 {
 		w.WriteString("\n| throughput (one server; stdio: one session, N calls in flight; HTTP: N clients, a session and connections each) | calls/s | median ms | p99 ms | calls | server peak RSS | pool: released a ready one / prepared on the call's path |\n|---|---:|---:|---:|---:|---:|---|\n")
 		for _, t := range b.res.Throughput {
@@ -341,13 +345,13 @@ func paceText(pace time.Duration) string {
 	return "calls " + strconv.FormatFloat(float64(pace)/float64(time.Millisecond), 'f', -1, 64) + " ms apart"
 }
 
-// writeBreakdown writes the breakdown of a pool-off bwrap call (none
+// writeBreakdown writes a breakdown titled title (none
 // when nothing of it was measured).
-func writeBreakdown(w *strings.Builder, steps []Step) {
+func writeBreakdown(w *strings.Builder, title string, steps []Step) {
 	if len(steps) == 0 {
 		return
 	}
-	w.WriteString("\n| breakdown of a pool-off bwrap call: each step the difference of two rows' medians above | ms | rows |\n|---|---:|---|\n")
+	fmt.Fprintf(w, "\n| %s: each step the difference of two rows' medians above | ms | rows |\n|---|---:|---|\n", title)
 	for _, st := range steps {
 		name, v, rows := st.Name, fmtDiff(st.MS), st.Row
 		if st.Base != "" {

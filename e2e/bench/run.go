@@ -70,13 +70,16 @@ type Results struct {
 	PaceMS float64 `json:"pace_ms"`
 	Rows   []Row   `json:"per_call"`
 	// Breakdown is the pool-off bwrap call, step by step (breakdown).
-	Breakdown  []Step       `json:"bwrap_breakdown,omitempty"`
-	Throughput []Throughput `json:"throughput"`
-	Pool       []PoolCost   `json:"pool_idle_cost"`
-	Startup    []Startup    `json:"startup"`
-	Flood      []Flood      `json:"flood"`
-	RSS        []RSS        `json:"rss"`
-	Targets    []Target     `json:"targets"`
+	Breakdown []Step `json:"bwrap_breakdown,omitempty"`
+	// PoolBreakdown is the pool-on bwrap and runc calls, step by step
+	// (poolBreakdown).
+	PoolBreakdown []Step       `json:"pool_breakdown,omitempty"`
+	Throughput    []Throughput `json:"throughput"`
+	Pool          []PoolCost   `json:"pool_idle_cost"`
+	Startup       []Startup    `json:"startup"`
+	Flood         []Flood      `json:"flood"`
+	RSS           []RSS        `json:"rss"`
+	Targets       []Target     `json:"targets"`
 }
 
 func runBench(args []string, stdout, stderr io.Writer) int {
@@ -150,8 +153,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			s.run(conf)
 		}
 	}
-	b.res.Targets = b.targets()
-	b.res.Breakdown = breakdown(b.res.Rows)
+	b.conclude()
 	b.res.Seconds = time.Since(b.res.Started).Seconds()
 
 	md := b.markdown()
@@ -187,6 +189,14 @@ func (b *bench) write(md, sections string) error {
 		logf(b.stderr, "wrote %s", b.doc)
 	}
 	return nil
+}
+
+// conclude computes, from the figures measured, the targets and the
+// breakdowns.
+func (b *bench) conclude() {
+	b.res.Targets = b.targets()
+	b.res.Breakdown = breakdown(b.res.Rows)
+	b.res.PoolBreakdown = poolBreakdown(b.res.Rows)
 }
 
 // benchConf is the tools.conf of the toolgate paths.
@@ -291,6 +301,7 @@ func (b *bench) perCall(conf string) {
 			}
 		}
 		add(b.cgroupPath(cg))
+		b.inProcessPaths(cg, add)
 		add(b.runcPath())
 		add(b.runcOwnBundlePath(conf))
 		add(b.runcStartPath(conf, false))
