@@ -379,23 +379,32 @@ func (s *soaker) one(sess *session, k kind) error {
 }
 
 // snap takes a snapshot of the server, after waiting (bounded) for the
-// processes of its last calls to be gone.
+// processes of its last calls to be gone. With the pool on, at rest a
+// server holds its prepared sandboxes (one per test-class tool at each
+// depth, none being prepared) and nothing else, but what its last calls
+// left to end after their answers goes on for a while on a loaded
+// machine: a container's deletion, and a call the client cancelled whose
+// container was still being created (the runtime's kill finds it only
+// once created; Exec's escalation ends it two seconds later). So the
+// snapshot is the first of two, a second apart, that count the same, and
+// on an oci backend that count no container or bundle but the pool's.
 func (s *soaker) snap(pid int, backend string, settle bool) snapshot {
-	deadline := time.Now().Add(5 * time.Second)
 	if settle && s.pool > 0 {
-		// At rest a server holds its prepared sandboxes: one per
-		// test-class tool at each depth, none being prepared; every
-		// other process of a call is gone.
-		_ = waitPoolReady(s.sess, soakTestTools*s.pool, 60*time.Second)
-		deadline = time.Now().Add(5 * time.Second)
+		ready := soakTestTools * s.pool
+		_ = waitPoolReady(s.sess, ready, 60*time.Second)
+		oci := strings.HasPrefix(backend, "oci/")
+		deadline := time.Now().Add(30 * time.Second)
+		prev := countLeft(pid, backend)
 		for time.Now().Before(deadline) {
-			a, _ := descendants(pid)
-			time.Sleep(200 * time.Millisecond)
-			if b, _ := descendants(pid); a == b {
+			time.Sleep(time.Second)
+			cur := countLeft(pid, backend)
+			if cur.sameCounts(prev) && (!oci || cur.Containers == ready && cur.Bundles == ready) {
 				break
 			}
+			prev = cur
 		}
 	}
+	deadline := time.Now().Add(5 * time.Second)
 	for settle && s.pool == 0 && time.Now().Before(deadline) {
 		if c, _ := descendants(pid); c == 0 {
 			break
@@ -403,9 +412,25 @@ func (s *soaker) snap(pid int, backend string, settle bool) snapshot {
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond)
-	var sn snapshot
-	sn.FDs, sn.Threads = openFDs(pid), threads(pid)
+	sn := countLeft(pid, backend)
+	sn.Threads = threads(pid)
 	sn.RSSKiB, _ = rss(pid)
+	return sn
+}
+
+// sameCounts reports whether two snapshots count the same of everything a
+// call could leave behind.
+func (a snapshot) sameCounts(b snapshot) bool {
+	return a.FDs == b.FDs && a.Children == b.Children && a.Zombies == b.Zombies &&
+		a.Cgroups == b.Cgroups && a.Containers == b.Containers && a.Bundles == b.Bundles
+}
+
+// countLeft counts what a call could leave behind in the server: its open
+// fds, processes, cgroup directories and, on an oci backend, containers
+// and bundles.
+func countLeft(pid int, backend string) snapshot {
+	var sn snapshot
+	sn.FDs = openFDs(pid)
 	sn.Children, sn.Zombies = descendants(pid)
 	sn.Cgroups = cgroupDirs(pid)
 	if rtName, ok := strings.CutPrefix(strings.TrimSuffix(backend, poolSuffix), "oci/"); ok {
