@@ -162,6 +162,9 @@ func Main(pre, args []string) {
 	case "killall":
 		requireSandbox()
 		fmt.Println("kill -1:", result(syscall.Kill(-1, syscall.SIGKILL)))
+	case "signal-shim":
+		requireSandbox()
+		signalShim()
 	case "pid":
 		fmt.Printf("pid=%d ppid=%d\n", os.Getpid(), os.Getppid())
 		if os.Getpid() != 1 && os.Getppid() == 1 && shimIsInit() {
@@ -474,6 +477,7 @@ func leftovers() {
 	env := os.Environ()
 	sort.Strings(env)
 	fmt.Printf("env: %s\n", strings.Join(env, " "))
+	fmt.Printf("signals ignored: %s\n", SignalsIgnored())
 	for _, f := range leftoverFiles {
 		fmt.Printf("leave %s: %s\n", f, result(os.WriteFile(f, []byte("left by an earlier call\n"), 0o644)))
 	}
@@ -556,7 +560,7 @@ func sessionIntrude() {
 	} else {
 		fmt.Printf("ptrace 1: %s\n", result(e))
 	}
-	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGTERM, syscall.SIGINT, syscall.SIGKILL} {
+	for sig := syscall.Signal(1); sig <= 64; sig++ {
 		fmt.Printf("kill 1 %d: sent %s\n", int(sig), result(syscall.Kill(1, sig)))
 	}
 	fmt.Printf("leave /tmp/toolgate-session-left: %s\n", result(os.WriteFile("/tmp/toolgate-session-left", []byte("x"), 0o644)))
@@ -585,6 +589,42 @@ func reach(pid int) {
 		}
 		fmt.Printf("ns/%s: %s\n", ns, result(err))
 	}
+}
+
+// signalShim sends every signal, 1 to 64, to PID 1 when that is
+// toolgate's shim (a prepared sandbox's, an egress sandbox's), not this
+// process: none may end it, so the call still answers this tool's own
+// status.
+func signalShim() {
+	if os.Getpid() == 1 || !shimIsInit() {
+		fmt.Println("signals to the shim: no shim is PID 1")
+		return
+	}
+	var refused []string
+	for sig := syscall.Signal(1); sig <= 64; sig++ {
+		if err := syscall.Kill(1, sig); err != nil {
+			refused = append(refused, fmt.Sprintf("%d %s", int(sig), result(err)))
+		}
+	}
+	fmt.Printf("signals to the shim: sent 1-64 (refused: %v)\n", refused)
+}
+
+// SignalsIgnored names the signals this process started with ignored, as
+// the Go runtime saw them at its start ("none" for none). An ignored
+// signal stays ignored across exec; a Go program keeps an inherited
+// SIG_IGN of SIGHUP and SIGINT (the others it replaces with its own
+// handler), so this sees those two, on every backend, gVisor's too.
+func SignalsIgnored() string {
+	var names []string
+	for sig := syscall.Signal(1); sig <= 64; sig++ {
+		if signal.Ignored(sig) {
+			names = append(names, strconv.Itoa(int(sig)))
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, " ")
 }
 
 // sandboxed reports whether this process is the tool of a sandbox: PID 1

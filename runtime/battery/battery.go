@@ -21,12 +21,14 @@ import (
 	"path/filepath"
 	"regexp"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/probes"
 	rt "github.com/toolgate/toolgate/runtime"
 )
 
@@ -325,7 +327,7 @@ func Cases() []Case {
 		{Name: "flood", Guarantee: "1 GB of output is capped at 1 MiB with bounded server memory", Slow: true, Run: caseFlood},
 		{Name: "timeout", Guarantee: "a tool that ignores SIGTERM, and its children, die at the timeout", Run: caseTimeout},
 		{Name: "daemon", Guarantee: "a daemonized grandchild neither delays the call nor survives it", Run: caseDaemon},
-		{Name: "kill-all", Guarantee: "kill(-1, SIGKILL) from inside kills only the sandbox", Run: caseKillAll},
+		{Name: "kill-all", Guarantee: "kill(-1, SIGKILL) from inside kills only the sandbox, and no signal sent to PID 1 ends a call before its tool's answer", Run: caseKillAll},
 		{Name: "descriptors", Guarantee: "the tool has only stdin (empty), stdout and stderr (one stream): no descriptor the server inherited", Run: caseDescriptors},
 		{Name: "dev-capped", Guarantee: "/dev is read-only and /dev/shm is a private tmpfs capped like /tmp", Run: caseDevCapped},
 		{Name: "egress-reached", Guarantee: "with an egress allowlist, a listed destination (a server on the host's 127.0.0.1, listed by address) is reached through toolgate's proxy by HTTP and CONNECT; the proxy variables are the one addition to the environment", Run: caseEgressReached},
@@ -338,13 +340,13 @@ func Cases() []Case {
 		{Name: "credential-unreadable", Guarantee: "the sandbox finds the credential nowhere it can read (every visible process's environment and command line, /.toolgate, /tmp, /dev/shm, /etc/ssl, its dir), nor the server CA's key", Run: caseCredentialUnreadable},
 		{Name: "seccomp", Guarantee: "a seccomp filter (containers/common's default profile) is loaded: a syscall it refuses fails", Run: caseSeccomp},
 		{Name: "keyring", Guarantee: "the server's session keyring is out of reach: its key can be neither read nor found, nothing can be linked into it, /proc/keys lists neither, and (bwrap) no process of the sandbox holds it; keyctl, add_key and request_key fail with EPERM", Run: caseKeyring},
-		{Name: "fresh", Guarantee: "a call sees nothing an earlier call of the same tool left: no file in /tmp or /dev/shm, no process, exactly the four variables", Run: caseFresh},
+		{Name: "fresh", Guarantee: "a call sees nothing an earlier call of the same tool left: no file in /tmp or /dev/shm, no process, exactly the four variables, no signal ignored that the server does not ignore", Run: caseFresh},
 		{Name: "own-sandbox", Guarantee: "two calls never share a sandbox: calls in flight at once each have namespaces of their own", Run: caseOwnSandbox},
 		{Name: "ids-apart", Guarantee: "each sandbox runs as host ids of its own, from a range no account uses: a host process with the previous call's uid can neither signal, read nor enter the next call", Run: caseIDsApart},
 		{Name: "prepared-apart", Guarantee: "a sandbox prepared for one tool is out of reach of another tool's call (no process, descriptor or file of it), and runs its own tool only", Run: casePreparedApart},
 		{Name: "session-shape", Guarantee: "a built-in's helper session runs only its helper, with exactly the argv toolgate sent; a command of another exe, prefix or verb is refused unrun, and the session goes on", Run: caseSessionShape},
 		{Name: "session-unreachable", Guarantee: "a helper session's command cannot reach its shim or release channel (only fds 0-2, /proc/1 closed, no ptrace; signals do not stop it), and nothing it leaves meets the next command, which runs exactly what was sent", Run: caseSessionUnreachable},
-		{Name: "session-fresh", Guarantee: "a helper session's sandbox is as fresh as a tool's: its first command sees nothing an earlier session left, and exactly the four variables", Run: caseSessionFresh},
+		{Name: "session-fresh", Guarantee: "a helper session's sandbox is as fresh as a tool's: its first command sees nothing an earlier session left, exactly the four variables, and no signal ignored that the server does not ignore", Run: caseSessionFresh},
 	}
 }
 
@@ -357,6 +359,9 @@ func caseFresh(ctx context.Context, e *Env) error {
 		}
 		if err := want(res.Output, "leftover /tmp/toolgate-leftover: false", "leftover /dev/shm/toolgate-leftover: false",
 			"processes: 1", exact); err != nil {
+			return fmt.Errorf("call %d: %w", i+1, err)
+		}
+		if err := noSignalIgnored(res.Output); err != nil {
 			return fmt.Errorf("call %d: %w", i+1, err)
 		}
 		// The traces were really left: the check above proves something.
@@ -835,7 +840,40 @@ func caseKillAll(ctx context.Context, e *Env) error {
 	if _, err := e.call(ctx, 20*time.Second, 4096, "killall"); err != nil {
 		return err
 	}
+	// Where toolgate's shim is the sandbox's PID 1 and the tool its child
+	// (a prepared sandbox's, an egress sandbox's), no signal the tool
+	// sends it ends the call before the tool's own answer.
+	res, err := e.call(ctx, 20*time.Second, 4096, "signal-shim")
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 || !strings.Contains(string(res.Output), "signals to the shim: ") {
+		return fmt.Errorf("a tool that signalled PID 1 did not get its own answer: exit %d, %q", res.ExitCode, clip(res.Output))
+	}
 	return stillServing(ctx, e)
+}
+
+// noSignalIgnored fails unless the signals the probe's report says it
+// started with ignored ("signals ignored: ...", probes.SignalsIgnored) are
+// among those this process started with ignored: a disposition a
+// sandbox's shim set for itself must not reach the tool (an ignored
+// SIGTERM or SIGPIPE survives exec, and changes what a tool does).
+func noSignalIgnored(out []byte) error {
+	m := regexp.MustCompile(`(?m)^signals ignored: (.*)$`).FindSubmatch(out)
+	if m == nil {
+		return fmt.Errorf("no ignored-signals line in the probe's report:\n%s", clip(out))
+	}
+	own := strings.Fields(probes.SignalsIgnored())
+	var extra []string
+	for _, sig := range strings.Fields(string(m[1])) {
+		if sig != "none" && !slices.Contains(own, sig) {
+			extra = append(extra, sig)
+		}
+	}
+	if len(extra) > 0 {
+		return fmt.Errorf("the tool started with signals %v ignored, which the server does not ignore (%v)", extra, own)
+	}
+	return nil
 }
 
 // survivors fails if a process of this battery run is alive on the host

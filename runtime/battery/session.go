@@ -191,6 +191,9 @@ func caseSessionFresh(ctx context.Context, e *Env) error {
 		if err := want(res.Output, "leftover /tmp/toolgate-leftover: false", "leftover /dev/shm/toolgate-leftover: false", "processes: 1", exact); err != nil {
 			return fmt.Errorf("session %d's first command: %w", i+1, err)
 		}
+		if err := noSignalIgnored(res.Output); err != nil {
+			return fmt.Errorf("session %d's first command: %w", i+1, err)
+		}
 		if err := want(res.Output, "leave /tmp/toolgate-leftover: ok", "leave a process: ok"); err != nil {
 			return fmt.Errorf("session %d could not leave its traces, so the next proves nothing: %w", i+1, err)
 		}

@@ -30,8 +30,8 @@ import (
 // after the answer, off the call's path; and an exec from a Go process
 // (its threads ended, its address space torn down) costs more than a
 // child's. As in a helper session (session.go), the shim is not
-// dumpable and ignores the signals a tool could send it, so that nothing
-// in the sandbox reaches the channel.
+// dumpable and deaf to the signals a tool could end it with (harden), so
+// that nothing in the sandbox reaches the channel.
 //
 // A service's sandbox (KeepEnv) execs the service with the service's
 // environment: its process is the sandbox's for the service's life.
@@ -142,15 +142,32 @@ func execPrepared(s Spec, env []string, keep int) {
 
 // harden keeps a shim that stays its sandbox's PID 1 out of the reach of
 // what runs in the sandbox as the same uid: not dumpable (no ptrace, no
-// /proc/1/fd, /proc/1/environ or /proc/1/mem), deaf to the signals a
-// pid namespace's init would handle, and every descriptor it was started
-// with closed at an exec.
+// /proc/1/fd, /proc/1/environ or /proc/1/mem), deaf to every signal that
+// would end it (deafSignals), and every descriptor it was started with
+// closed at an exec.
 func harden() {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		die(125, "sandbox: not dumpable: %v", err)
 	}
-	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE)
+	// Relayed to a channel nobody reads, not ignored: an ignored signal
+	// stays ignored across exec, so every tool and helper the shim starts
+	// would begin with SIGTERM or SIGPIPE ignored, and a handled one is
+	// back to its default in the child. The kernel delivers to a pid
+	// namespace's init, from inside it, only the signals it handles; Go's
+	// handler then drops a relayed signal a full channel cannot take.
+	signal.Notify(make(chan os.Signal, 1), deafSignals...)
 	closeOnExec(3)
+}
+
+// deafSignals are the signals that end a Go program when another process
+// sends them (the runtime's kill, throw and panic signals, and SIGPIPE).
+// A fault of the shim's own still crashes it: the runtime relays a fault
+// signal only when a process sent it. SIGCHLD is not among them: the shim
+// reaps its children with wait4.
+var deafSignals = []os.Signal{
+	syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGILL, syscall.SIGTRAP,
+	syscall.SIGABRT, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGUSR1, syscall.SIGSEGV,
+	syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGTERM, syscall.SIGSTKFLT, syscall.SIGSYS,
 }
 
 // closeOnExec marks every descriptor from fd up close-on-exec.
