@@ -82,6 +82,10 @@ func diffArgs(root string, revs ...string) []string {
 // base and head: the rev-parse of each side, then the diff. The handler
 // builds its runs with the same functions; the bench execs these on the
 // host, the floor of that call (e2e/bench).
+//
+// GitDiffArgv does not validate left and right (the handler's
+// parseRevSpec does, refusing a leading dash, whitespace and control
+// bytes): never give it a client's words.
 func GitDiffArgv(git, root, left, right, base, head string) [][]string {
 	argv := func(args []string) []string { return append([]string{git}, args...) }
 	return [][]string{argv(revParseArgs(root, left)), argv(revParseArgs(root, right)), argv(diffArgs(root, base, head))}
