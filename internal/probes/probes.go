@@ -112,6 +112,11 @@ func Main(pre, args []string) {
 	case "daemon-grandchild":
 		fmt.Printf("grandchild pid=%d\n", os.Getpid())
 		os.Stdout.Sync()
+		// Said: the daemon child waits for this (fd 3) before it exits.
+		if said := os.NewFile(3, "said"); said != nil {
+			_, _ = said.Write([]byte{1})
+			said.Close()
+		}
 		time.Sleep(60 * time.Second)
 	case "detached":
 		detached()
@@ -369,12 +374,19 @@ func daemon() {
 }
 
 func daemonChild() {
+	r, w, err := os.Pipe()
+	check(err)
 	c := self("daemon-grandchild")
 	c.Stdout = os.Stdout
 	c.Stderr = os.Stderr
+	c.ExtraFiles = []*os.File{w}
 	check(c.Start())
-	// Wait until the grandchild has printed its pid.
-	time.Sleep(100 * time.Millisecond)
+	w.Close()
+	// Wait until the grandchild has printed its pid (it says so on the
+	// pipe; EOF if it died first), however long a loaded machine takes
+	// to start it: bounded, so that the call never hangs on it.
+	_ = r.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, _ = r.Read(make([]byte, 1))
 }
 
 // detached starts a child with its own session and no stdio at all (the
