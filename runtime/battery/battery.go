@@ -865,7 +865,7 @@ func noSignalIgnored(out []byte) error {
 	}
 	own := strings.Fields(probes.SignalsIgnored())
 	var extra []string
-	for _, sig := range strings.Fields(string(m[1])) {
+	for sig := range strings.FieldsSeq(string(m[1])) {
 		if sig != "none" && !slices.Contains(own, sig) {
 			extra = append(extra, sig)
 		}
